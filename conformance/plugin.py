@@ -68,7 +68,15 @@ def pytest_configure(config: pytest.Config) -> None:
         backends = platforms.check_backends(spec, config.getoption("attn_backend"))
     except platforms.PlatformError as exc:
         raise pytest.UsageError(str(exc)) from None
-    config.stash[TARGET_KEY] = RunTarget(spec, found, backends, tuple(config.getoption("connector")))
+    requested = tuple(config.getoption("connector"))
+    config.stash[TARGET_KEY] = RunTarget(spec, found, backends, requested)
+    if requested:  # validate names before collection, so a typo is one line, not N errors
+        from conformance.selection import ConnectorSpecError, connector_params
+
+        try:
+            connector_params(config)
+        except ConnectorSpecError as exc:
+            raise pytest.UsageError(str(exc)) from None
 
 
 def run_target(config: pytest.Config) -> RunTarget:

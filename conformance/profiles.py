@@ -1,0 +1,127 @@
+"""Connector profiles: the data in ``connectors.yaml``, loaded into typed models.
+
+A typo in a profile is an error naming the file, the connector and the key,
+not a silently ignored setting.
+"""
+
+from __future__ import annotations
+
+import copy
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+PROFILES_FILE = Path(__file__).with_name("connectors.yaml")
+
+Check = Literal["roundtrip", "fill", "contract", "lint"]
+Role = Literal["kv_both", "kv_producer", "kv_consumer"]
+
+
+class ProfileError(Exception):
+    """A malformed profiles file; the message names the file, line and key."""
+
+
+class Requires(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    packages: list[str] = Field(default_factory=list)
+    platforms: list[str] | None = None
+
+
+class ConnectorProfile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    extra_config: dict[str, Any] = Field(default_factory=dict)
+    kv_buffer_device: str | None = None
+    roles: list[Role] | None = None
+    checks: list[Check] | None = None
+    requires: Requires = Field(default_factory=Requires)
+    wraps: list[str] = Field(default_factory=list)
+    hybrid: bool = False
+    reason: str | None = None
+
+    def runs(self, check: str) -> bool:
+        return check in (self.checks or [])
+
+    def is_pair(self) -> bool:
+        return set(self.roles or []) == {"kv_producer", "kv_consumer"}
+
+    def render_extra_config(self, storage: Path) -> dict[str, Any]:
+        """The extra config with ``{storage}`` replaced by this test's own folder."""
+        return _substitute(copy.deepcopy(self.extra_config), {"storage": str(storage)})
+
+
+class Defaults(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    roles: list[Role] = Field(default_factory=lambda: ["kv_both"])
+    checks: list[Check] = Field(default_factory=lambda: ["contract", "lint"])
+
+
+class ProfilesFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    defaults: Defaults = Field(default_factory=Defaults)
+    connectors: dict[str, ConnectorProfile] = Field(default_factory=dict)
+
+
+def _substitute(value: Any, mapping: dict[str, str]) -> Any:
+    if isinstance(value, str):
+        for key, replacement in mapping.items():
+            value = value.replace("{" + key + "}", replacement)
+        return value
+    if isinstance(value, list):
+        return [_substitute(v, mapping) for v in value]
+    if isinstance(value, dict):
+        return {k: _substitute(v, mapping) for k, v in value.items()}
+    return value
+
+
+def _line_of(text: str, keys: tuple) -> int | None:
+    """Best-effort line of the last string key of a validation error's location."""
+    names = [k for k in keys if isinstance(k, str)]
+    for name in reversed(names):
+        for number, line in enumerate(text.splitlines(), 1):
+            if line.strip().startswith(f"{name}:"):
+                return number
+    return None
+
+
+def load_yaml_model(path: Path, model: type[BaseModel], error: type[Exception]):
+    """Load ``path`` into ``model``; any problem is ``error`` with file, line and key."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise error(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise error(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(p) for p in first["loc"])
+        line = _line_of(text, first["loc"])
+        where = f"{path}:{line}" if line else str(path)
+        raise error(f"{where}: {key}: {first['msg']}") from None
+
+
+@lru_cache(maxsize=None)
+def load_profiles(path: Path = PROFILES_FILE) -> ProfilesFile:
+    profiles = load_yaml_model(path, ProfilesFile, ProfileError)
+    for profile in profiles.connectors.values():
+        profile.roles = profile.roles or list(profiles.defaults.roles)
+        profile.checks = profile.checks if profile.checks is not None else list(profiles.defaults.checks)
+    return profiles
+
+
+def profile_for(name: str, path: Path = PROFILES_FILE) -> ConnectorProfile:
+    """The profile of ``name``; a connector without a row gets the defaults (third-party ones)."""
+    profiles = load_profiles(path)
+    if name in profiles.connectors:
+        return profiles.connectors[name]
+    return ConnectorProfile(roles=list(profiles.defaults.roles),
+                            checks=["roundtrip", *profiles.defaults.checks],
+                            extra_config={"shared_storage_path": "{storage}"})

@@ -1,0 +1,128 @@
+"""Which connectors a run covers, and how each is loaded.
+
+Names come from the installed vLLM's ``KVConnectorFactory`` registry; a
+``package.module:ClassName`` spec is a third-party connector, loaded the way vLLM
+loads one (``KVTransferConfig.kv_connector_module_path``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from conformance.profiles import ConnectorProfile, profile_for
+
+
+class ConnectorSpecError(Exception):
+    """A ``--connector`` value that names nothing usable."""
+
+
+@dataclass(frozen=True)
+class ConnectorParam:
+    """One connector under test: what a test's ``connector`` parameter is."""
+
+    name: str  # the factory name, or the class name of a third-party connector
+    class_name: str
+    module_path: str | None  # set for third-party connectors only
+    profile: ConnectorProfile
+
+    @property
+    def id(self) -> str:
+        return self.name
+
+    @property
+    def is_third_party(self) -> bool:
+        return self.module_path is not None
+
+    def transfer_config_fields(self) -> dict:
+        """The KVTransferConfig fields that select this connector."""
+        fields = {"kv_connector": self.class_name if self.is_third_party else self.name}
+        if self.module_path:
+            fields["kv_connector_module_path"] = self.module_path
+        return fields
+
+    def load_class(self):
+        """The connector class, loaded through vLLM's factory (third-party: its module path)."""
+        from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+
+        if self.module_path:
+            return getattr(importlib.import_module(self.module_path), self.class_name)
+        return KVConnectorFactory.get_connector_class_by_name(self.name)
+
+    def source_file(self) -> Path | None:
+        """The connector's module source, found without importing it."""
+        module = self.module_path or registry_modules().get(self.name, (None, None))[0]
+        if module is None:
+            return None
+        spec = importlib.util.find_spec(module)
+        return Path(spec.origin) if spec and spec.origin else None
+
+
+def registry_modules() -> dict[str, tuple[str, str]]:
+    """name -> (module, class) for every connector the installed vLLM registers.
+
+    The factory keeps only loader closures; the module and class names are the
+    closure's captured arguments, read without importing any connector.
+    """
+    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+
+    out: dict[str, tuple[str, str]] = {}
+    for name, loader in KVConnectorFactory._registry.items():
+        captured = dict(zip(loader.__code__.co_freevars, (c.cell_contents for c in loader.__closure__ or ())))
+        out[name] = (captured.get("module_path", ""), captured.get("class_name", name))
+    return out
+
+
+def registered_names() -> list[str]:
+    return list(registry_modules())
+
+
+def _third_party(spec: str) -> ConnectorParam:
+    module, _, class_name = spec.partition(":")
+    if not module or not class_name:
+        raise ConnectorSpecError(f"--connector {spec!r}: expected package.module:ClassName")
+    try:
+        imported = importlib.import_module(module)
+    except Exception as exc:
+        raise ConnectorSpecError(f"--connector {spec}: module {module!r} does not import: "
+                                 f"{type(exc).__name__}: {exc}") from None
+    cls = getattr(imported, class_name, None)
+    if cls is None:
+        raise ConnectorSpecError(f"--connector {spec}: module {module!r} has no attribute {class_name!r}")
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1
+
+    if not (isinstance(cls, type) and issubclass(cls, KVConnectorBase_V1)):
+        raise ConnectorSpecError(f"--connector {spec}: {class_name} is not a KV connector "
+                                 f"(not a subclass of KVConnectorBase_V1)")
+    return ConnectorParam(class_name, class_name, module, profile_for(class_name))
+
+
+def resolve_connectors(requested: tuple[str, ...] | list[str]) -> list[ConnectorParam]:
+    """The connectors to test: every registered one, or those requested, validated."""
+    known = registered_names()
+    if not requested:
+        return [ConnectorParam(n, n, None, profile_for(n)) for n in known]
+    params = []
+    for spec in requested:
+        if ":" in spec:
+            params.append(_third_party(spec))
+        elif spec in known:
+            params.append(ConnectorParam(spec, spec, None, profile_for(spec)))
+        else:
+            raise ConnectorSpecError(f"unknown connector {spec!r}; known connectors: {', '.join(known)}")
+    return params
+
+
+_CACHE_KEY = pytest.StashKey[list]()
+
+
+def connector_params(config: pytest.Config, definition=None) -> list[ConnectorParam]:
+    if _CACHE_KEY not in config.stash:
+        from conformance.plugin import run_target
+
+        config.stash[_CACHE_KEY] = resolve_connectors(run_target(config).connectors)
+    return config.stash[_CACHE_KEY]
