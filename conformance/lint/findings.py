@@ -1,0 +1,81 @@
+"""Lint files into findings: parse, check, drop what an inline comment allows.
+
+A file that cannot be read or parsed is a finding (KVC000), not a traceback: a
+connector that does not parse is a result the lint reports like any other.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import tokenize
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from conformance.lint.checker import Hit, check_tree
+from conformance.lint.rules import RULES
+from conformance.lint.suppressions import allowed_rules
+
+UNPARSEABLE = "KVC000"
+
+
+@dataclass(frozen=True, order=True)
+class Finding:
+    """One finding; the field order is the report's sort order."""
+
+    path: str
+    line: int
+    col: int
+    rule: str
+    severity: str
+    message: str
+    fix: str
+
+    @classmethod
+    def from_hit(cls, path: Path, hit: Hit) -> Finding:
+        rule = RULES[hit.rule]
+        return cls(str(path), hit.line, hit.col, rule.id, rule.severity,
+                   rule.message.format(detail=hit.detail), rule.fix)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def render(self) -> str:
+        return f"{self.path}:{self.line}:{self.col}: {self.rule} {self.severity}: {self.message} (fix: {self.fix})"
+
+
+def _unparseable(error: Exception) -> Hit:
+    if isinstance(error, SyntaxError):
+        return Hit(UNPARSEABLE, error.lineno or 1, error.offset or 1, f"syntax error: {error.msg}")
+    if isinstance(error, OSError):
+        return Hit(UNPARSEABLE, 1, 1, f"cannot read: {error.strerror or error}")
+    return Hit(UNPARSEABLE, 1, 1, f"{type(error).__name__}: {error}")
+
+
+def lint_source(data: bytes, path: Path) -> list[Finding]:
+    """The findings in one module's bytes (reported under ``path``), inline suppressions applied."""
+    try:
+        tree = ast.parse(data, filename=str(path))
+    except (SyntaxError, ValueError) as error:  # ValueError: null bytes, an unknown encoding
+        return [Finding.from_hit(path, _unparseable(error))]
+    source = data.decode(_encoding(data), errors="replace")
+    allowed = allowed_rules(data)
+    return [Finding.from_hit(path, hit) for hit in check_tree(tree, source)
+            if hit.rule not in allowed.get(hit.line, ())]
+
+
+def lint_file(path: Path) -> list[Finding]:
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        return [Finding.from_hit(path, _unparseable(error))]
+    return lint_source(data, path)
+
+
+def _encoding(data: bytes) -> str:
+    return tokenize.detect_encoding(io.BytesIO(data).readline)[0]
+
+
+def lint_files(files: list[Path], rules: frozenset[str] = frozenset(RULES)) -> list[Finding]:
+    """Sorted findings of ``rules`` in ``files``."""
+    return sorted(f for path in files for f in lint_file(path) if f.rule in rules)
