@@ -1,0 +1,48 @@
+"""``kvconform pipeline``: write the Buildkite pipeline that runs the conformance suite on a platform.
+
+Print it to stdout for ``| buildkite-agent pipeline upload``, or write it with ``-o``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from conformance.cli import UserError
+from pipelines.generate import ALL, build_pipeline, render_yaml
+from pipelines.lanes import LANES_FILE, LanesError
+from platforms import PLATFORMS
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--platform", required=True, choices=[*PLATFORMS, ALL],
+                        help="the platform whose lanes to generate, or all of them")
+    parser.add_argument("--config", type=Path, default=None, metavar="FILE",
+                        help=f"lanes file (default: {LANES_FILE.relative_to(LANES_FILE.parent.parent)})")
+    parser.add_argument("--connector", action="append", default=None, metavar="NAME",
+                        help="only steps for this connector (repeatable; default: every connector group)")
+    parser.add_argument("-o", "--output", type=Path, default=None, metavar="FILE",
+                        help="write the pipeline here (default: stdout)")
+
+
+def _write(path: Path, text: str) -> None:
+    if not path.parent.is_dir():
+        raise UserError(f"cannot write {path}: directory {path.parent} does not exist")
+    try:
+        path.write_text(text)
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        pipeline = build_pipeline([args.platform], args.connector, args.config)
+    except LanesError as exc:
+        raise UserError(str(exc)) from None
+    text = render_yaml(pipeline)
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        _write(args.output, text)
+    return 0

@@ -1,0 +1,229 @@
+"""The lanes file (``lanes.yaml``): where and how each platform's conformance steps run.
+
+A CI owner edits the YAML, never the generator, so everything a lane can say is a
+typed field here with ``extra="forbid"``: a misspelt key is an error naming the
+file, line and key rather than a silently ignored setting. Beyond the shapes, the
+loader checks what a schema cannot: groups and connectors that exist, a connector
+run once per platform, backends and visibility variables that belong to the
+lane's platform (read from ``platforms.PLATFORMS``), and the retry and soft-fail
+policy in ``pipelines.policy``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Iterator, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+
+from conformance.profiles import ProfileError, load_profiles, load_yaml_model
+from pipelines import policy
+from platforms import PLATFORMS
+
+LANES_FILE = Path(__file__).with_name("lanes.yaml")
+
+# Lane and group names become parts of step keys and file names: keep them plain.
+Name = Annotated[str, StringConstraints(pattern=r"^[a-z0-9]+(?:[-_][a-z0-9]+)*$", max_length=40)]
+EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+StepKey = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_:-]+$", max_length=100)]
+PlatformName = Literal[tuple(PLATFORMS)]  # type: ignore[valid-type]
+
+# A third-party connector, as ``--connector`` takes it: package.module:ClassName.
+THIRD_PARTY = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
+
+Problem = tuple[tuple, str]
+
+
+class LanesError(Exception):
+    """A lanes file that cannot be used; the message names the file, line and key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RetryRule(_Strict):
+    """One Buildkite automatic-retry rule; which ones are allowed is ``pipelines.policy``."""
+
+    exit_status: int | None = None
+    signal_reason: str | None = None
+    limit: int = Field(ge=1, le=10)
+
+    @model_validator(mode="after")
+    def _says_when(self) -> "RetryRule":
+        if self.exit_status is None and self.signal_reason is None:
+            raise ValueError("a retry rule needs exit_status or signal_reason")
+        return self
+
+    def to_buildkite(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
+
+
+class Wrapper(_Strict):
+    """A program the test command runs through, e.g. one that starts a container."""
+
+    argv: list[str] = Field(min_length=1)
+    # "arguments": the command's words follow argv; "string": the whole command is one
+    # argument (for wrappers that run it with ``sh -c``).
+    command_as: Literal["arguments", "string"] = "arguments"
+
+
+PluginEntry = str | dict[str, Any]
+
+
+class RunSpec(_Strict):
+    """Where a step runs and in what environment: shared by lanes and the report step."""
+
+    agents: dict[str, str] = Field(min_length=1)
+    env: dict[EnvName, str] = Field(default_factory=dict)
+    plugins: list[PluginEntry] = Field(default_factory=list)
+    wrapper: Wrapper | None = None
+    timeout_in_minutes: int | None = Field(default=None, ge=1)
+
+    @field_validator("plugins")
+    @classmethod
+    def _one_plugin_per_entry(cls, plugins: list[PluginEntry]) -> list[PluginEntry]:
+        for entry in plugins:
+            if isinstance(entry, dict) and len(entry) != 1:
+                raise ValueError("each plugins entry is one mapping of plugin name -> its settings")
+        return plugins
+
+
+class Lane(RunSpec):
+    """One row of CI: a platform's agents and the connector groups they run."""
+
+    platform: PlatformName
+    groups: list[Name] | None = Field(default=None, min_length=1)  # None: every group
+    parallelism: int | None = Field(default=None, ge=1, le=100)
+    xdist_workers: int = Field(default=1, ge=1, le=64)
+    attn_backends: list[str] = Field(default_factory=list)
+    devices: int = Field(default=1, ge=1)
+    depends_on: list[StepKey] = Field(default_factory=list)
+    retry: list[RetryRule] | None = None  # None: defaults.retry
+    experimental: bool = False
+    soft_fail: bool | list[int] = False
+    reason: str | None = None
+
+
+class Defaults(_Strict):
+    timeout_in_minutes: int = Field(default=60, ge=1)
+    retry: list[RetryRule] = Field(default_factory=list)
+
+
+class LanesConfig(_Strict):
+    connector_groups: dict[Name, list[str]] = Field(min_length=1)
+    defaults: Defaults = Field(default_factory=Defaults)
+    lanes: dict[Name, Lane] = Field(min_length=1)
+    report: RunSpec
+
+    def group_names(self, lane: Lane) -> list[str]:
+        return list(lane.groups) if lane.groups is not None else list(self.connector_groups)
+
+    def lanes_of(self, platform: str) -> list[tuple[str, Lane]]:
+        return [(name, lane) for name, lane in self.lanes.items() if lane.platform == platform]
+
+    def retry_of(self, lane: Lane | None) -> list[RetryRule]:
+        return list(lane.retry) if lane is not None and lane.retry is not None else list(self.defaults.retry)
+
+    def timeout_of(self, spec: RunSpec) -> int:
+        return spec.timeout_in_minutes or self.defaults.timeout_in_minutes
+
+
+# ---- checks a schema cannot express -------------------------------------------------------------
+
+
+def _known_connectors() -> set[str]:
+    try:
+        return set(load_profiles().connectors)
+    except ProfileError as exc:
+        raise LanesError(f"cannot check connector names: {exc}") from None
+
+
+def _connector_problems(config: LanesConfig) -> Iterator[Problem]:
+    known = _known_connectors()
+    for group, names in config.connector_groups.items():
+        if not names:
+            yield ("connector_groups", group), "a connector group lists at least one connector"
+        for index, name in enumerate(names):
+            if name in known or THIRD_PARTY.match(name):
+                continue
+            yield ("connector_groups", group, index), (
+                f"unknown connector {name!r}: name one from conformance/connectors.yaml "
+                f"({', '.join(sorted(known))}) or a third-party package.module:ClassName")
+
+
+def _group_problems(config: LanesConfig) -> Iterator[Problem]:
+    """Groups exist, and each platform runs each connector once (in one lane, one group)."""
+    runs: dict[tuple[str, str], str] = {}  # (platform, connector) -> "lane/group" that runs it
+    for name, lane in config.lanes.items():
+        for index, group in enumerate(config.group_names(lane)):
+            if group not in config.connector_groups:
+                yield ("lanes", name, "groups", index), (
+                    f"unknown connector group {group!r}; groups: {', '.join(config.connector_groups)}")
+                continue
+            for connector in config.connector_groups[group]:
+                where = f"{name}/{group}"
+                first = runs.setdefault((lane.platform, connector), where)
+                if first != where:
+                    yield ("lanes", name, "groups", index), (
+                        f"{connector} would run twice on {lane.platform}: in {first} and in {where}")
+
+
+def _platform_problems(config: LanesConfig) -> Iterator[Problem]:
+    """Backends and device-visibility variables must be the lane's platform's own."""
+    everyone_visibility = {var for spec in PLATFORMS.values() for var in spec.visibility_vars}
+    for name, lane in config.lanes.items():
+        spec = PLATFORMS[lane.platform]
+        for index, backend in enumerate(lane.attn_backends):
+            if backend not in spec.backends:
+                yield ("lanes", name, "attn_backends", index), (
+                    f"{backend} cannot serve KV connectors on {spec.name}; choose from: {', '.join(spec.backends)}")
+        for var, value in lane.env.items():
+            if var in everyone_visibility and var not in spec.visibility_vars:
+                owners = ", ".join(p.name for p in PLATFORMS.values() if var in p.visibility_vars)
+                yield ("lanes", name, "env", var), (
+                    f"{var} selects devices on {owners}, not on {spec.name}"
+                    + (f" (use {', '.join(spec.visibility_vars)})" if spec.visibility_vars else ""))
+            elif var in spec.visibility_vars and "$" not in value:
+                listed = [item for item in value.split(",") if item.strip()]
+                if len(listed) != lane.devices:
+                    yield ("lanes", name, "env", var), (
+                        f"{var}={value!r} makes {len(listed)} device(s) visible but the lane says devices: {lane.devices}")
+
+
+RULES = (_connector_problems, _group_problems, _platform_problems, *policy.RULES)
+
+
+def _line_of(text: str, location: tuple) -> int | None:
+    """The line of the deepest part of ``location`` that the YAML document has."""
+    try:
+        node = yaml.compose(text)
+    except yaml.YAMLError:
+        return None
+    line = None
+    for part in location:
+        if isinstance(node, yaml.MappingNode):
+            match = next(((k, v) for k, v in node.value if k.value == str(part)), None)
+            if match is None:
+                break
+            line, node = match[0].start_mark.line + 1, match[1]
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+            line = node.start_mark.line + 1
+        else:
+            break
+    return line
+
+
+def load_lanes(path: Path | str | None = None) -> LanesConfig:
+    """Load and check a lanes file (default: the shipped ``pipelines/lanes.yaml``)."""
+    path = Path(path) if path is not None else LANES_FILE
+    config = load_yaml_model(path, LanesConfig, LanesError)
+    for rule in RULES:
+        for location, message in rule(config):
+            line = _line_of(path.read_text(), location)
+            key = ".".join(str(part) for part in location)
+            raise LanesError(f"{path}{f':{line}' if line else ''}: {key}: {message}")
+    return config
