@@ -40,6 +40,7 @@ class ConnectorProfile(BaseModel):
     wraps: list[str] = Field(default_factory=list)
     hybrid: bool = False
     reason: str | None = None
+    refusal: str | None = None  # regex: an error at construction matching it is the connector refusing this platform
 
     def runs(self, check: str) -> bool:
         return check in (self.checks or [])

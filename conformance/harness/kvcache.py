@@ -1,0 +1,122 @@
+"""KV cache configs and tensors, from vLLM's own grouping and allocation code.
+
+The suite never writes a cache shape by hand: specs go through vLLM's
+``get_kv_cache_config_from_groups`` and tensors through
+``vllm.v1.worker.utils.allocate_kv_cache`` in the layout under test, so when vLLM
+changes its layout the suite follows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from conformance.harness.model import HEAD_SIZE, MLA_HEAD_SIZE, NUM_KV_HEADS
+
+# KV dtype axis: name -> (torch dtype of the cache tensor, CacheConfig.cache_dtype, model dtype)
+KV_DTYPES: dict[str, tuple[torch.dtype, str, str]] = {
+    "float16": (torch.float16, "auto", "float16"),
+    "bfloat16": (torch.bfloat16, "auto", "bfloat16"),
+    "float32": (torch.float32, "auto", "float32"),
+    # An fp8 KV cache is stored as raw bytes (uint8), as vLLM allocates it.
+    "fp8": (torch.uint8, "fp8", "bfloat16"),
+}
+
+NUM_BLOCKS = 48
+
+
+@dataclass(frozen=True)
+class CacheShape:
+    """One point of the cache axes a check runs on."""
+
+    dtype: str = "float16"
+    mla: bool = False
+    block_size: int = 16
+    layout: str | None = None  # a KVCacheLayout name; None: the backend's preferred one
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return KV_DTYPES[self.dtype][0]
+
+    @property
+    def cache_dtype(self) -> str:
+        return KV_DTYPES[self.dtype][1]
+
+    @property
+    def model_dtype(self) -> str:
+        return KV_DTYPES[self.dtype][2]
+
+    def attention_spec(self):
+        from vllm.v1.kv_cache_interface import FullAttentionSpec, MLAAttentionSpec
+
+        if self.mla:
+            return MLAAttentionSpec(block_size=self.block_size, num_kv_heads=1, head_size=MLA_HEAD_SIZE,
+                                    dtype=self.torch_dtype, cache_dtype_str=self.cache_dtype)
+        return FullAttentionSpec(block_size=self.block_size, num_kv_heads=NUM_KV_HEADS,
+                                 head_size=HEAD_SIZE, dtype=self.torch_dtype)
+
+
+def preferred_layout(backend_cls) -> str:
+    """The layout vLLM would pick for a backend alone: its first supported one."""
+    from vllm.v1.kv_cache_layout import KVCacheLayout
+
+    layouts = backend_cls.supported_kv_cache_layouts()
+    return (layouts[0] if layouts else next(iter(KVCacheLayout))).name
+
+
+def all_layouts() -> list[str]:
+    from vllm.v1.kv_cache_layout import KVCacheLayout
+
+    return [layout.name for layout in KVCacheLayout]
+
+
+def record_layout(vllm_config, layout: str) -> None:
+    """Resolve the layout the way a worker adopts the engine core's choice."""
+    from vllm.v1.attention.backends.utils import record_kv_cache_layout
+
+    record_kv_cache_layout(vllm_config.cache_config, layout)
+
+
+def build_kv_cache_config(vllm_config, groups: list[tuple[list[str], object]], num_blocks: int = NUM_BLOCKS):
+    """A real KVCacheConfig with ``num_blocks`` blocks for the given (layer names, spec) groups."""
+    from vllm.v1.core.kv_cache_utils import get_kv_cache_config_from_groups
+    from vllm.v1.kv_cache_interface import KVCacheGroupSpec
+
+    vllm_config.cache_config.num_gpu_blocks_override = num_blocks
+    kv_groups = [KVCacheGroupSpec(list(names), spec) for names, spec in groups]
+    generous = num_blocks * sum(spec.page_size_bytes * len(names) for names, spec in groups) * 4
+    config = get_kv_cache_config_from_groups(vllm_config, kv_groups, generous)
+    vllm_config.cache_config.num_gpu_blocks = config.num_blocks
+    return config
+
+
+def allocate(kv_cache_config, vllm_config, device: str) -> dict[str, torch.Tensor]:
+    """Per-layer cache views, as the runner allocates them, on ``device``."""
+    from vllm.v1.worker.utils import allocate_kv_cache
+
+    layout = vllm_config.cache_config.get_resolved_kv_cache_layout()
+    return allocate_kv_cache(kv_cache_config, torch.device(device), layout)
+
+
+def backing_bytes(caches: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+    """Every distinct storage behind the caches, as flat uint8 tensors."""
+    seen: dict[int, torch.Tensor] = {}
+    for tensor in caches.values():
+        for t in tensor if isinstance(tensor, (list, tuple)) else (tensor,):
+            storage = t.untyped_storage()
+            if storage.data_ptr() not in seen:
+                seen[storage.data_ptr()] = torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage)
+    return list(seen.values())
+
+
+def fill_random(caches: dict[str, torch.Tensor], seed: int) -> None:
+    """Distinct random bytes in every slot (a fresh seed per cache)."""
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    for flat in backing_bytes(caches):
+        flat.copy_(torch.randint(0, 256, flat.shape, dtype=torch.uint8, generator=generator))
+
+
+def slot_bytes(view: torch.Tensor, block: int, offset: int) -> torch.Tensor:
+    """The bytes of one token slot of a standard ``[B, H, N, C]`` view."""
+    return view[block, :, offset].contiguous().view(torch.uint8)

@@ -1,0 +1,43 @@
+"""The tiny model: a ``config.json`` alone, enough for vLLM's ``ModelConfig``.
+
+Head size 32 because vLLM's CPU attention kernels accept 32, 64, 80, ...; two
+layers so per-layer mistakes show; two KV heads so head-order mistakes show.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+TINY_LLAMA = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 2,
+    "vocab_size": 1000,
+    "max_position_embeddings": 512,
+    "rms_norm_eps": 1e-6,
+    "torch_dtype": "float32",
+    "tie_word_embeddings": False,
+}
+
+NUM_LAYERS = TINY_LLAMA["num_hidden_layers"]
+NUM_KV_HEADS = TINY_LLAMA["num_key_value_heads"]
+HEAD_SIZE = TINY_LLAMA["hidden_size"] // TINY_LLAMA["num_attention_heads"]
+MAX_MODEL_LEN = 512
+# DeepSeek-style MLA latent: kv_lora_rank 64 + rope dim 32, one "head".
+MLA_HEAD_SIZE = 96
+
+
+def write_tiny_model(directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_text(json.dumps(TINY_LLAMA, indent=2))
+    return directory
+
+
+def attention_layer_names(prefix: str = "model.layers", count: int = NUM_LAYERS) -> list[str]:
+    """Layer names as vLLM's Llama registers them, so index extraction works."""
+    return [f"{prefix}.{i}.self_attn.attn" for i in range(count)]

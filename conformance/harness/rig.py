@@ -1,0 +1,121 @@
+"""One connector, one platform, one cache shape: the objects a check drives.
+
+A ``Rig`` builds a fresh ``VllmConfig`` (so no state leaks between producer and
+consumer, or between tests), resolves the layout, builds the KVCacheConfig,
+allocates caches on the platform's device and makes the scheduler and worker
+sides. ``producer()`` and ``consumer()`` share only the storage folder.
+"""
+
+from __future__ import annotations
+
+import re
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from conformance.harness import kvcache
+from conformance.harness.backends import MLA_BACKENDS, backend_class, metadata_instance
+from conformance.harness.kvcache import CacheShape
+from conformance.harness.model import MAX_MODEL_LEN, attention_layer_names
+from conformance.harness.runner import WorkerStandIn
+from conformance.harness.scheduler import SchedulerDriver
+
+
+class ConnectorRefused(Exception):
+    """The connector declined this platform in its own words (matched by its profile's ``refusal``)."""
+
+
+@contextmanager
+def refusal_as(error: type[Exception], connector):
+    """Re-raise a construction error matching the profile's ``refusal`` pattern as ``error``."""
+    pattern = connector.profile.refusal
+    try:
+        yield
+    except Exception as exc:
+        if pattern and re.search(pattern, str(exc)):
+            raise error(f"{connector.name} refuses this platform: {type(exc).__name__}: {exc}") from exc
+        raise
+
+
+@dataclass
+class Side:
+    """A connector's two halves over one set of caches."""
+
+    vllm_config: object
+    kv_cache_config: object
+    caches: dict
+    scheduler: SchedulerDriver
+    worker: WorkerStandIn
+
+    def run(self, prompts: dict[str, list[int]], max_steps: int = 32) -> None:
+        for request_id, prompt in prompts.items():
+            self.scheduler.add(request_id, prompt)
+        self.scheduler.run(self.worker, max_steps)
+
+    def close(self) -> None:
+        self.worker.shutdown()
+
+
+@dataclass
+class Rig:
+    connector: object  # conformance.selection.ConnectorParam
+    platform: object  # platforms.spec.PlatformSpec
+    backend: str
+    shape: CacheShape
+    model_dir: Path
+    storage: Path
+    device: str
+
+    @property
+    def effective_backend(self) -> str:
+        return MLA_BACKENDS[self.platform.name] if self.shape.mla else self.backend
+
+    def layout(self) -> str:
+        return self.shape.layout or kvcache.preferred_layout(backend_class(self.effective_backend))
+
+    def vllm_config(self, role: str):
+        from vllm.config import (CacheConfig, DeviceConfig, KVTransferConfig, ModelConfig, SchedulerConfig,
+                                 VllmConfig)
+
+        profile = self.connector.profile
+        transfer = KVTransferConfig(
+            kv_role=role,
+            kv_connector_extra_config=profile.render_extra_config(self.storage),
+            **({"kv_buffer_device": profile.kv_buffer_device.replace("{device}", self.platform.torch_device_type)}
+               if profile.kv_buffer_device else {}),
+            **self.connector.transfer_config_fields(),
+        )
+        model = ModelConfig(model=str(self.model_dir), skip_tokenizer_init=True, dtype=self.shape.model_dtype,
+                            seed=0, max_model_len=MAX_MODEL_LEN)
+        config = VllmConfig(
+            model_config=model,
+            device_config=DeviceConfig(self.platform.torch_device_type),
+            scheduler_config=SchedulerConfig(max_num_seqs=16, max_num_batched_tokens=MAX_MODEL_LEN * 4,
+                                             max_model_len=MAX_MODEL_LEN, is_encoder_decoder=False),
+            cache_config=CacheConfig(block_size=self.shape.block_size, enable_prefix_caching=True,
+                                     cache_dtype=self.shape.cache_dtype),
+            kv_transfer_config=transfer,
+        )
+        kvcache.record_layout(config, self.layout())
+        return config
+
+    def side(self, role: str = "kv_both", fill_seed: int | None = None) -> Side:
+        """A fresh scheduler + worker pair; caches random (``fill_seed``) or zeroed."""
+        config = self.vllm_config(role)
+        layers = attention_layer_names()
+        kv_cache_config = kvcache.build_kv_cache_config(config, [(layers, self.shape.attention_spec())])
+        caches = kvcache.allocate(kv_cache_config, config, self.device)
+        if fill_seed is not None:
+            kvcache.fill_random(caches, fill_seed)
+        metadata = {name: metadata_instance(self.effective_backend) for name in layers}
+        with refusal_as(ConnectorRefused, self.connector):
+            worker = WorkerStandIn(config, kv_cache_config, caches, self.connector.name, self.device, metadata)
+            scheduler = SchedulerDriver(config, kv_cache_config)
+        return Side(config, kv_cache_config, caches, scheduler, worker)
+
+    def roles(self) -> tuple[str, str]:
+        """(producer role, consumer role) from the profile."""
+        roles = self.connector.profile.roles or ["kv_both"]
+        if self.connector.profile.is_pair():
+            return "kv_producer", "kv_consumer"
+        return roles[0], roles[0]

@@ -1,0 +1,117 @@
+"""The save/load round-trip: a producer stores, a fresh consumer loads, bytes are compared.
+
+Scenarios are data: prompt lengths in blocks plus a remainder, so one table
+covers aligned and unaligned prompts, partial last blocks, several requests in
+one step, and prompts that extend a stored one, for any block size.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import torch
+
+from conformance.harness.rig import Rig
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    stored: tuple[tuple[int, int], ...]  # per request: (full blocks, extra tokens) the producer stores
+    extend: int = 0  # tokens the consumer's prompt adds after the stored prompt
+    doc: str = ""
+
+    def lengths(self, block_size: int) -> list[int]:
+        return [blocks * block_size + extra for blocks, extra in self.stored]
+
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
+    Scenario("unaligned", ((4, 5),), doc="prompt length not a multiple of the block size; partial last block"),
+    Scenario("aligned", ((4, 0),), doc="prompt length an exact multiple of the block size"),
+    Scenario("extend", ((3, 5),), extend=11, doc="the consumer's prompt extends the stored one"),
+    Scenario("aligned-extend", ((4, 0),), extend=1, doc="a stored aligned prompt, extended by one token"),
+    Scenario("one-past-block", ((3, 1),), doc="prompt one token past a block boundary"),
+    Scenario("multi", ((2, 3), (3, 7), (1, 9)), doc="several requests in one step"),
+)}
+
+
+def prompt_tokens(request_index: int, length: int) -> list[int]:
+    rng = random.Random(1000 + request_index)
+    return [rng.randrange(1, 999) for _ in range(length)]
+
+
+class RoundTripFailure(AssertionError):
+    """A round-trip check failed; the message says which slot, layer and request."""
+
+
+def _slots(block_ids: list[int], num_tokens: int, block_size: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    positions = torch.arange(num_tokens)
+    blocks = torch.tensor(block_ids, dtype=torch.long)[positions // block_size]
+    return blocks.to(device), (positions % block_size).to(device)
+
+
+def _as_bytes(view: torch.Tensor) -> torch.Tensor:
+    return view.contiguous().view(torch.uint8)
+
+
+@dataclass
+class RoundTripResult:
+    claimed: dict[str, int]
+    stored_lengths: dict[str, int]
+
+
+def run_roundtrip(rig: Rig, scenario: Scenario) -> RoundTripResult:
+    block_size = rig.shape.block_size
+    producer_role, consumer_role = rig.roles()
+    lengths = scenario.lengths(block_size)
+    stored = {f"req-{i}": prompt_tokens(i, n) for i, n in enumerate(lengths)}
+    wanted = {rid: tokens + prompt_tokens(100 + i, scenario.extend) for i, (rid, tokens) in enumerate(stored.items())}
+
+    producer = rig.side(producer_role, fill_seed=1234)
+    producer.run(stored)
+    producer.close()
+
+    consumer = rig.side(consumer_role)
+    consumer.run(wanted)
+    consumer.close()
+
+    claimed = {rid: consumer.scheduler.external_tokens(rid) for rid in wanted}
+    for rid, tokens in claimed.items():
+        if tokens > len(stored[rid]):
+            raise RoundTripFailure(
+                f"{rig.connector.name} claimed {tokens} external tokens for {rid}, but the producer stored a "
+                f"prompt of only {len(stored[rid])} tokens (vLLM guards this with a bare assert only)")
+        if tokens <= 0:
+            raise RoundTripFailure(
+                f"{rig.connector.name} reported no cache hit for {rid} ({len(wanted[rid])} tokens) after the "
+                f"producer stored its {len(stored[rid])}-token prefix: nothing was loaded, so nothing can be checked")
+
+    expected_touched = {}
+    for name, view_b in consumer.caches.items():
+        view_a = producer.caches[name]
+        touched = torch.zeros(view_b.shape[0], view_b.shape[2], dtype=torch.bool, device=view_b.device)
+        for rid, tokens in claimed.items():
+            blocks_a, offsets_a = _slots(producer.scheduler.block_ids[rid][0], tokens, block_size, view_a.device)
+            blocks_b, offsets_b = _slots(consumer.scheduler.block_ids[rid][0], tokens, block_size, view_b.device)
+            saved = _as_bytes(view_a[blocks_a, :, offsets_a])
+            loaded = _as_bytes(view_b[blocks_b, :, offsets_b])
+            same = (saved == loaded).flatten(1).all(dim=1)
+            if not bool(same.all()):
+                first = int((~same).nonzero()[0])
+                raise RoundTripFailure(
+                    f"{rig.connector.name}: {rid}, layer {name}: token {first} of {tokens} loaded wrong bytes "
+                    f"(block {int(blocks_b[first])} slot {int(offsets_b[first])} of the consumer's cache differs "
+                    f"from block {int(blocks_a[first])} slot {int(offsets_a[first])} the producer saved)")
+            touched[blocks_b, offsets_b] = True
+        expected_touched[name] = touched
+
+    for name, view_b in consumer.caches.items():
+        written = (_as_bytes(view_b) != 0).any(dim=-1).any(dim=1)  # [B, N]: slots holding any byte
+        stray = written & ~expected_touched[name]
+        if bool(stray.any()):
+            block, slot = (int(x) for x in stray.nonzero()[0])
+            raise RoundTripFailure(
+                f"{rig.connector.name}: layer {name}: block {block} slot {slot} changed in the consumer's cache "
+                f"but lies outside the slots it loaded ({int(stray.sum())} stray slot(s) in all)")
+    return RoundTripResult(claimed, {rid: len(t) for rid, t in stored.items()})

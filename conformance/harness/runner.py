@@ -1,0 +1,91 @@
+"""The worker side of a connector, called in the model runner's order.
+
+Per step, as vLLM's ``KVConnectorModelRunnerMixin`` and the attention layers'
+``maybe_transfer_kv_layer`` do it: bind metadata; ``start_load_kv`` before the
+layers when the step has synchronous loads, after them otherwise; per attention
+layer ``wait_for_layer_load`` then ``save_kv_layer``; ``wait_for_save``;
+``get_finished``; ``get_block_ids_with_load_errors``; clear metadata. All of it
+inside vLLM's own ``set_forward_context`` and under a ``DeviceGuard``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from conformance.harness.devices import DeviceGuard
+
+
+@dataclass
+class AttentionLayerStandIn:
+    """What ``forward_context.no_compile_layers`` holds for a connector: a layer with ``kv_cache``."""
+
+    layer_name: str
+    kv_cache: object
+
+
+@dataclass
+class StepRecord:
+    finished_sending: set | None
+    finished_recving: set | None
+    load_errors: set
+
+
+@dataclass
+class WorkerStandIn:
+    vllm_config: object
+    kv_cache_config: object
+    caches: dict[str, object]
+    connector_name: str
+    device: str
+    metadata_for_layer: dict[str, object]
+    attention_layers: list[str] | None = None  # layers the forward runs save_kv_layer for
+    register: bool = True
+    records: list[StepRecord] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+        from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+
+        self.guard = DeviceGuard(self.connector_name, self.caches, torch.device(self.device))
+        self.connector = KVConnectorFactory.create_connector(self.vllm_config, KVConnectorRole.WORKER,
+                                                             self.kv_cache_config)
+        static = self.vllm_config.compilation_config.static_forward_context
+        for name, cache in self.caches.items():
+            static[name] = AttentionLayerStandIn(name, cache)
+        if self.register:
+            with self.guard:
+                self.connector.register_kv_caches(self.caches)
+        if self.attention_layers is None:
+            self.attention_layers = list(self.caches)
+
+    def step(self, scheduler_output):
+        from vllm.forward_context import get_forward_context, set_forward_context
+        from vllm.v1.outputs import KVConnectorOutput
+
+        connector = self.connector
+        runs_forward = scheduler_output.total_num_scheduled_tokens > 0
+        attn_metadata = dict(self.metadata_for_layer) if runs_forward else None
+        with set_forward_context(attn_metadata, self.vllm_config), self.guard:
+            connector.bind_connector_metadata(scheduler_output.kv_connector_metadata)
+            sync_loads = bool(getattr(scheduler_output, "has_sync_kv_loads", True))
+            if sync_loads:
+                connector.start_load_kv(get_forward_context())
+            if runs_forward:
+                for name in self.attention_layers:
+                    self.guard.enter_layer(name)
+                    connector.wait_for_layer_load(name)
+                    connector.save_kv_layer(name, self.caches[name], attn_metadata[name])
+            if not sync_loads:
+                connector.start_load_kv(get_forward_context())
+            connector.wait_for_save()
+            sending, recving = connector.get_finished(scheduler_output.finished_req_ids)
+            load_errors = connector.get_block_ids_with_load_errors()
+            connector.clear_connector_metadata()
+        self.records.append(StepRecord(sending, recving, load_errors))
+        return KVConnectorOutput(finished_sending=sending, finished_recving=recving,
+                                 invalid_block_ids=set(load_errors or ()))
+
+    def shutdown(self) -> None:
+        self.connector.shutdown()

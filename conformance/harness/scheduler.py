@@ -1,0 +1,113 @@
+"""vLLM's real ``Scheduler``, stepped the way the engine core steps it.
+
+The engine core would call ``schedule()``, run the model, then
+``update_from_output()``; this does the same with a ``WorkerStandIn`` in place
+of the model runner. The scheduler's connector is vLLM's own (the scheduler
+builds it); its ``get_num_new_matched_tokens`` answers are recorded so the
+checks can compare the claim with what was stored, because vLLM itself only
+guards that with a bare ``assert``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Claim:
+    request_id: str
+    num_computed_tokens: int
+    num_external_tokens: int | None
+    load_async: bool
+
+
+@dataclass
+class SchedulerDriver:
+    vllm_config: object
+    kv_cache_config: object
+    claims: dict[str, list[Claim]] = field(default_factory=dict)
+    block_ids: dict[str, tuple[list[int], ...]] = field(default_factory=dict)
+    outputs: list = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        from vllm.utils.hashing import get_hash_fn_by_name
+        from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+        from vllm.v1.core.sched.scheduler import Scheduler
+        from vllm.v1.structured_output import StructuredOutputManager
+
+        cache_config = self.vllm_config.cache_config
+        hash_fn = get_hash_fn_by_name(cache_config.prefix_caching_hash_algo)
+        init_none_hash(hash_fn)
+        self._block_hasher = get_request_block_hasher(cache_config.block_size, hash_fn)
+        self.scheduler = Scheduler(
+            vllm_config=self.vllm_config,
+            kv_cache_config=self.kv_cache_config,
+            structured_output_manager=StructuredOutputManager(self.vllm_config),
+            block_size=cache_config.block_size,
+            log_stats=False,
+        )
+        self.connector = self.scheduler.connector
+        if self.connector is not None:
+            self._record_claims(self.connector)
+
+    def _record_claims(self, connector) -> None:
+        answer = connector.get_num_new_matched_tokens
+
+        def recorded(request, num_computed_tokens):
+            result = answer(request, num_computed_tokens)
+            tokens, load_async = result
+            self.claims.setdefault(request.request_id, []).append(
+                Claim(request.request_id, num_computed_tokens, tokens, load_async))
+            return result
+
+        connector.get_num_new_matched_tokens = recorded
+
+    def add(self, request_id: str, prompt: list[int], max_tokens: int = 1) -> None:
+        from vllm.sampling_params import SamplingParams
+        from vllm.v1.request import Request
+
+        params = SamplingParams(max_tokens=max_tokens, temperature=0.0)
+        self.scheduler.add_request(Request(request_id, list(prompt), params, None, block_hasher=self._block_hasher))
+
+    def step(self, worker) -> object:
+        """One engine step: schedule, run the worker side, feed the result back."""
+        from vllm.v1.outputs import ModelRunnerOutput
+
+        output = self.scheduler.schedule()
+        for req_id in output.num_scheduled_tokens:
+            self.block_ids[req_id] = self.scheduler.kv_cache_manager.get_block_ids(req_id)
+        kv_output = worker.step(output)
+        req_ids = list(output.num_scheduled_tokens)
+        sampled = [[self._next_token(r)] if self._prompt_done(r) else [] for r in req_ids]
+        runner_output = ModelRunnerOutput(
+            req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
+            sampled_token_ids=sampled, kv_connector_output=kv_output)
+        self.scheduler.update_from_output(output, runner_output)
+        self.outputs.append(output)
+        return output
+
+    def _prompt_done(self, req_id: str) -> bool:
+        request = self.scheduler.requests.get(req_id)
+        return request is not None and request.num_computed_tokens >= request.num_prompt_tokens
+
+    def _next_token(self, req_id: str) -> int:
+        request = self.scheduler.requests[req_id]
+        return (request.all_token_ids[-1] + 1) % 997 + 1
+
+    def run(self, worker, max_steps: int = 32) -> int:
+        """Step until every request finished and the connector has nothing in flight."""
+        for steps in range(1, max_steps + 1):
+            self.step(worker)
+            if not self.scheduler.has_requests() and not self._pending():
+                return steps
+        raise AssertionError(f"the scheduler did not drain in {max_steps} steps: "
+                             f"{len(self.scheduler.requests)} request(s) still held")
+
+    def _pending(self) -> bool:
+        finished = getattr(self.scheduler, "finished_recving_kv_req_ids", None)
+        return bool(self.scheduler.requests) or bool(finished)
+
+    def external_tokens(self, request_id: str) -> int:
+        """The external tokens the connector claimed for a request's first lookup."""
+        claims = self.claims.get(request_id) or []
+        return next((c.num_external_tokens or 0 for c in claims), 0)

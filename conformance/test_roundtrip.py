@@ -1,0 +1,46 @@
+"""Save/load round-trip: what a producer saves, a fresh consumer loads byte for byte.
+
+Axes are split so the suite stays fast: dtypes on the preferred layout; every
+layout vLLM defines on CPU (the GPU backends' layouts included, so index bugs
+show before a GPU lane runs); scenarios x block sizes; MLA x dtypes.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.harness.kvcache import KV_DTYPES, CacheShape, all_layouts
+from conformance.harness.roundtrip import SCENARIOS, run_roundtrip
+from conformance.needs import refusals_skip, require
+
+pytestmark = pytest.mark.check("roundtrip")
+
+DTYPES = list(KV_DTYPES)
+BLOCK_SIZES = [16, 32]
+
+
+def _roundtrip(make_rig, connector, platform, shape, scenario="unaligned"):
+    require(connector, platform, "roundtrip")
+    with refusals_skip():
+        run_roundtrip(make_rig(shape), SCENARIOS[scenario])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_roundtrip(platform, attn_backend, connector, dtype, make_rig):
+    _roundtrip(make_rig, connector, platform, CacheShape(dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_roundtrip_mla(platform, attn_backend, connector, dtype, make_rig):
+    _roundtrip(make_rig, connector, platform, CacheShape(dtype=dtype, mla=True))
+
+
+@pytest.mark.parametrize("layout", all_layouts())
+def test_roundtrip_layout(platform, attn_backend, connector, layout, make_rig):
+    _roundtrip(make_rig, connector, platform, CacheShape(layout=layout))
+
+
+@pytest.mark.parametrize("block_size", BLOCK_SIZES, ids=[f"bs{b}" for b in BLOCK_SIZES])
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_roundtrip_scenario(platform, attn_backend, connector, scenario, block_size, make_rig):
+    _roundtrip(make_rig, connector, platform, CacheShape(block_size=block_size), scenario)
