@@ -28,7 +28,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="only these rule ids, comma-separated (repeatable; default: all)")
     parser.add_argument("--ignore", action="append", default=[], metavar="RULES",
                         help="leave out these rule ids, comma-separated (repeatable)")
-    parser.epilog = "rules: " + "; ".join(f"{r.id} {r.severity} {r.name}" for r in RULES.values())
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = "rules:\n" + "\n".join(f"  {r.id}  {r.severity:<7}  {r.name}" for r in RULES.values()) + (
+        "\nsuppress one on its line with  # kvconform: allow[RULE-ID, ...]")
 
 
 def _rule_ids(values: list[str], option: str) -> set[str]:

@@ -48,7 +48,7 @@ def resolved(node: ast.AST, aliases: dict[str, str]) -> str | None:
 
 
 def ends_with(name: str, suffix: str) -> bool:
-    """Whether ``name`` ends with the dotted ``suffix`` on a part boundary (``x.is_cuda`` ends with ``is_cuda``)."""
+    """Whether ``name`` ends with dotted ``suffix`` on a part boundary: ``x.is_cuda`` does, ``x.mis_cuda`` not."""
     return name == suffix or name.endswith("." + suffix)
 
 

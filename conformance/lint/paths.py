@@ -26,7 +26,8 @@ def default_connector_dir() -> Path:
         candidate = Path(location, CONNECTOR_PACKAGE)
         if candidate.is_dir():
             return candidate
-    raise LintPathError(f"the installed vLLM has no {CONNECTOR_PACKAGE} package; name the files or folders to lint")
+    raise LintPathError(f"the installed vLLM has no {CONNECTOR_PACKAGE} package; "
+                        "name the files or folders to lint")
 
 
 def _walk(directory: Path) -> list[Path]:

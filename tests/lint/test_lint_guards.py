@@ -17,7 +17,8 @@ GUARDED = {
     "startswith": 'if str(kv.device).startswith("cuda"):\n    torch.cuda.synchronize()',
     "torch.version.hip": "if torch.version.hip:\n    torch.cuda.synchronize()",
     "and": "if self.async_copy and current_platform.is_cuda():\n    torch.cuda.synchronize()",
-    "or of guards": "if current_platform.is_cuda() or current_platform.is_rocm():\n    torch.cuda.synchronize()",
+    "or of guards": "if current_platform.is_cuda() or current_platform.is_rocm():\n"
+                    "    torch.cuda.synchronize()",
     "else of !=": 'if kv.device.type != "cuda":\n    pass\nelse:\n    torch.cuda.synchronize()',
     "elif": "if current_platform.is_xpu():\n    pass\nelif current_platform.is_cuda():\n"
             "    torch.cuda.synchronize()",
@@ -39,7 +40,8 @@ UNGUARDED = {
     "else of a guard": "if current_platform.is_cuda():\n    pass\nelse:\n    torch.cuda.synchronize()",
     "negated guard": "if not current_platform.is_cuda():\n    torch.cuda.synchronize()",
     "other platform": "if current_platform.is_xpu():\n    torch.cuda.synchronize()",
-    "cpu early return": "def f():\n    if current_platform.is_cpu():\n        return\n    torch.cuda.synchronize()",
+    "cpu early return": "def f():\n    if current_platform.is_cpu():\n        return\n"
+                        "    torch.cuda.synchronize()",
     "not a platform test": "if self.use_streams:\n    torch.cuda.synchronize()",
     "guard or other": "if current_platform.is_cuda() or self.force:\n    torch.cuda.synchronize()",
     "negation without exit": "def f():\n    if not current_platform.is_cuda():\n        log('slow')\n"

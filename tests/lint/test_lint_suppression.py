@@ -34,7 +34,8 @@ def test_only_the_named_rule_is_suppressed_on_a_line(rules_in):
 
 
 def test_a_multiline_call_is_suppressed_on_the_line_it_is_reported(lint):
-    code = "kv = (load(f)\n      .cuda())  # kvconform: allow[KVC001]\nkv2 = (load(f)  # kvconform: allow[KVC001]\n      .cuda())"
+    code = ("kv = (load(f)\n      .cuda())  # kvconform: allow[KVC001]\n"
+            "kv2 = (load(f)  # kvconform: allow[KVC001]\n      .cuda())")
     assert lint(code) == [("KVC001", 4)]
 
 
