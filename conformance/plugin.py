@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.metadata
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -30,6 +31,7 @@ class RunTarget:
     probe: Probe
     backends: tuple[str, ...]
     connectors: tuple[str, ...]  # names or module:Class specs the user asked for; empty means all
+    profiles: tuple[Path, ...] = ()  # the user's own connector profile files, searched first
 
 
 TARGET_KEY = pytest.StashKey[RunTarget]()
@@ -58,6 +60,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="connector to test: a name from vLLM's KVConnectorFactory or a third-party "
         "package.module:ClassName (repeatable; default: every registered connector)",
     )
+    group.addoption(
+        "--profiles",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="extra connector profiles (same schema as conformance/connectors.yaml), searched first",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -69,13 +78,17 @@ def pytest_configure(config: pytest.Config) -> None:
     except platforms.PlatformError as exc:
         raise pytest.UsageError(str(exc)) from None
     requested = tuple(config.getoption("connector"))
-    config.stash[TARGET_KEY] = RunTarget(spec, found, backends, requested)
-    if requested:  # validate names before collection, so a typo is one line, not N errors
+    profiles = tuple(Path(p) for p in config.getoption("profiles"))
+    config.stash[TARGET_KEY] = RunTarget(spec, found, backends, requested, profiles)
+    if requested or profiles:  # validate before collection, so a typo is one line, not N errors
+        from conformance.profiles import ProfileError, load_profiles
         from conformance.selection import ConnectorSpecError, connector_params
 
         try:
+            for path in profiles:
+                load_profiles(path)
             connector_params(config)
-        except ConnectorSpecError as exc:
+        except (ConnectorSpecError, ProfileError) as exc:
             raise pytest.UsageError(str(exc)) from None
 
 

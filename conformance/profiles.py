@@ -118,11 +118,16 @@ def load_profiles(path: Path = PROFILES_FILE) -> ProfilesFile:
     return profiles
 
 
-def profile_for(name: str, path: Path = PROFILES_FILE) -> ConnectorProfile:
-    """The profile of ``name``; a connector without a row gets the defaults (third-party ones)."""
-    profiles = load_profiles(path)
-    if name in profiles.connectors:
-        return profiles.connectors[name]
-    return ConnectorProfile(roles=list(profiles.defaults.roles),
-                            checks=["roundtrip", *profiles.defaults.checks],
+def profile_for(name: str, extra_files: tuple[Path, ...] = ()) -> ConnectorProfile:
+    """The profile of ``name``: from a user's ``--profiles`` file first, then kvconform's own.
+
+    A connector without a row gets the defaults plus the round-trip with a
+    ``shared_storage_path`` of its own (the usual shape of a third-party storage connector).
+    """
+    for path in (*extra_files, PROFILES_FILE):
+        profiles = load_profiles(Path(path))
+        if name in profiles.connectors:
+            return profiles.connectors[name]
+    defaults = load_profiles(PROFILES_FILE).defaults
+    return ConnectorProfile(roles=list(defaults.roles), checks=["roundtrip", *defaults.checks],
                             extra_config={"shared_storage_path": "{storage}"})

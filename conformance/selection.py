@@ -81,7 +81,7 @@ def registered_names() -> list[str]:
     return list(registry_modules())
 
 
-def _third_party(spec: str) -> ConnectorParam:
+def _third_party(spec: str, extra_profiles: tuple[Path, ...]) -> ConnectorParam:
     module, _, class_name = spec.partition(":")
     if not module or not class_name:
         raise ConnectorSpecError(f"--connector {spec!r}: expected package.module:ClassName")
@@ -98,20 +98,21 @@ def _third_party(spec: str) -> ConnectorParam:
     if not (isinstance(cls, type) and issubclass(cls, KVConnectorBase_V1)):
         raise ConnectorSpecError(f"--connector {spec}: {class_name} is not a KV connector "
                                  f"(not a subclass of KVConnectorBase_V1)")
-    return ConnectorParam(class_name, class_name, module, profile_for(class_name))
+    return ConnectorParam(class_name, class_name, module, profile_for(class_name, extra_profiles))
 
 
-def resolve_connectors(requested: tuple[str, ...] | list[str]) -> list[ConnectorParam]:
+def resolve_connectors(requested: tuple[str, ...] | list[str],
+                       extra_profiles: tuple[Path, ...] = ()) -> list[ConnectorParam]:
     """The connectors to test: every registered one, or those requested, validated."""
     known = registered_names()
     if not requested:
-        return [ConnectorParam(n, n, None, profile_for(n)) for n in known]
+        return [ConnectorParam(n, n, None, profile_for(n, extra_profiles)) for n in known]
     params = []
     for spec in requested:
         if ":" in spec:
-            params.append(_third_party(spec))
+            params.append(_third_party(spec, extra_profiles))
         elif spec in known:
-            params.append(ConnectorParam(spec, spec, None, profile_for(spec)))
+            params.append(ConnectorParam(spec, spec, None, profile_for(spec, extra_profiles)))
         else:
             raise ConnectorSpecError(f"unknown connector {spec!r}; known connectors: {', '.join(known)}")
     return params
@@ -124,5 +125,6 @@ def connector_params(config: pytest.Config, definition=None) -> list[ConnectorPa
     if _CACHE_KEY not in config.stash:
         from conformance.plugin import run_target
 
-        config.stash[_CACHE_KEY] = resolve_connectors(run_target(config).connectors)
+        target = run_target(config)
+        config.stash[_CACHE_KEY] = resolve_connectors(target.connectors, target.profiles)
     return config.stash[_CACHE_KEY]

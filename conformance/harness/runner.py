@@ -17,12 +17,22 @@ import torch
 from conformance.harness.devices import DeviceGuard
 
 
-@dataclass
 class AttentionLayerStandIn:
-    """What ``forward_context.no_compile_layers`` holds for a connector: a layer with ``kv_cache``."""
+    """What ``forward_context.no_compile_layers`` holds for a connector: a layer with ``kv_cache``.
 
-    layer_name: str
-    kv_cache: object
+    Reading ``kv_cache`` tells the device guard which layer the connector is on, so a
+    device mismatch names the layer even inside ``start_load_kv``'s own layer loop.
+    """
+
+    def __init__(self, layer_name: str, kv_cache: object, guard: DeviceGuard):
+        self.layer_name = layer_name
+        self._kv_cache = kv_cache
+        self._guard = guard
+
+    @property
+    def kv_cache(self) -> object:
+        self._guard.enter_layer(self.layer_name)
+        return self._kv_cache
 
 
 @dataclass
@@ -53,7 +63,7 @@ class WorkerStandIn:
                                                              self.kv_cache_config)
         static = self.vllm_config.compilation_config.static_forward_context
         for name, cache in self.caches.items():
-            static[name] = AttentionLayerStandIn(name, cache)
+            static[name] = AttentionLayerStandIn(name, cache, self.guard)
         if self.register:
             with self.guard:
                 self.connector.register_kv_caches(self.caches)

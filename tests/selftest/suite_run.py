@@ -1,0 +1,49 @@
+"""Run the conformance suite in a subprocess against the project's broken connectors.
+
+One subprocess per selection (vLLM's import dominates the cost); results are read
+back from JUnit XML so the assertions see exactly what a CI user would.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+BROKEN = "tests.broken_connectors"
+
+
+@dataclass
+class Outcome:
+    nodeid: str
+    outcome: str  # passed / failed / skipped / error
+    message: str
+
+
+def run_suite(tmp: Path, args: list[str]) -> tuple[int, list[Outcome], str]:
+    junit = tmp / "junit.xml"
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--pyargs", "conformance", "--platform=cpu", "-q", "-p", "no:cacheprovider",
+         "-o", "junit_family=xunit1", f"--junitxml={junit}", *args],
+        cwd=tmp, env=env, capture_output=True, text=True, timeout=600)
+    outcomes = []
+    if junit.exists():
+        for case in ET.parse(junit).getroot().iter("testcase"):
+            outcome, message = "passed", ""
+            for tag in ("failure", "error", "skipped"):
+                node = case.find(tag)
+                if node is not None:
+                    outcome = {"failure": "failed", "error": "error", "skipped": "skipped"}[tag]
+                    message = (node.get("message") or "") + "\n" + (node.text or "")
+                    break
+            outcomes.append(Outcome(f"{case.get('classname')}::{case.get('name')}", outcome, message))
+    return proc.returncode, outcomes, proc.stdout + proc.stderr
+
+
+def of_connector(outcomes: list[Outcome], name: str) -> list[Outcome]:
+    return [o for o in outcomes if f"-{name}-" in o.nodeid or o.nodeid.endswith(f"-{name}]")]
