@@ -1,0 +1,51 @@
+"""``kvconform report RESULTS... --out DIR [--print-matrix]``: render runs into results.json, summary.md, index.html.
+
+RESULTS are JUnit XML files (from any pytest run, e.g. one per platform) and/or
+the suite's own ``--kvconform-json`` files; they are merged into one matrix.
+The exit status says whether the report was written, not whether tests passed:
+pytest's own exit status already says that.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from conformance.cli import UserError
+from reports import render_html, render_markdown, render_terminal
+from reports.readers import ReportInputError, read_all
+
+# file name -> renderer of its text
+OUTPUTS = {
+    "results.json": lambda results: json.dumps(results.to_json(), indent=2) + "\n",
+    "summary.md": render_markdown.render,
+    "index.html": render_html.render,
+}
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("results", nargs="+", metavar="RESULTS",
+                        help="JUnit XML or kvconform JSON (--kvconform-json) files; several are merged")
+    parser.add_argument("--out", required=True, type=Path, metavar="DIR",
+                        help="folder to write results.json, summary.md and index.html into (created if missing)")
+    parser.add_argument("--print-matrix", action="store_true",
+                        help="also print the connector x check matrix of each platform")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        results = read_all(args.results)
+    except ReportInputError as exc:
+        raise UserError(str(exc)) from None
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+        for name, render in OUTPUTS.items():
+            (args.out / name).write_text(render(results), encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"{args.out}: cannot write the report: {exc.strerror or exc}") from None
+    if args.print_matrix:
+        print(render_terminal.render(results))
+    print(f"kvconform report: {len(results.tests)} tests from {len(args.results)} file(s); wrote "
+          f"{', '.join(str(args.out / name) for name in OUTPUTS)}")
+    return 0

