@@ -1,0 +1,45 @@
+"""One fresh vLLM engine, the tiny dummy model, one connector: run prompts, print JSON.
+
+Run as ``python -m conformance.harness.engine_run MODEL_DIR STORAGE CONNECTOR``. Each
+invocation is a new process, hence a truly fresh engine: the second run can only
+hit the cache through the connector's storage. The engine runs in-process
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so a crash is this process's exit status.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from conformance.harness.model import MAX_MODEL_LEN
+from conformance.harness.roundtrip import prompt_tokens
+
+ENGINE_BLOCK_SIZE = 32  # vLLM's CPU attention kernels want a multiple of 32
+PROMPT_LENGTHS = (77, 45)
+
+
+def main(model_dir: str, storage: str, connector: str) -> int:
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    from vllm import LLM, SamplingParams
+    from vllm.config import KVTransferConfig
+    from vllm.inputs import TokensPrompt
+
+    llm = LLM(
+        model=model_dir, skip_tokenizer_init=True, load_format="dummy", dtype="float32", seed=0,
+        max_model_len=MAX_MODEL_LEN, block_size=ENGINE_BLOCK_SIZE, enforce_eager=True,
+        kv_cache_memory_bytes=64 << 20, enable_prefix_caching=True,
+        kv_transfer_config=KVTransferConfig(kv_connector=connector, kv_role="kv_both",
+                                            kv_connector_extra_config={"shared_storage_path": storage}),
+    )
+    prompts = [TokensPrompt(prompt_token_ids=prompt_tokens(i, n)) for i, n in enumerate(PROMPT_LENGTHS)]
+    outputs = llm.generate(prompts, SamplingParams(max_tokens=8, temperature=0.0, detokenize=False))
+    print("KVCONFORM-RESULT " + json.dumps([
+        {"tokens": list(o.outputs[0].token_ids), "cached": o.num_cached_tokens or 0, "prompt": len(o.prompt_token_ids)}
+        for o in outputs
+    ]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:4]))
