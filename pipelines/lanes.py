@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any, Iterator, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator, model_validator
 
 from conformance.profiles import ProfileError, load_profiles, load_yaml_model
 from pipelines import policy
@@ -197,7 +197,11 @@ RULES = (_connector_problems, _group_problems, _platform_problems, *policy.RULES
 
 
 def _line_of(text: str, location: tuple) -> int | None:
-    """The line of the deepest part of ``location`` that the YAML document has."""
+    """The line of the deepest part of ``location`` that the YAML document has.
+
+    Walks the YAML node tree, so ``lanes.xpu.platform`` finds the xpu lane's line,
+    not the first ``platform:`` in the file.
+    """
     try:
         node = yaml.compose(text)
     except yaml.YAMLError:
@@ -217,13 +221,38 @@ def _line_of(text: str, location: tuple) -> int | None:
     return line
 
 
+def _error(path: Path, text: str, location: tuple, message: str) -> LanesError:
+    line = _line_of(text, location)
+    key = ".".join(str(part) for part in location)
+    return LanesError(f"{path}{f':{line}' if line else ''}: {key}: {message}")
+
+
+def _pinpoint(path: Path, fallback: LanesError) -> LanesError:
+    """A schema error located by key path, a misspelt key reported before the key it lacks.
+
+    ``load_yaml_model`` reports pydantic's first error at the first line that
+    starts with its last key; in a lanes file most keys repeat once per lane, and
+    a typo of a required key shows up first as that key missing.
+    """
+    try:
+        text = path.read_text()
+        LanesConfig.model_validate(yaml.safe_load(text) or {})
+    except ValidationError as exc:
+        first = min(exc.errors(), key=lambda error: error["type"] != "extra_forbidden")
+        return _error(path, text, tuple(first["loc"]), first["msg"])
+    except (OSError, yaml.YAMLError):
+        pass
+    return fallback
+
+
 def load_lanes(path: Path | str | None = None) -> LanesConfig:
     """Load and check a lanes file (default: the shipped ``pipelines/lanes.yaml``)."""
     path = Path(path) if path is not None else LANES_FILE
-    config = load_yaml_model(path, LanesConfig, LanesError)
+    try:
+        config = load_yaml_model(path, LanesConfig, LanesError)
+    except LanesError as exc:
+        raise _pinpoint(path, exc) from None
     for rule in RULES:
         for location, message in rule(config):
-            line = _line_of(path.read_text(), location)
-            key = ".".join(str(part) for part in location)
-            raise LanesError(f"{path}{f':{line}' if line else ''}: {key}: {message}")
+            raise _error(path, path.read_text(), location, message)
     return config

@@ -1,0 +1,196 @@
+"""Generated commands, executed: hostile names reach pytest as data and never as shell.
+
+Each test builds steps, simulates ``pipeline upload`` (``$$`` -> ``$``, and any other
+``$`` is a failure), runs the commands with ``bash -e -c`` against recording fakes,
+and checks the exact argv each program received.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pipelines.lanes import LANES_FILE, Lane, LanesConfig, RunSpec, Wrapper
+from pipelines.shell import Raw, join, wrap
+from pipelines.steps import FORWARD_ENV, LaneRun, group_step, report_step, sharded_step
+from platforms import PLATFORMS
+
+HOSTILE = [
+    "$(touch pwned)",
+    "`touch pwned`",
+    "; touch pwned",
+    "x; rm -rf /",
+    "a\ntouch pwned",
+    "-rf",
+    "--junitxml=/tmp/evil.xml",
+    "$HOME",
+    "${PATH}",
+    "$$",
+    "it's \"quoted\"",
+    "* ?",
+    "&& touch pwned &",
+    "|| true",
+]
+IN_CONTAINER = LANES_FILE.parent / "wrappers" / "in-container.sh"
+
+
+def lane_run(wrapper: Wrapper | None = None, **fields) -> LaneRun:
+    lane = Lane(platform="xpu", agents={"queue": "q"}, wrapper=wrapper, **fields)
+    return LaneRun("xpu", lane, PLATFORMS["xpu"], 5, [])
+
+
+def expected_pytest(connectors: list[str], junit: str, *extra: str) -> list[str]:
+    return ["conformance", "--platform=xpu", *[f"--connector={c}" for c in connectors], *extra, "-rs",
+            f"--junitxml={junit}"]
+
+
+def assert_nothing_injected(fake_bin, allowed=("pytest", "rm", "wrap")):
+    assert not list(fake_bin.cwd.rglob("pwned")), "a hostile name ran as shell"
+    assert {call["prog"] for call in fake_bin.calls()} <= set(allowed), fake_bin.calls()
+    for call in fake_bin.calls("rm"):
+        assert call["argv"][:2] == ["-f", "--"] and all(a.startswith("reports/junit/") for a in call["argv"][2:])
+
+
+@pytest.mark.parametrize("mode", [None, "arguments", "string"])
+def test_group_step_passes_hostile_connector_names_as_data(mode, fake_bin):
+    wrapper = None if mode is None else Wrapper(argv=[fake_bin.wrap, "--opt=$(touch pwned) `x`", "--"], command_as=mode)
+    step = group_step(lane_run(wrapper), "g", HOSTILE)
+    result = fake_bin.run_commands(step["commands"], FAKE_WRAP_MODE=mode or "")
+    assert result.returncode == 0, result.stderr
+
+    junit = "reports/junit/xpu/kvconform-test-xpu-g.xml"
+    [pytest_call] = fake_bin.calls("pytest")
+    assert pytest_call["argv"] == expected_pytest(HOSTILE, junit)
+    assert step["artifact_paths"] == [junit]
+    if mode is not None:
+        [wrap_call] = fake_bin.calls("wrap")
+        assert wrap_call["argv"][:2] == ["--opt=$(touch pwned) `x`", "--"]
+    assert_nothing_injected(fake_bin)
+
+
+def test_connector_values_starting_with_dashes_stay_values():
+    """``--connector=-rf`` binds -rf to --connector; a separate word would read as an option."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--connector", action="append")
+    parser.add_argument("--junitxml")
+    words = shlex.split(group_step(lane_run(), "g", ["-rf", "--junitxml=/tmp/evil.xml"])["commands"][1])
+    args, _ = parser.parse_known_args(words[2:])
+    assert args.connector == ["-rf", "--junitxml=/tmp/evil.xml"]
+    assert args.junitxml == "reports/junit/xpu/kvconform-test-xpu-g.xml"
+
+
+@pytest.mark.parametrize("jobs", [2, 3])
+def test_sharded_step_gives_each_job_its_deal_of_connectors(jobs, fake_bin):
+    run = lane_run(parallelism=jobs, xdist_workers=2)
+    step = sharded_step(run, HOSTILE)
+    assert step["parallelism"] == jobs
+    seen = []
+    for job in range(jobs):
+        fake_bin.log.unlink(missing_ok=True)
+        result = fake_bin.run_commands(step["commands"], BUILDKITE_PARALLEL_JOB=str(job))
+        assert result.returncode == 0, result.stderr
+        [call] = fake_bin.calls("pytest")
+        junit = f"reports/junit/xpu/kvconform-test-xpu-{job}.xml"
+        assert call["argv"] == expected_pytest(HOSTILE[job::jobs], junit, "-n", "2")
+        assert junit in step["artifact_paths"]
+        assert_nothing_injected(fake_bin)
+        seen += HOSTILE[job::jobs]
+    assert sorted(seen) == sorted(HOSTILE)
+
+
+def test_sharded_job_without_connectors_fails_loudly(fake_bin):
+    step = sharded_step(lane_run(parallelism=2), ["ExampleConnector", "MultiConnector"])
+    result = fake_bin.run_commands(step["commands"], BUILDKITE_PARALLEL_JOB="2")
+    assert result.returncode == 2
+    assert "no connectors for job 2" in result.stderr
+    assert fake_bin.calls("pytest") == []
+
+
+def test_sharding_one_connector_is_a_plain_step():
+    step = sharded_step(lane_run(parallelism=4), ["ExampleConnector"])
+    assert "parallelism" not in step and step["key"] == "kvconform-test-xpu"
+
+
+def _report_config(wrapper: Wrapper | None = None) -> LanesConfig:
+    return LanesConfig(connector_groups={"g": ["ExampleConnector"]},
+                       lanes={"xpu": Lane(platform="xpu", agents={"queue": "q"})},
+                       report=RunSpec(agents={"queue": "cpu"}, wrapper=wrapper))
+
+
+@pytest.mark.parametrize("status, style", [(0, "success"), (1, "error"), (3, "error")])
+@pytest.mark.parametrize("mode", [None, "string"])
+def test_report_step_annotates_with_the_reports_verdict(status, style, mode, fake_bin):
+    wrapper = None if mode is None else Wrapper(argv=[fake_bin.wrap, "--"], command_as=mode)
+    step = report_step(_report_config(wrapper), ["xpu", "cpu"])
+    for name in ("reports/junit/xpu/a.xml", "reports/junit/xpu/b.xml", "reports/junit/cpu/c.xml"):
+        (fake_bin.cwd / name).parent.mkdir(parents=True, exist_ok=True)
+        (fake_bin.cwd / name).write_text("<testsuites/>")
+    (fake_bin.cwd / "reports/out").mkdir(parents=True)
+    (fake_bin.cwd / "reports/out/summary.md").write_text("## kvconform: 3 passed\n")
+
+    result = fake_bin.run_commands(step["commands"], FAKE_KVCONFORM_STATUS=str(status), FAKE_WRAP_MODE=mode or "")
+    assert result.returncode == status, result.stderr
+    downloads = [c["argv"] for c in fake_bin.calls("buildkite-agent") if c["argv"][0] == "artifact"]
+    assert downloads == [["artifact", "download", "reports/junit/xpu/*.xml", "."],
+                         ["artifact", "download", "reports/junit/cpu/*.xml", "."]]
+    [report] = fake_bin.calls("kvconform")
+    assert report["argv"] == ["report", "reports/junit/xpu/a.xml", "reports/junit/xpu/b.xml",
+                              "reports/junit/cpu/c.xml", "--out", "reports/out"]
+    [annotate] = [c for c in fake_bin.calls("buildkite-agent") if c["argv"][0] == "annotate"]
+    assert annotate["argv"] == ["annotate", "--style", style, "--context", "kvconform-xpu-cpu"]
+    assert fake_bin.annotation() == "## kvconform: 3 passed\n"
+
+
+def test_wrapped_steps_name_the_env_to_forward():
+    step = group_step(lane_run(Wrapper(argv=["w", "--"]), env={"ZE_AFFINITY_MASK": "0", "B": "x"}), "g", ["X"])
+    assert step["env"][FORWARD_ENV] == "B ZE_AFFINITY_MASK"
+    assert FORWARD_ENV not in (group_step(lane_run(env={"B": "x"}), "g", ["X"]).get("env") or {})
+
+
+def test_join_quotes_data_and_keeps_raw_syntax():
+    assert join(["a b", Raw("*.xml"), "$x"]) == "'a b' *.xml '$x'"
+    assert wrap(["pytest", "a b"], Wrapper(argv=["w", "--"], command_as="string")) == "w -- 'pytest '\"'\"'a b'\"'\"''"
+
+
+# ---- the XPU/ROCm run wrapper -------------------------------------------------------------------
+
+
+def test_in_container_runs_the_command_in_the_image_with_the_lane_env(fake_bin):
+    result = subprocess.run(
+        [str(IN_CONTAINER), "--device", "/dev/dri", "--", "pytest", "a b", "$(touch pwned)"],
+        cwd=fake_bin.cwd, env=fake_bin.env(KVCONFORM_IMAGE="img:1", KVCONFORM_FORWARD_ENV="ZE_AFFINITY_MASK B"),
+        capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    [docker] = fake_bin.calls("docker")
+    cwd = str(fake_bin.cwd)
+    assert docker["argv"] == ["run", "--rm", "--init", "--volume", f"{cwd}:{cwd}", "--workdir", cwd,
+                              "--device", "/dev/dri", "--env", "ZE_AFFINITY_MASK", "--env", "B",
+                              "img:1", "pytest", "a b", "$(touch pwned)"]
+    assert not list(fake_bin.cwd.rglob("pwned"))
+
+
+def test_in_container_passes_the_commands_exit_status(fake_bin):
+    result = subprocess.run([str(IN_CONTAINER), "--", "pytest"], cwd=fake_bin.cwd,
+                            env=fake_bin.env(KVCONFORM_IMAGE="img", FAKE_DOCKER_STATUS="7"),
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 7
+
+
+@pytest.mark.parametrize("argv, env, message", [
+    (["--device", "/dev/dri", "pytest"], {"KVCONFORM_IMAGE": "img"}, "usage: in-container.sh"),
+    (["--"], {"KVCONFORM_IMAGE": "img"}, "usage: in-container.sh"),
+    (["--", "pytest"], {}, "set KVCONFORM_IMAGE"),
+])
+def test_in_container_refuses_bad_calls(argv, env, message, fake_bin):
+    result = subprocess.run([str(IN_CONTAINER), *argv], cwd=fake_bin.cwd, env=fake_bin.env(**env),
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode != 0 and message in result.stderr
+    assert fake_bin.calls("docker") == []
+
+
+def test_in_container_is_executable():
+    assert Path(IN_CONTAINER).stat().st_mode & 0o111
