@@ -189,8 +189,8 @@ def _platform_problems(config: LanesConfig) -> Iterator[Problem]:
             elif var in spec.visibility_vars and "$" not in value:
                 listed = [item for item in value.split(",") if item.strip()]
                 if len(listed) != lane.devices:
-                    yield ("lanes", name, "env", var), (
-                        f"{var}={value!r} makes {len(listed)} device(s) visible but the lane says devices: {lane.devices}")
+                    yield ("lanes", name, "env", var), (f"{var}={value!r} makes {len(listed)} device(s) visible "
+                                                        f"but the lane says devices: {lane.devices}")
 
 
 RULES = (_connector_problems, _group_problems, _platform_problems, *policy.RULES)

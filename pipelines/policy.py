@@ -39,13 +39,15 @@ RETRYABLE_SIGNAL_REASONS: dict[str, InfraExit] = {
 }
 
 
+def _described(rule: InfraExit) -> str:
+    only = "" if rule.platforms is None else f"; {'/'.join(sorted(rule.platforms))} lanes only"
+    return f"({rule.why}{only})"
+
+
 def _allowed_list() -> str:
-    exits = ", ".join(
-        f"exit_status {status} ({rule.why}{'' if rule.platforms is None else '; ' + '/'.join(sorted(rule.platforms)) + ' lanes only'})"
-        for status, rule in RETRYABLE_EXIT_STATUSES.items()
-    )
-    reasons = ", ".join(f"signal_reason {reason} ({rule.why})" for reason, rule in RETRYABLE_SIGNAL_REASONS.items())
-    return f"{exits}, {reasons}"
+    exits = [f"exit_status {status} {_described(rule)}" for status, rule in RETRYABLE_EXIT_STATUSES.items()]
+    reasons = [f"signal_reason {reason} {_described(rule)}" for reason, rule in RETRYABLE_SIGNAL_REASONS.items()]
+    return ", ".join(exits + reasons)
 
 
 def _rule_problems(rule: "RetryRule", platform: str | None) -> Iterator[str]:
@@ -84,7 +86,8 @@ def soft_fail_problems(config: "LanesConfig") -> Iterator[Problem]:
                 "soft_fail is allowed only on lanes marked experimental: true (a soft-failed "
                 "conformance lane is a red result nobody sees)")
         if lane.experimental and not (lane.reason or "").strip():
-            yield ("lanes", name, "experimental"), "an experimental lane needs a reason: say why it is not a full lane yet"
+            yield ("lanes", name, "experimental"), ("an experimental lane needs a reason: "
+                                                    "say why it is not a full lane yet")
 
 
 RULES = (retry_problems, soft_fail_problems)

@@ -114,10 +114,11 @@ def sharded_step(run: LaneRun, connectors: list[str]) -> dict[str, Any]:
     step["parallelism"] = jobs
     branches = [f"{job}) " + wrap(pytest_words(run, connectors[job::jobs], junits[job]), run.lane.wrapper) + " ;;"
                 for job in range(jobs)]
-    no_shard = join(["echo", f"kvconform: {key} has {jobs} jobs; no connectors for job", Raw('"$BUILDKITE_PARALLEL_JOB"')])
+    job_index = Raw('"$BUILDKITE_PARALLEL_JOB"')
+    no_shard = join(["echo", f"kvconform: {key} has {jobs} jobs; no connectors for job", job_index])
     step["commands"] = [for_upload(line) for line in (
         join(["rm", "-f", "--", *junits]),
-        'case "$BUILDKITE_PARALLEL_JOB" in',
+        f"case {job_index.text} in",
         *branches,
         f"*) {no_shard} >&2; exit 2 ;;",
         "esac",
