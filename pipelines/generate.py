@@ -92,7 +92,8 @@ def pipeline_from(config: LanesConfig, platforms: list[str], connectors: list[st
             verb = "is" if len(missing) == 1 else "are"
             raise LanesError(f"{source}: {', '.join(missing)} {verb} in no connector group that a {platform} lane runs")
         groups.append(platform_group(PLATFORMS[platform], steps))
-    pipeline = {"steps": [*groups, wait_step(), report_step(config, chosen)]}
+    test_keys = [step["key"] for group in groups for step in group["steps"]]
+    pipeline = {"steps": [*groups, wait_step(), report_step(config, chosen, test_keys)]}
     _check_keys(pipeline, source)
     return pipeline
 

@@ -21,6 +21,9 @@ RECORDER = r"""#!/usr/bin/env bash
 prog=$(basename "$0")
 { printf '%s\0' "$prog" "$@"; printf '\036'; } >> "$FAKE_LOG"
 if [ "$prog" = buildkite-agent ] && [ "${1:-}" = annotate ]; then cat > "$FAKE_LOG.annotation"; fi
+if [ "$prog" = buildkite-agent ] && [ "${1:-} ${2:-} ${3:-} ${4:-}" = "step get outcome --step" ]; then
+  awk -v key="$5" '$1 == key { print $2 }' "$FAKE_LOG.outcomes"
+fi
 if [ "$prog" = wrap ]; then
   while [ "$#" -gt 0 ] && [ "$1" != "--" ]; do shift; done
   shift
@@ -61,6 +64,10 @@ class FakeBin:
             name, *argv = raw.split("\0")[:-1]
             records.append({"prog": name, "argv": argv})
         return [r for r in records if prog is None or r["prog"] == prog]
+
+    def set_outcomes(self, outcomes: dict[str, str]) -> None:
+        """What ``buildkite-agent step get outcome --step KEY`` answers (nothing for a key not given)."""
+        Path(f"{self.log}.outcomes").write_text("".join(f"{k} {v}\n" for k, v in outcomes.items()))
 
     def annotation(self) -> str:
         return Path(f"{self.log}.annotation").read_text()

@@ -121,28 +121,48 @@ def _report_config(wrapper: Wrapper | None = None) -> LanesConfig:
                        report=RunSpec(agents={"queue": "cpu"}, wrapper=wrapper))
 
 
-@pytest.mark.parametrize("status, style", [(0, "success"), (1, "error"), (3, "error")])
-@pytest.mark.parametrize("mode", [None, "string"])
-def test_report_step_annotates_with_the_reports_verdict(status, style, mode, fake_bin):
-    wrapper = None if mode is None else Wrapper(argv=[fake_bin.wrap, "--"], command_as=mode)
-    step = report_step(_report_config(wrapper), ["xpu", "cpu"])
+def _report_checkout(fake_bin) -> None:
     for name in ("reports/junit/xpu/a.xml", "reports/junit/xpu/b.xml", "reports/junit/cpu/c.xml"):
         (fake_bin.cwd / name).parent.mkdir(parents=True, exist_ok=True)
         (fake_bin.cwd / name).write_text("<testsuites/>")
     (fake_bin.cwd / "reports/out").mkdir(parents=True)
     (fake_bin.cwd / "reports/out/summary.md").write_text("## kvconform: 3 passed\n")
 
-    result = fake_bin.run_commands(step["commands"], FAKE_KVCONFORM_STATUS=str(status), FAKE_WRAP_MODE=mode or "")
-    assert result.returncode == status, result.stderr
-    downloads = [c["argv"] for c in fake_bin.calls("buildkite-agent") if c["argv"][0] == "artifact"]
-    assert downloads == [["artifact", "download", "reports/junit/xpu/*.xml", "."],
-                         ["artifact", "download", "reports/junit/cpu/*.xml", "."]]
+
+@pytest.mark.parametrize("outcomes, style", [
+    ({"t-a": "passed", "t-b": "passed"}, "success"),
+    ({"t-a": "passed", "t-b": "soft_failed"}, "warning"),
+    ({"t-a": "soft_failed", "t-b": "hard_failed"}, "error"),
+    ({"t-a": "errored", "t-b": "passed"}, "error"),
+    ({"t-a": "passed"}, "error"),  # a step with no outcome never finished
+])
+@pytest.mark.parametrize("mode", [None, "string"])
+def test_report_step_annotates_in_the_style_of_the_test_steps_outcomes(outcomes, style, mode, fake_bin):
+    wrapper = None if mode is None else Wrapper(argv=[fake_bin.wrap, "--"], command_as=mode)
+    step = report_step(_report_config(wrapper), ["xpu", "cpu"], ["t-a", "t-b"])
+    _report_checkout(fake_bin)
+    fake_bin.set_outcomes(outcomes)
+
+    result = fake_bin.run_commands(step["commands"], FAKE_WRAP_MODE=mode or "")
+    assert result.returncode == 0, result.stderr
+    agent_calls = [c["argv"] for c in fake_bin.calls("buildkite-agent")]
+    assert agent_calls[:2] == [["artifact", "download", "reports/junit/xpu/*.xml", "."],
+                               ["artifact", "download", "reports/junit/cpu/*.xml", "."]]
+    assert agent_calls[2:4] == [["step", "get", "outcome", "--step", "t-a"], ["step", "get", "outcome", "--step", "t-b"]]
     [report] = fake_bin.calls("kvconform")
     assert report["argv"] == ["report", "reports/junit/xpu/a.xml", "reports/junit/xpu/b.xml",
                               "reports/junit/cpu/c.xml", "--out", "reports/out"]
-    [annotate] = [c for c in fake_bin.calls("buildkite-agent") if c["argv"][0] == "annotate"]
-    assert annotate["argv"] == ["annotate", "--style", style, "--context", "kvconform-xpu-cpu"]
+    assert agent_calls[4:] == [["annotate", "--style", style, "--context", "kvconform-xpu-cpu"]]
     assert fake_bin.annotation() == "## kvconform: 3 passed\n"
+
+
+def test_report_step_fails_without_annotating_when_the_report_fails(fake_bin):
+    step = report_step(_report_config(), ["xpu"], ["t-a"])
+    _report_checkout(fake_bin)
+    fake_bin.set_outcomes({"t-a": "passed"})
+    result = fake_bin.run_commands(step["commands"], FAKE_KVCONFORM_STATUS="2")
+    assert result.returncode == 2
+    assert not [c for c in fake_bin.calls("buildkite-agent") if c["argv"][0] == "annotate"]
 
 
 def test_wrapped_steps_name_the_env_to_forward():

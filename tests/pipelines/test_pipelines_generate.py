@@ -191,6 +191,8 @@ def test_junit_files_are_uploaded_and_reported(target):
         assert f"buildkite-agent artifact download 'reports/junit/{platform}/*.xml' ." in joined
     assert "kvconform report " in joined and " --out reports/out" in joined
     assert "buildkite-agent annotate --style" in joined and "< reports/out/summary.md" in joined
+    keys = [step["key"] for step in conformance_steps(pipeline)]
+    assert f"for key in {' '.join(keys)}; do" in report["commands"]  # the annotation's style reads every outcome
 
 
 def test_retry_and_soft_fail_follow_the_lanes(write_lanes):
