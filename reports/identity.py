@@ -29,7 +29,9 @@ EXPECT_PROPERTIES = {  # Expectation field -> property name
 }
 
 # Parameters the kvconform plugin parametrizes first, in id order, and how to name their value.
-AXIS_PARAMS = {"platform": "platform", "attn_backend": "backend", "connector": "connector"}
+# (The engine tier names its connector with a plain string parameter, ``connector_name``.)
+AXIS_PARAMS = {"platform": "platform", "attn_backend": "backend", "connector": "connector",
+               "connector_name": "connector"}
 
 
 @dataclass(frozen=True)
@@ -93,11 +95,23 @@ def _marker_connector(item) -> str | None:
 
 
 def from_item(item, platform: str) -> Identity:
-    """The identity of a collected pytest item; ``platform`` is the run's, used when no parameter names one."""
+    """The identity of a collected pytest item; ``platform`` is the run's, used when no parameter names one.
+
+    The kvconform fixtures' values are exact; a test that uses none of them but
+    follows the id convention (plain parametrize ids) is read like a JUnit name.
+    """
     callspec = getattr(item, "callspec", None)
     params = dict(callspec.params) if callspec is not None else {}
     param_id = callspec.id if callspec is not None else ""
-    axes = {field_name: _value_name(params.pop(param)) for param, field_name in AXIS_PARAMS.items() if param in params}
+    axes: dict[str, str] = {}
+    for param, field_name in AXIS_PARAMS.items():
+        if param in params:
+            axes.setdefault(field_name, _value_name(params.pop(param)))
+    if axes:
+        variant = _strip_leading(param_id, axes.values())
+    else:
+        axes = parse_param_id(param_id)
+        variant = axes.pop("variant")
     marker = item.get_closest_marker("check")
     check = str(marker.args[0]) if marker is not None and marker.args else check_from_function(item.name)
     return Identity(
@@ -105,10 +119,32 @@ def from_item(item, platform: str) -> Identity:
         platform=axes.get("platform", platform),
         backend=axes.get("backend", UNKNOWN),
         connector=axes.get("connector") or _marker_connector(item) or UNKNOWN,
-        variant=_strip_leading(param_id, axes.values()),
+        variant=variant,
         param_id=param_id,
         params={name: _value_name(value) for name, value in params.items()},
     )
+
+
+def parse_param_id(param_id: str) -> dict[str, str]:
+    """Read ``<platform>-<backend>-<connector>-<variant>`` off a parametrize id; absent axes stay absent.
+
+    A platform or backend is recognised from the platform table; the token after
+    them is the connector. With neither, a token is taken as a connector only if
+    its name says so, rather than guessed.
+    """
+    from platforms import PLATFORMS  # no torch, no vLLM: the table alone
+
+    tokens = param_id.split("-") if param_id else []
+    parsed: dict[str, str] = {}
+    if tokens and tokens[0] in PLATFORMS:
+        parsed["platform"] = tokens.pop(0)
+    backends = {b for spec in PLATFORMS.values() for b in spec.backends}
+    if tokens and tokens[0] in backends:
+        parsed["backend"] = tokens.pop(0)
+    if tokens and (parsed or _looks_like_connector(tokens[0])):
+        parsed["connector"] = tokens.pop(0)
+    parsed["variant"] = "-".join(tokens)
+    return parsed
 
 
 _NAME_WITH_ID = re.compile(r"^(?P<function>[^\[]*)(?:\[(?P<param_id>.*)\])?$", re.DOTALL)
@@ -124,21 +160,10 @@ def from_test_name(name: str, properties: dict[str, str], platform: str | None =
     Parsing relies on the plugin's id order, ``<platform>-<backend>-<connector>-<variant>``;
     an axis that is not recognised is left as ``-`` rather than guessed.
     """
-    from platforms import PLATFORMS  # no torch, no vLLM: the table alone
-
     match = _NAME_WITH_ID.match(name)
     function = match.group("function") if match else name
     param_id = (match.group("param_id") if match else None) or ""
-    tokens = param_id.split("-") if param_id else []
-    parsed: dict[str, str] = {}
-    if tokens and tokens[0] in PLATFORMS:
-        parsed["platform"] = tokens.pop(0)
-    backends = {b for spec in PLATFORMS.values() for b in spec.backends}
-    if tokens and tokens[0] in backends:
-        parsed["backend"] = tokens.pop(0)
-    if tokens and (parsed or _looks_like_connector(tokens[0])):
-        parsed["connector"] = tokens.pop(0)
-    parsed["variant"] = "-".join(tokens)
+    parsed = parse_param_id(param_id)
     recorded = {key[len(PROPERTY_PREFIX):]: value for key, value in properties.items()
                 if key.startswith(PROPERTY_PREFIX) and key[len(PROPERTY_PREFIX):] in IDENTITY_FIELDS}
     try:

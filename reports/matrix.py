@@ -43,7 +43,10 @@ class Matrix:
         return [k for k in self.checks if any(key[0] == platform and key[2] == k for key in self.cells)]
 
     def connectors_on(self, platform: str) -> list[str]:
-        return [c for c in self.connectors if any(key[0] == platform and key[1] == c for key in self.cells)]
+        """The platform's connectors, those with a failing cell on this platform first."""
+        present = [c for c in self.connectors if any(key[0] == platform and key[1] == c for key in self.cells)]
+        failing = {key[1] for key, cell in self.cells.items() if key[0] == platform and is_failing(cell.status)}
+        return sorted(present, key=lambda c: c not in failing)  # stable: keeps the global order otherwise
 
 
 def build_matrix(results: Results) -> Matrix:

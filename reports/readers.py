@@ -103,6 +103,8 @@ def read_junit(path: Path, text: str) -> Results:
     tests = [_junit_case(case, "", suite_platform) for suite in suites for case in suite.iter("testcase")]
     known = Counter(t.platform for t in tests if t.platform != ident.UNKNOWN)
     platform = suite_platform or (known.most_common(1)[0][0] if known else ident.UNKNOWN)
+    # A run is on one platform: a test whose id does not say (lint, collection errors) ran there too.
+    tests = [t.model_copy(update={"platform": platform}) if t.platform == ident.UNKNOWN else t for t in tests]
     try:
         duration = sum(float(s.get("time", "0") or 0) for s in suites)
     except ValueError:

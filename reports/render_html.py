@@ -35,7 +35,7 @@ _SCRIPT = """
   function apply() {
     var p = value('f-platform'), k = value('f-check'), o = value('f-outcome');
     var matrix = document.getElementById('matrix');
-    matrix.querySelectorAll('[data-platform][data-check]').forEach(function (el) {
+    matrix.querySelectorAll('th[data-platform], td[data-platform]').forEach(function (el) {
       el.hidden = (p && el.dataset.platform !== p) || (k && el.dataset.check !== k);
       if (el.tagName === 'TD') {
         var outcomes = (el.dataset.outcomes || '').split(' ');

@@ -56,7 +56,7 @@ def render(results: Results) -> str:
         rows = []
         for connector in matrix.connectors_on(platform):
             cells = [matrix.cell(platform, connector, k) for k in checks]
-            rows.append([text(connector), *(f"{OUTCOMES[c.status].emoji} {cell_counts(c)}" if c else "" for c in cells)])
+            rows.append([text(connector), *(f"{OUTCOMES[c.status].emoji} {cell_counts(c)}" if c else "–" for c in cells)])
         lines += [f"### {text(run_line(platform, results.runs))}", "", *_table(["connector", *map(text, checks)], rows), ""]
 
     stale = [(run, s) for run in results.runs for s in run.stale_expectations]

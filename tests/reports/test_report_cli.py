@@ -1,0 +1,134 @@
+"""``kvconform report`` end to end: the three files, the terminal matrix, escaping, and bad input."""
+
+from __future__ import annotations
+
+import json
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from conformance.cli import main
+from tests.reports.samples import CPU_WITH_PROPERTIES, CUDA_PLAIN, HOSTILE, HOSTILE_MESSAGE
+
+SCHEMA = Path(__file__).resolve().parents[2] / "reports" / "results.schema.json"
+
+
+@pytest.fixture
+def junit_files(tmp_path):
+    cpu, cuda = tmp_path / "junit-cpu.xml", tmp_path / "junit-cuda.xml"
+    cpu.write_text(CPU_WITH_PROPERTIES)
+    cuda.write_text(CUDA_PLAIN)
+    return [str(cpu), str(cuda)]
+
+
+def _report(capsys, *args):
+    rc = main(["report", *map(str, args)])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_report_writes_results_summary_and_page_and_prints_the_matrix(tmp_path, capsys, junit_files):
+    out_dir = tmp_path / "out" / "nested"
+    rc, out, err = _report(capsys, *junit_files, "--out", out_dir, "--print-matrix")
+    assert (rc, err) == (0, "")
+    assert sorted(p.name for p in out_dir.iterdir()) == ["index.html", "results.json", "summary.md"]
+    lines = out.splitlines()
+    cuda_at, cpu_at = lines.index("cuda"), lines.index("cpu")
+    assert cuda_at < cpu_at  # platforms in the platform table's order
+    cpu_block = lines[cpu_at + 1: lines.index("", cpu_at)]
+    cpu_rows = {ln.split()[0]: ln.split()[1:] for ln in cpu_block}
+    assert cpu_rows["connector"] == ["roundtrip", "contract", "engine"]
+    assert cpu_rows["ExampleConnector"] == ["xfail", "1/2", "-", "FAIL", "1/1"]
+    assert cpu_rows["DecodeBenchConnector"] == ["-", "skip", "1/1", "-"]
+    assert list(cpu_rows)[1] == "ExampleConnector"  # the connector with a failure comes first
+    cuda_rows = {ln.split()[0]: ln.split()[1:] for ln in lines[cuda_at + 1: lines.index("", cuda_at)]}
+    assert cuda_rows["NixlConnector"] == ["FAIL", "1/1", "-", "-", "-"]
+    assert cuda_rows["ExampleConnector"] == ["ok", "1/1", "-", "ok", "1/1", "-"]
+    assert list(cuda_rows)[-1] == "ExampleConnector"  # the only connector without a failure on cuda
+    assert "total: 2 error, 2 failed, 1 xfailed, 3 passed, 1 skipped" in out
+
+
+def test_results_json_matches_the_documented_schema(tmp_path, capsys, junit_files):
+    jsonschema = pytest.importorskip("jsonschema")
+    assert _report(capsys, *junit_files, "--out", tmp_path)[0] == 0
+    data = json.loads((tmp_path / "results.json").read_text())
+    validator = jsonschema.Draft202012Validator(json.loads(SCHEMA.read_text()))
+    assert [e.message for e in validator.iter_errors(data)] == []
+    assert data["totals"] == {"error": 2, "failed": 2, "xfailed": 1, "passed": 3, "skipped": 1}
+    data["runs"][0]["hostname"] = "ci"  # undocumented fields are refused, so the schema cannot drift silently
+    assert list(validator.iter_errors(data))
+
+
+def test_summary_lists_failures_first_then_a_matrix_per_platform(tmp_path, capsys, junit_files):
+    assert _report(capsys, *junit_files, "--out", tmp_path)[0] == 0
+    summary = (tmp_path / "summary.md").read_text()
+    assert summary.startswith("## kvconform conformance: ❌ failing")
+    failures_at = summary.index("### Failures (4)")
+    assert failures_at < summary.index("### cuda") < summary.index("### cpu")
+    failure_rows = [ln for ln in summary[failures_at:summary.index("### cuda")].splitlines() if ln.startswith("| ")][1:]
+    assert [row.split(" | ")[0] for row in failure_rows] == ["| 💥 error", "| 💥 error", "| ❌ failed", "| ❌ failed"]
+    # test text cannot break the table or inject HTML into the annotation
+    assert "NIXL agent failed \\| &lt;b&gt;bold&lt;/b&gt;" in summary
+    assert "<b>" not in summary
+    assert "| ExampleConnector | 🐞 1 xfailed · 1 passed | – | ❌ 1 failed |" in summary
+
+
+def test_page_is_self_contained_with_matrix_filters_and_failure_text(tmp_path, capsys, junit_files):
+    assert _report(capsys, *junit_files, "--out", tmp_path)[0] == 0
+    page = (tmp_path / "index.html").read_text()
+    for external in ("<link", " src=", "@import", "url(", "http://", "https://cdn"):
+        assert external not in page
+    for select in ('id="f-platform"', 'id="f-check"', 'id="f-outcome"'):
+        assert select in page
+    cell = 'class="cell o-failed" data-platform="cuda" data-check="roundtrip" data-outcomes="failed"'
+    assert cell in page
+    assert ".o-failed { background: #f08a8a; }" in page
+    assert "RuntimeError: NIXL agent failed" in page
+
+
+class _Elements(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.tags: list[str] = []
+        self.attrs: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        self.attrs += [name for name, _ in attrs]
+
+
+def test_hostile_failure_text_is_escaped_everywhere(tmp_path, capsys):
+    hostile = tmp_path / "junit.xml"
+    hostile.write_text(HOSTILE)
+    assert _report(capsys, hostile, "--out", tmp_path / "out", "--print-matrix")[0] == 0
+    page = (tmp_path / "out" / "index.html").read_text()
+    parsed = _Elements()
+    parsed.feed(page)
+    assert parsed.tags.count("script") == 1  # ours, at the end
+    assert "img" not in parsed.tags and "onerror" not in parsed.attrs
+    assert "&lt;script&gt;alert(&#x27;pwned&#x27;)&lt;/script&gt;" in page
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "<script" not in summary and "<img" not in summary and "&lt;script&gt;" in summary
+    data = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert data["tests"][0]["message"] == HOSTILE_MESSAGE  # the data keeps the text; only renderings escape it
+
+
+@pytest.mark.parametrize("case", ["missing", "malformed-xml", "not-junit", "unwritable-out"])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, case):
+    path = tmp_path / "input.xml"
+    out = tmp_path / "out"
+    if case == "malformed-xml":
+        path.write_text("<testsuite><testcase></testsuite>")
+    elif case == "not-junit":
+        path.write_text("<?xml version='1.0'?><project><target/></project>")
+    elif case == "unwritable-out":
+        path.write_text(CUDA_PLAIN)
+        out.write_text("a file where the folder should be")
+    rc, stdout, stderr = _report(capsys, path, "--out", out)
+    assert rc == 2
+    assert stderr.count("\n") == 1 and stderr.startswith("kvconform report: error: ")
+    assert "Traceback" not in stderr
+    expected = {"missing": "no such file", "malformed-xml": "not well-formed XML", "not-junit": "not a JUnit XML file",
+                "unwritable-out": "cannot write the report"}[case]
+    assert expected in stderr
