@@ -27,7 +27,6 @@ from pipelines.gate import GateError, Selection, select_change
 MODES: dict[str, str] = {"--dry-run": "dry_run", "--run": "run_tests", "--emit-pipeline": "emit_pipeline"}
 
 JUNIT_FILE = "junit.xml"
-JSON_FILE = "results.json"
 
 FAILING = ("failed", "error")
 NOT_EXERCISED = ("skipped",)
@@ -50,7 +49,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", type=Path, metavar="FILE", help="--emit-pipeline: write here, not stdout")
     parser.add_argument("--config", type=Path, metavar="FILE", help="--emit-pipeline: the lanes config")
     parser.add_argument("--results", type=Path, metavar="DIR",
-                        help=f"--run: keep {JUNIT_FILE} and {JSON_FILE} here (default: a temporary folder)")
+                        help=f"--run: keep the run's {JUNIT_FILE} here (default: a temporary folder)")
 
 
 def _mode(args: argparse.Namespace) -> str:
@@ -115,7 +114,7 @@ def dry_run(selection: Selection, args: argparse.Namespace) -> int:
 
 @dataclass(frozen=True)
 class TestResult:
-    """One test's outcome, from the suite's JSON results or, lacking those, its JUnit file."""
+    """One test's outcome, as the run's JUnit file records it."""
 
     nodeid: str
     connector: str | None
@@ -131,7 +130,7 @@ def pytest_command(platform: str, connectors: list[str], results: Path) -> list[
     """
     return [sys.executable, "-m", "pytest", "--pyargs", "conformance", f"--platform={platform}",
             *(f"--connector={name}" for name in connectors), "-p", "no:cacheprovider", "-rs",
-            f"--junitxml={results / JUNIT_FILE}", f"--kvconform-json={results / JSON_FILE}"]
+            f"--junitxml={results / JUNIT_FILE}"]
 
 
 def _connector_in_id(nodeid: str, connectors: list[str]) -> str | None:
@@ -141,40 +140,34 @@ def _connector_in_id(nodeid: str, connectors: list[str]) -> str | None:
 
 
 _JUNIT_OUTCOME = {"failure": "failed", "error": "error", "skipped": "skipped"}
+CONNECTOR_PROPERTY = "kvconform.connector"  # set by the suite's results plugin; "-" when a test has none
 
 
-def read_junit(path: Path, connectors: list[str]) -> list[TestResult]:
+def read_junit(path: Path, connectors: list[str]) -> list[TestResult] | None:
+    """Each test's outcome and connector; None when the file is missing or unreadable.
+
+    The connector is the suite's own label (a JUnit property) when present, else
+    the connector named among the test id's parameters.
+    """
+    try:
+        root = ElementTree.parse(path).getroot()
+    except (OSError, ElementTree.ParseError):
+        return None
     results = []
-    for case in ElementTree.parse(path).iter("testcase"):
+    for case in root.iter("testcase"):
         nodeid = f"{case.get('classname', '')}::{case.get('name', '')}"
-        props = {p.get("name"): p.get("value") for p in case.iter("property")}
-        connector = props.get("kvconform.connector") or _connector_in_id(nodeid, connectors)
+        labels = {p.get("name"): p.get("value") for p in case.iter("property")}
+        label = labels.get(CONNECTOR_PROPERTY)
+        connector = label if label in connectors else _connector_in_id(nodeid, connectors)
         outcome, message = "passed", ""
-        for child in case:  # failure and error outrank a skip
+        for child in case:
             kind = _JUNIT_OUTCOME.get(child.tag)
-            if kind is None or (outcome in FAILING and kind == "skipped"):
+            if kind is None or outcome in FAILING:  # a failure or error outranks a later skip
                 continue
             outcome = "xfailed" if kind == "skipped" and child.get("type") == "pytest.xfail" else kind
             message = (child.get("message") or "").strip()
         results.append(TestResult(nodeid, connector, outcome, message))
     return results
-
-
-def read_json(path: Path) -> list[TestResult]:
-    cases = json.loads(path.read_text()).get("cases", [])
-    return [TestResult(c["nodeid"], c.get("connector"), c["outcome"], c.get("message", "")) for c in cases]
-
-
-def read_results(results: Path, connectors: list[str]) -> list[TestResult] | None:
-    """The run's results: the suite's JSON when it wrote one, else JUnit; None when neither exists."""
-    try:
-        return read_json(results / JSON_FILE)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        pass
-    try:
-        return read_junit(results / JUNIT_FILE, connectors)
-    except (OSError, ElementTree.ParseError):
-        return None
 
 
 def judge(results: list[TestResult] | None, connectors: list[str], platform: str, exit_status: int) -> list[str]:
@@ -202,12 +195,17 @@ def judge(results: list[TestResult] | None, connectors: list[str], platform: str
 
 @contextmanager
 def _results_folder(chosen: Path | None):
-    if chosen is not None:
-        chosen.mkdir(parents=True, exist_ok=True)
-        yield chosen.resolve()
+    """The folder the run writes to; a kept one loses its old JUnit file, so it is never judged twice."""
+    if chosen is None:
+        with tempfile.TemporaryDirectory(prefix="kvconform-gate-") as tmp:
+            yield Path(tmp)
         return
-    with tempfile.TemporaryDirectory(prefix="kvconform-gate-") as tmp:
-        yield Path(tmp)
+    try:
+        chosen.mkdir(parents=True, exist_ok=True)
+        (chosen / JUNIT_FILE).unlink(missing_ok=True)
+    except OSError as exc:
+        raise UserError(f"--results {chosen}: cannot use it: {exc.strerror}") from None
+    yield chosen.resolve()
 
 
 def run_tests(selection: Selection, args: argparse.Namespace) -> int:
@@ -230,7 +228,7 @@ def run_tests(selection: Selection, args: argparse.Namespace) -> int:
         # The results folder is the working directory: nothing from the checkout or
         # the caller's folder (conftest.py, pytest.ini) can join the run.
         status = subprocess.run(pytest_command(spec.name, here, folder), cwd=folder, check=False).returncode
-        problems = judge(read_results(folder, here), here, spec.name, status)
+        problems = judge(read_junit(folder / JUNIT_FILE, here), here, spec.name, status)
     if problems:
         print(f"kvconform gate: FAIL ({len(problems)} problem(s)):")
         for line in problems:
@@ -243,8 +241,35 @@ def run_tests(selection: Selection, args: argparse.Namespace) -> int:
 # --- --emit-pipeline ---------------------------------------------------------------------
 
 
+def _is_wait(step) -> bool:
+    return step == "wait" or (isinstance(step, dict) and "wait" in step)
+
+
+def merge_pipelines(pipelines: list[dict]) -> dict:
+    """One pipeline from per-platform ones, each shaped ``[test steps..., wait, report steps...]``.
+
+    Concatenating them would put one platform's wait before the next platform's
+    tests and serialise the platforms; instead every test step comes first, then
+    one wait, then every report step. Step keys must stay unique.
+    """
+    tests, reports = [], []
+    for pipeline in pipelines:
+        steps = list(pipeline.get("steps", []))
+        cut = next((i for i, step in enumerate(steps) if _is_wait(step)), len(steps))
+        tests += steps[:cut]
+        reports += steps[cut + 1:]
+    wait = next((s for p in pipelines for s in p.get("steps", []) if _is_wait(s)), None)
+    merged = {key: value for key, value in (pipelines[0] if pipelines else {}).items() if key != "steps"}
+    merged["steps"] = [*tests, *([wait] if wait is not None and reports else []), *reports]
+    keys = _step_keys(merged["steps"])
+    duplicates = sorted({key for key in keys if keys.count(key) > 1})
+    if duplicates:
+        raise UserError(f"the merged pipeline repeats step keys: {', '.join(duplicates)}")
+    return merged
+
+
 def _step_keys(steps: list) -> list[str]:
-    keys = []
+    keys: list[str] = []
     for step in steps:
         if isinstance(step, dict):
             keys += [step["key"]] if "key" in step else []
@@ -252,24 +277,25 @@ def _step_keys(steps: list) -> list[str]:
     return keys
 
 
-def merge_pipelines(pipelines: list[dict]) -> dict:
-    """One pipeline from several: steps concatenated, other top-level keys from the first."""
-    merged = {key: value for key, value in (pipelines[0] if pipelines else {}).items() if key != "steps"}
-    merged["steps"] = [step for pipeline in pipelines for step in pipeline.get("steps", [])]
-    keys = _step_keys(merged["steps"])
-    duplicates = sorted({k for k in keys if keys.count(k) > 1})
-    if duplicates:
-        raise UserError(f"the merged pipeline repeats step keys: {', '.join(duplicates)}")
-    return merged
+def pipeline_for(selection: Selection, platform: str | None, config: Path | None) -> dict:
+    """The selected connectors on every platform each claims (or only ``platform``), one build per platform."""
+    from pipelines.generate import build_pipeline
+    from pipelines.lanes import LanesError
+
+    wanted = [platform] if platform not in (None, "auto") else list(platforms.PLATFORMS)
+    per_platform = {p: [c for c in selection.connectors if p in claimed_platforms(c)] for p in wanted}
+    try:
+        return merge_pipelines([build_pipeline([p], names, config_path=config)
+                                for p, names in per_platform.items() if names])
+    except LanesError as exc:
+        raise UserError(str(exc)) from None
 
 
 def emit_pipeline(selection: Selection, args: argparse.Namespace) -> int:
-    from pipelines.generate import build_pipeline, render_yaml
+    from pipelines.generate import render_yaml
 
-    wanted = [args.platform] if args.platform not in (None, "auto") else list(platforms.PLATFORMS)
-    per_platform = {p: [c for c in selection.connectors if p in claimed_platforms(c)] for p in wanted}
-    pipelines = [build_pipeline([p], names, config_path=args.config) for p, names in per_platform.items() if names]
-    text = render_yaml(merge_pipelines(pipelines))
+    pipeline = pipeline_for(selection, args.platform, args.config)
+    text = render_yaml(pipeline)
     if args.output is None:
         sys.stdout.write(text)
     else:
@@ -277,8 +303,9 @@ def emit_pipeline(selection: Selection, args: argparse.Namespace) -> int:
             args.output.write_text(text)
         except OSError as exc:
             raise UserError(f"-o {args.output}: cannot write: {exc.strerror}") from None
-    if not selection.connectors:
-        print("kvconform gate: no connector is touched: the pipeline has no steps", file=sys.stderr)
+    if not pipeline["steps"]:
+        where = f" on {args.platform}" if args.platform not in (None, "auto") else ""
+        print(f"kvconform gate: no selected connector runs{where}: the pipeline has no steps", file=sys.stderr)
     return 0
 
 
