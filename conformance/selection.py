@@ -104,6 +104,8 @@ def _third_party(spec: str, extra_profiles: tuple[Path, ...]) -> ConnectorParam:
 def resolve_connectors(requested: tuple[str, ...] | list[str],
                        extra_profiles: tuple[Path, ...] = ()) -> list[ConnectorParam]:
     """The connectors to test: every registered one, or those requested, validated."""
+    if requested and all(":" in spec for spec in requested):  # third-party only: no registry needed
+        return [_third_party(spec, extra_profiles) for spec in requested]
     known = registered_names()
     if not requested:
         return [ConnectorParam(n, n, None, profile_for(n, extra_profiles)) for n in known]
