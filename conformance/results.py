@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from reports import identity as ident
-from reports.model import CaseResult, Expected, RunInfo, build, clip, first_line
+from reports.model import CaseResult, RunInfo, build, clip, first_line
+from reports.readers import expected_from_properties
 from reports.outcomes import OUTCOMES, is_failing
 
 _WORKER_KEY = "kvconform_results"
@@ -96,7 +97,7 @@ class _Collector:
             run=run, nodeid=nodeid, check=identity.check, platform=identity.platform, backend=identity.backend,
             connector=identity.connector, variant=identity.variant, params=identity.params, outcome=outcome,
             duration=round(sum(report.duration for _, report in phases.values()), 6),
-            message=message, details=details, expected=_expected(properties),
+            message=message, details=details, expected=expected_from_properties(properties),
         )
 
     def _collect_error(self, nodeid: str, report: pytest.CollectReport, run: str) -> CaseResult:
@@ -150,11 +151,6 @@ class _Collector:
         tests += [self._result(nodeid, phases, run.id) for nodeid, phases in self.phases.items()]
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text(json.dumps(build([run], tests).to_json(), indent=2) + "\n")
-
-
-def _expected(properties: dict[str, str]) -> Expected | None:
-    values = {key: properties.get(name) for key, name in ident.EXPECT_PROPERTIES.items()}
-    return Expected(**values) if values["expect"] and values["where"] else None
 
 
 def _device_name(config: pytest.Config) -> str | None:

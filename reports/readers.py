@@ -54,7 +54,8 @@ def _case_outcome(case: ET.Element) -> tuple[str, ET.Element | None]:
     return "passed", None
 
 
-def _expected(properties: dict[str, str]) -> Expected | None:
+def expected_from_properties(properties: dict[str, str]) -> Expected | None:
+    """The expectation a test was decided by, from its ``kvconform.expect*`` properties."""
     values = {key: properties.get(name) for key, name in ident.EXPECT_PROPERTIES.items()}
     if not (values["expect"] and values["where"]):
         return None
@@ -82,7 +83,7 @@ def _junit_case(case: ET.Element, run: str, suite_platform: str | None) -> CaseR
         backend=identity.backend, connector=identity.connector, variant=identity.variant, params=identity.params,
         outcome=outcome, duration=duration,
         message=first_line(text if collect_error else message or text), details=clip(text),
-        expected=_expected(properties),
+        expected=expected_from_properties(properties),
     )
 
 

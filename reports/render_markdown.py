@@ -25,11 +25,15 @@ def text(value: str) -> str:
     return _MARKDOWN_SPECIAL.sub(r"\\\1", html.escape(one_line, quote=False))
 
 
-def style(results: Results) -> str:
-    """The Buildkite annotation style that fits: error, warning or success."""
+def verdict(results: Results) -> tuple[str, str]:
+    """(Buildkite annotation style, headline): a run that tested nothing is not a success."""
     if any(OUTCOMES[o].failing for o in results.totals):
-        return "error"
-    return "warning" if any(r.stale_expectations for r in results.runs) else "success"
+        return "error", "❌ failing"
+    if not results.tests:
+        return "warning", "⚠️ no tests ran"
+    if any(r.stale_expectations for r in results.runs):
+        return "warning", "⚠️ passing, with stale expectations"
+    return "success", "✅ passing"
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -38,8 +42,7 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 def render(results: Results) -> str:
     matrix = build_matrix(results)
-    verdict = {"error": "❌ failing", "warning": "⚠️ passing, with stale expectations", "success": "✅ passing"}
-    lines = [f"## kvconform conformance: {verdict[style(results)]}", "", totals_line(results, emoji=True), ""]
+    lines = [f"## kvconform conformance: {verdict(results)[1]}", "", totals_line(results, emoji=True), ""]
 
     failing = failures(results)
     if failing:
@@ -56,12 +59,16 @@ def render(results: Results) -> str:
         rows = []
         for connector in matrix.connectors_on(platform):
             cells = [matrix.cell(platform, connector, k) for k in checks]
-            rows.append([text(connector), *(f"{OUTCOMES[c.status].emoji} {cell_counts(c)}" if c else "–" for c in cells)])
-        lines += [f"### {text(run_line(platform, results.runs))}", "", *_table(["connector", *map(text, checks)], rows), ""]
+            rows.append([text(connector),
+                         *(f"{OUTCOMES[c.status].emoji} {cell_counts(c)}" if c else "–" for c in cells)])
+        heading = f"### {text(run_line(platform, results.runs))}"
+        lines += [heading, "", *_table(["connector", *map(text, checks)], rows), ""]
 
     stale = [(run, s) for run in results.runs for s in run.stale_expectations]
     if stale:
-        lines += ["### Stale expectations", "", "These entries matched no test: remove them or fix their selectors.", ""]
-        lines += [f"- {text(s.where)} ({text(run.platform)}): {text(s.expect)} {text(s.selector)}" for run, s in stale]
+        lines += ["### Stale expectations", "",
+                  "These entries matched no test: remove them or fix their selectors.", ""]
+        lines += [f"- {text(s.where)} ({text(run.platform)}): {text(s.expect)} {text(s.selector)}"
+                  for run, s in stale]
         lines.append("")
     return "\n".join(lines)

@@ -31,7 +31,8 @@ def render(results: Results) -> str:
     for platform in matrix.platforms:
         checks = matrix.checks_on(platform)
         rows = [["connector", *checks]]
-        rows += [[c, *(cell_short(matrix.cell(platform, c, k)) for k in checks)] for c in matrix.connectors_on(platform)]
+        rows += [[c, *(cell_short(matrix.cell(platform, c, k)) for k in checks)]
+                 for c in matrix.connectors_on(platform)]
         lines += [run_line(platform, results.runs), *("  " + row for row in _table(rows)), ""]
     failing = failures(results)
     for t in failing[:FAILURES_SHOWN]:

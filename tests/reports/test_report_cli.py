@@ -67,7 +67,8 @@ def test_summary_lists_failures_first_then_a_matrix_per_platform(tmp_path, capsy
     failures_at = summary.index("### Failures (4)")
     assert failures_at < summary.index("### cuda") < summary.index("### cpu")
     failure_rows = [ln for ln in summary[failures_at:summary.index("### cuda")].splitlines() if ln.startswith("| ")][1:]
-    assert [row.split(" | ")[0] for row in failure_rows] == ["| 💥 error", "| 💥 error", "| ❌ failed", "| ❌ failed"]
+    outcomes = [row.split(" | ")[0] for row in failure_rows]
+    assert outcomes == ["| 💥 error", "| 💥 error", "| ❌ failed", "| ❌ failed"]
     # test text cannot break the table or inject HTML into the annotation
     assert "NIXL agent failed \\| &lt;b&gt;bold&lt;/b&gt;" in summary
     assert "<b>" not in summary
@@ -132,3 +133,29 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, case):
     expected = {"missing": "no such file", "malformed-xml": "not well-formed XML", "not-junit": "not a JUnit XML file",
                 "unwritable-out": "cannot write the report"}[case]
     assert expected in stderr
+
+
+def _results_json(path, tests, stale=()):
+    run = {"id": "cpu", "platform": "cpu", "vllm": "0.32.0", "stale_expectations": list(stale)}
+    path.write_text(json.dumps({"format": "kvconform-results", "version": 1, "runs": [run], "tests": tests,
+                                "totals": {}, "cells": []}))
+    return path
+
+
+def test_headline_warns_about_stale_expectations_and_empty_runs(tmp_path, capsys):
+    passed = {"run": "cpu", "nodeid": "conformance/test_lint.py::test_lint[cpu-ExampleConnector]", "check": "lint",
+              "platform": "cpu", "backend": "-", "connector": "ExampleConnector", "outcome": "passed"}
+    stale = {"where": "conformance/expectations/cpu.yaml:13", "expect": "xfail", "selector": "test=*gone*"}
+    cases = {
+        "stale": (_results_json(tmp_path / "stale.json", [passed], [stale]), "⚠️ passing, with stale expectations"),
+        "empty": (_results_json(tmp_path / "empty.json", []), "⚠️ no tests ran"),
+        "clean": (_results_json(tmp_path / "clean.json", [passed]), "✅ passing"),
+    }
+    for name, (path, headline) in cases.items():
+        rc, out, _ = _report(capsys, path, "--out", tmp_path / name, "--print-matrix")
+        summary = (tmp_path / name / "summary.md").read_text()
+        assert rc == 0 and summary.startswith(f"## kvconform conformance: {headline}\n"), name
+        has_stale = name == "stale"
+        assert ("### Stale expectations" in summary) is has_stale
+        assert ("cpu.yaml:13" in (tmp_path / name / "index.html").read_text()) is has_stale
+        assert ("stale expectation conformance/expectations/cpu.yaml:13: xfail test=*gone*" in out) is has_stale

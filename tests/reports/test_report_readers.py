@@ -66,10 +66,9 @@ def test_several_runs_merge_into_one_matrix(tmp_path):
     assert [r.id for r in results.runs] == ["cpu", "cuda"]
     assert len(results.tests) == 9
     assert {t.run for t in results.tests} == {"cpu", "cuda"}
-    cell = next(c for c in results.cells if (c.platform, c.connector, c.check) == ("cuda", "NixlConnector", "roundtrip"))
-    assert (cell.status, cell.counts) == ("failed", {"failed": 1})
-    cell = next(c for c in results.cells if (c.platform, c.connector, c.check) == ("cpu", "ExampleConnector", "roundtrip"))
-    assert (cell.status, cell.counts) == ("xfailed", {"xfailed": 1, "passed": 1})
+    cells = {(c.platform, c.connector, c.check): (c.status, c.counts) for c in results.cells}
+    assert cells[("cuda", "NixlConnector", "roundtrip")] == ("failed", {"failed": 1})
+    assert cells[("cpu", "ExampleConnector", "roundtrip")] == ("xfailed", {"xfailed": 1, "passed": 1})
 
 
 def test_json_results_win_over_the_junit_of_the_same_run(tmp_path):
