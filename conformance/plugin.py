@@ -72,6 +72,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     for marker, text in MARKERS.items():
         config.addinivalue_line("markers", f"{marker}: {text}")
+    worker = getattr(config, "workerinput", None)
+    if worker and "kvconform_platform" in worker:
+        # an xdist worker: take its own device before anything probes or initialises it
+        from conformance.workers import pin_worker_device
+
+        pin_worker_device(platforms.get(worker["kvconform_platform"]), worker["kvconform_device_count"])
     try:
         spec, found = platforms.resolve(config.getoption("platform"))
         backends = platforms.check_backends(spec, config.getoption("attn_backend"))
@@ -90,6 +96,22 @@ def pytest_configure(config: pytest.Config) -> None:
             connector_params(config)
         except (ConnectorSpecError, ProfileError) as exc:
             raise pytest.UsageError(str(exc)) from None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """Controller side of xdist: tell each worker the platform and device count it pins from."""
+    target = run_target(node.config)
+    node.workerinput["kvconform_platform"] = target.platform.name
+    node.workerinput["kvconform_device_count"] = target.probe.device_count
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    from conformance.workers import auto_workers
+
+    target = run_target(config)
+    return auto_workers(target.platform, target.probe.device_count)
 
 
 def run_target(config: pytest.Config) -> RunTarget:

@@ -12,6 +12,7 @@ import pytest
 from conformance.harness.kvcache import KV_DTYPES, CacheShape, all_layouts
 from conformance.harness.roundtrip import SCENARIOS, run_roundtrip
 from conformance.needs import refusals_skip, require
+from conformance.workers import MULTI_DEVICE_GROUP, require_devices
 
 pytestmark = pytest.mark.check("roundtrip")
 
@@ -44,3 +45,11 @@ def test_roundtrip_layout(platform, attn_backend, connector, layout, make_rig):
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 def test_roundtrip_scenario(platform, attn_backend, connector, scenario, block_size, make_rig):
     _roundtrip(make_rig, connector, platform, CacheShape(block_size=block_size), scenario)
+
+
+@pytest.mark.xdist_group(MULTI_DEVICE_GROUP)
+def test_roundtrip_other_device(platform, attn_backend, connector, make_rig, device):
+    """Caches on a device other than the default one: catches "cuda", current_platform.device_type, the current device."""
+    require_devices(platform, 2)
+    assert device != platform.device(0), f"the caches must not sit on the default device ({device})"
+    _roundtrip(make_rig, connector, platform, CacheShape())

@@ -1,0 +1,55 @@
+"""xdist with devices: one device per worker, chosen before torch initialises.
+
+The controller knows the platform and its device count; each worker learns its
+index from ``PYTEST_XDIST_WORKER`` (``gw3`` -> 3) and sets the platform's
+visibility variables (CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES with it on ROCm,
+ZE_AFFINITY_MASK on XPU) at configure time, before any test touches the device.
+Probing never creates a device context, so the variable still takes effect.
+Tests that need several devices carry ``xdist_group("multi-device")`` and are
+skipped, naming the visible count, where fewer are visible.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+MULTI_DEVICE_GROUP = "multi-device"
+
+
+def worker_index() -> int | None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else None
+
+
+def visibility_env(visibility_vars: tuple[str, ...], device_count: int, index: int) -> dict[str, str]:
+    """The variables that pin worker ``index`` to one of ``device_count`` devices."""
+    if not visibility_vars or device_count < 1:
+        return {}
+    chosen = str(index % device_count)
+    return {var: chosen for var in visibility_vars}
+
+
+def pin_worker_device(spec, device_count: int) -> dict[str, str]:
+    """Called in each xdist worker's configure: pin it to its device, unless the user pinned already."""
+    index = worker_index()
+    if index is None or any(var in os.environ for var in spec.visibility_vars):
+        return {}
+    env = visibility_env(spec.visibility_vars, device_count, index)
+    os.environ.update(env)
+    return env
+
+
+def auto_workers(spec, device_count: int) -> int | None:
+    """``-n auto`` on a GPU platform: one worker per device; None lets xdist count CPUs."""
+    return device_count if spec.torch_device_type != "cpu" and device_count > 0 else None
+
+
+def require_devices(platform, needed: int) -> None:
+    from platforms import probe
+
+    visible = probe(platform.name).device_count
+    if visible < needed:
+        pinned = ", ".join(f"{v}={os.environ[v]}" for v in platform.visibility_vars if v in os.environ)
+        pytest.skip(f"needs {needed} {platform.name} devices; {visible} visible here" + (f" ({pinned})" if pinned else ""))

@@ -1,0 +1,67 @@
+"""Device pinning for xdist workers, with the environment faked (no GPU needed)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import platforms
+from conformance import workers
+
+
+@pytest.mark.parametrize("name,count,index,expected", [
+    ("cuda", 4, 1, {"CUDA_VISIBLE_DEVICES": "1"}),
+    ("cuda", 2, 3, {"CUDA_VISIBLE_DEVICES": "1"}),
+    ("rocm", 8, 5, {"HIP_VISIBLE_DEVICES": "5", "CUDA_VISIBLE_DEVICES": "5"}),
+    ("xpu", 2, 0, {"ZE_AFFINITY_MASK": "0"}),
+    ("cpu", 1, 3, {}),
+    ("cuda", 0, 1, {}),
+])
+def test_visibility_env(name, count, index, expected):
+    spec = platforms.get(name)
+    assert workers.visibility_env(spec.visibility_vars, count, index) == expected
+
+
+def test_pin_sets_env_from_worker_id(monkeypatch):
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw3")
+    monkeypatch.delenv("ZE_AFFINITY_MASK", raising=False)
+    env = workers.pin_worker_device(platforms.get("xpu"), 2)
+    assert env == {"ZE_AFFINITY_MASK": "1"}
+    import os
+
+    assert os.environ["ZE_AFFINITY_MASK"] == "1"
+
+
+def test_pin_respects_a_user_choice(monkeypatch):
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7")
+    assert workers.pin_worker_device(platforms.get("cuda"), 4) == {}
+
+
+def test_no_pin_outside_xdist(monkeypatch):
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    assert workers.pin_worker_device(platforms.get("cuda"), 4) == {}
+
+
+def test_auto_workers_uses_device_count_on_gpu_platforms():
+    assert workers.auto_workers(platforms.get("cuda"), 4) == 4
+    assert workers.auto_workers(platforms.get("cpu"), 1) is None
+
+
+def test_multi_device_skip_names_the_count():
+    with pytest.raises(pytest.skip.Exception, match="needs 2 cpu devices; 1 visible here"):
+        workers.require_devices(platforms.get("cpu"), 2)
+
+
+def test_workers_each_see_their_own_platform(tmp_path):
+    """Under real xdist the controller hands the platform to its workers, which pin from it."""
+    (tmp_path / "test_w.py").write_text(
+        "import os\n"
+        "def test_w(platform):\n"
+        "    assert platform.name == 'cpu'\n"
+        "    assert os.environ['PYTEST_XDIST_WORKER'].startswith('gw')\n")
+    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "--platform=cpu",
+                          str(tmp_path)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
