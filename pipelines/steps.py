@@ -3,8 +3,9 @@
 The vocabulary is vLLM CI's: label with the platform's emoji, key, depends_on,
 agents, env, plugins, timeout_in_minutes, retry, soft_fail, parallelism,
 artifact_paths. Each test step writes one JUnit file per job into
-``reports/junit/<platform>/`` and uploads exactly that file, so the report step
-can fetch one platform's results without another platform's or a stale run's.
+``reports/out/junit/<platform>/`` (beside the report, in the folder git ignores)
+and uploads exactly that file, so the report step can fetch one platform's
+results without another platform's or a stale run's.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from platforms import PLATFORMS
 from platforms.spec import PlatformSpec
 
 KEY_PREFIX = "kvconform"
-JUNIT_ROOT = "reports/junit"
+JUNIT_ROOT = "reports/out/junit"
 REPORT_OUT = "reports/out"
 # A wrapper that starts a container is told which variables to pass in (pipelines/wrappers/in-container.sh).
 FORWARD_ENV = "KVCONFORM_FORWARD_ENV"
@@ -150,7 +151,7 @@ def report_step(config: LanesConfig, platforms: list[str], test_keys: list[str])
                   config.report.wrapper)
     annotate = join(["buildkite-agent", "annotate", "--style", Raw('"$style"'), "--context", f"{KEY_PREFIX}-{suffix}"])
     lines = [
-        join(["rm", "-rf", "--", JUNIT_ROOT, REPORT_OUT]),
+        join(["rm", "-rf", "--", REPORT_OUT]),
         *[join(["buildkite-agent", "artifact", "download", f"{d}/*.xml", "."]) for d in junit_dirs],
         "style=success",
         f"for key in {join(test_keys)}; do",

@@ -52,7 +52,7 @@ def assert_nothing_injected(fake_bin, allowed=("pytest", "rm", "wrap")):
     assert not list(fake_bin.cwd.rglob("pwned")), "a hostile name ran as shell"
     assert {call["prog"] for call in fake_bin.calls()} <= set(allowed), fake_bin.calls()
     for call in fake_bin.calls("rm"):
-        assert call["argv"][:2] == ["-f", "--"] and all(a.startswith("reports/junit/") for a in call["argv"][2:])
+        assert call["argv"][:2] == ["-f", "--"] and all(a.startswith("reports/out/junit/") for a in call["argv"][2:])
 
 
 @pytest.mark.parametrize("mode", [None, "arguments", "string"])
@@ -62,7 +62,7 @@ def test_group_step_passes_hostile_connector_names_as_data(mode, fake_bin):
     result = fake_bin.run_commands(step["commands"], FAKE_WRAP_MODE=mode or "")
     assert result.returncode == 0, result.stderr
 
-    junit = "reports/junit/xpu/kvconform-test-xpu-g.xml"
+    junit = "reports/out/junit/xpu/kvconform-test-xpu-g.xml"
     [pytest_call] = fake_bin.calls("pytest")
     assert pytest_call["argv"] == expected_pytest(HOSTILE, junit)
     assert step["artifact_paths"] == [junit]
@@ -80,7 +80,7 @@ def test_connector_values_starting_with_dashes_stay_values():
     words = shlex.split(group_step(lane_run(), "g", ["-rf", "--junitxml=/tmp/evil.xml"])["commands"][1])
     args, _ = parser.parse_known_args(words[2:])
     assert args.connector == ["-rf", "--junitxml=/tmp/evil.xml"]
-    assert args.junitxml == "reports/junit/xpu/kvconform-test-xpu-g.xml"
+    assert args.junitxml == "reports/out/junit/xpu/kvconform-test-xpu-g.xml"
 
 
 @pytest.mark.parametrize("jobs", [2, 3])
@@ -94,7 +94,7 @@ def test_sharded_step_gives_each_job_its_deal_of_connectors(jobs, fake_bin):
         result = fake_bin.run_commands(step["commands"], BUILDKITE_PARALLEL_JOB=str(job))
         assert result.returncode == 0, result.stderr
         [call] = fake_bin.calls("pytest")
-        junit = f"reports/junit/xpu/kvconform-test-xpu-{job}.xml"
+        junit = f"reports/out/junit/xpu/kvconform-test-xpu-{job}.xml"
         assert call["argv"] == expected_pytest(HOSTILE[job::jobs], junit, "-n", "2")
         assert junit in step["artifact_paths"]
         assert_nothing_injected(fake_bin)
@@ -122,10 +122,10 @@ def _report_config(wrapper: Wrapper | None = None) -> LanesConfig:
 
 
 def _report_checkout(fake_bin) -> None:
-    for name in ("reports/junit/xpu/a.xml", "reports/junit/xpu/b.xml", "reports/junit/cpu/c.xml"):
+    for name in ("reports/out/junit/xpu/a.xml", "reports/out/junit/xpu/b.xml", "reports/out/junit/cpu/c.xml"):
         (fake_bin.cwd / name).parent.mkdir(parents=True, exist_ok=True)
         (fake_bin.cwd / name).write_text("<testsuites/>")
-    (fake_bin.cwd / "reports/out").mkdir(parents=True)
+    (fake_bin.cwd / "reports/out").mkdir(parents=True, exist_ok=True)
     (fake_bin.cwd / "reports/out/summary.md").write_text("## kvconform: 3 passed\n")
 
 
@@ -146,12 +146,12 @@ def test_report_step_annotates_in_the_style_of_the_test_steps_outcomes(outcomes,
     result = fake_bin.run_commands(step["commands"], FAKE_WRAP_MODE=mode or "")
     assert result.returncode == 0, result.stderr
     agent_calls = [c["argv"] for c in fake_bin.calls("buildkite-agent")]
-    assert agent_calls[:2] == [["artifact", "download", "reports/junit/xpu/*.xml", "."],
-                               ["artifact", "download", "reports/junit/cpu/*.xml", "."]]
+    assert agent_calls[:2] == [["artifact", "download", "reports/out/junit/xpu/*.xml", "."],
+                               ["artifact", "download", "reports/out/junit/cpu/*.xml", "."]]
     assert agent_calls[2:4] == [["step", "get", "outcome", "--step", "t-a"], ["step", "get", "outcome", "--step", "t-b"]]
     [report] = fake_bin.calls("kvconform")
-    assert report["argv"] == ["report", "reports/junit/xpu/a.xml", "reports/junit/xpu/b.xml",
-                              "reports/junit/cpu/c.xml", "--out", "reports/out"]
+    assert report["argv"] == ["report", "reports/out/junit/xpu/a.xml", "reports/out/junit/xpu/b.xml",
+                              "reports/out/junit/cpu/c.xml", "--out", "reports/out"]
     assert agent_calls[4:] == [["annotate", "--style", style, "--context", "kvconform-xpu-cpu"]]
     assert fake_bin.annotation() == "## kvconform: 3 passed\n"
 

@@ -168,7 +168,7 @@ def test_xpu_pipeline_runs_the_example_connector_on_xpu():
     steps = conformance_steps(generated("xpu"))
     lines = [c for s in steps for c in s["commands"] if "--connector=ExampleConnector" in c]
     assert len(lines) == 1
-    assert "pytest conformance --platform=xpu" in lines[0] and "--junitxml=reports/junit/xpu/" in lines[0]
+    assert "pytest conformance --platform=xpu" in lines[0] and "--junitxml=reports/out/junit/xpu/" in lines[0]
     assert all(step["agents"] == {"queue": "intel_gpu"} for step in steps)
     assert all(step["env"]["ZE_AFFINITY_MASK"] == "0,1" for step in steps)
     assert all("soft_fail" not in step for step in steps)
@@ -188,7 +188,7 @@ def test_junit_files_are_uploaded_and_reported(target):
     assert {Path(j).parent.name for j in junits} == set(platforms)
     joined = "\n".join(report["commands"])
     for platform in platforms:
-        assert f"buildkite-agent artifact download 'reports/junit/{platform}/*.xml' ." in joined
+        assert f"buildkite-agent artifact download 'reports/out/junit/{platform}/*.xml' ." in joined
     assert "kvconform report " in joined and " --out reports/out" in joined
     assert "buildkite-agent annotate --style" in joined and "< reports/out/summary.md" in joined
     keys = [step["key"] for step in conformance_steps(pipeline)]
