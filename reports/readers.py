@@ -100,7 +100,10 @@ def read_junit(path: Path, text: str) -> Results:
         raise ReportInputError(f"{path}: not a JUnit XML file (root element <{root.tag}>, "
                                f"expected <testsuites> or <testsuite>)")
     first = suites[0] if suites else root
-    suite_platform = _properties(first).get(ident.PROPERTY_PREFIX + "platform")
+    suite_properties = _properties(first)
+    recorded = {name: suite_properties[ident.RUN_PROPERTY_PREFIX + name] for name in ident.RUN_FIELDS
+                if ident.RUN_PROPERTY_PREFIX + name in suite_properties}
+    suite_platform = recorded.pop("platform", None)
     tests = [_junit_case(case, "", suite_platform) for suite in suites for case in suite.iter("testcase")]
     known = Counter(t.platform for t in tests if t.platform != ident.UNKNOWN)
     platform = suite_platform or (known.most_common(1)[0][0] if known else ident.UNKNOWN)
@@ -110,7 +113,8 @@ def read_junit(path: Path, text: str) -> Results:
         duration = sum(float(s.get("time", "0") or 0) for s in suites)
     except ValueError:
         duration = None
-    run = RunInfo(id="", source=str(path), platform=platform, started=first.get("timestamp"), duration=duration)
+    run = RunInfo(id="", source=str(path), platform=platform, started=first.get("timestamp"), duration=duration,
+                  **recorded)
     return build([run], tests)
 
 

@@ -115,6 +115,8 @@ def test_json_and_junit_of_a_real_session_agree(pytester, workers):
     _assert_identities(from_junit)
     (run,) = from_json.runs
     assert run.platform == "cpu" and run.exitstatus == 1 and run.torch and run.kvconform
+    (junit_run,) = from_junit.runs  # the JUnit alone says what the run ran on (suite properties)
+    assert (junit_run.torch, junit_run.vllm, junit_run.device) == (run.torch, run.vllm, run.device)
     failing = {t.nodeid: t.details for t in from_json.tests if t.outcome in ("failed", "error")}
     assert "[gw" not in "".join(failing.values())  # xdist's worker banner is not part of a failure's text
     assert any("loaded bytes differ" in details for details in failing.values())
@@ -126,6 +128,7 @@ def test_junit_of_a_session_without_kvconform_properties_is_parsed_from_ids(pyte
     assert "kvconform.check" not in junit  # really the plain-pytest path
     results, _ = read(pytester.path / "out/junit.xml")
     _assert_identities(results)
+    assert results.runs[0].platform == "cpu" and results.runs[0].torch is None
 
 
 def test_suite_json_matches_the_documented_schema(pytester):
