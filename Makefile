@@ -25,18 +25,19 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-# The project's own tests, then the CPU conformance suite (engine tier included).
+# The project's own tests, then the full CPU conformance suite (engine tier included), strict:
+# an expectation that matches nothing, or an xfail that passes, fails the run.
 test: venv
 	$(BIN)/python -m pytest tests -q -n 2 $(PYTEST_ARGS)
-	$(BIN)/python -m pytest conformance --platform=cpu -q -n 2 \
-		--junitxml=$(OUT)/junit-cpu.xml $(PYTEST_ARGS)
+	$(BIN)/python -m pytest --pyargs conformance --platform=cpu -q -n 2 --kvconform-strict \
+		--junitxml=$(OUT)/test-cpu/junit.xml $(PYTEST_ARGS)
 
-# The main job: the suite on the detected platform, rendered into reports/out/.
+# The main job: the suite on the detected platform, rendered into reports/out/ and printed.
 conformance: venv
 	mkdir -p $(OUT)
-	$(BIN)/python -m pytest conformance --platform=$(PLATFORM) -q -rs \
-		--junitxml=$(OUT)/junit.xml $(PYTEST_ARGS); status=$$?; \
-	$(BIN)/kvconform report $(OUT)/junit.xml --out $(OUT) --print-matrix || status=1; \
+	$(BIN)/python -m pytest --pyargs conformance --platform=$(PLATFORM) -q -rs -n 2 \
+		--junitxml=$(OUT)/junit.xml --kvconform-json=$(OUT)/results-run.json $(PYTEST_ARGS); status=$$?; \
+	$(BIN)/kvconform report $(OUT)/junit.xml $(OUT)/results-run.json --out $(OUT) --print-matrix || status=1; \
 	exit $$status
 
 clean:

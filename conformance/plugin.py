@@ -17,6 +17,9 @@ import pytest
 import platforms
 from platforms.spec import PlatformSpec, Probe
 
+# Sibling plugin modules, each with one concern; loaded with this one (so their options parse too).
+pytest_plugins = ["conformance.expectations", "conformance.results"]
+
 MARKERS = {
     "engine": "end-to-end runs of vLLM's LLM engine (slow; part of make test)",
     "check(name)": "the conformance check a test performs (roundtrip, fill, contract, lint, ...)",
