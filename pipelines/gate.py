@@ -194,7 +194,7 @@ def parse_factory(source: str, where: str = FACTORY_FILE) -> dict[str, str]:
 
 
 @lru_cache(maxsize=4096)
-def _glob_regex(pattern: str) -> re.Pattern:
+def compile_glob(pattern: str) -> re.Pattern:
     out, i = [], 0
     while i < len(pattern):
         if pattern.startswith("**/", i):
@@ -218,7 +218,7 @@ def _glob_regex(pattern: str) -> re.Pattern:
 def shared_reason(path: str) -> str | None:
     """Why ``path`` selects every connector, or None when it does not."""
     for pattern, reason in EVERY_CONNECTOR.items():
-        if _glob_regex(pattern).fullmatch(path):
+        if compile_glob(pattern).fullmatch(path):
             return reason
     return None
 
@@ -250,27 +250,35 @@ class SourceTree:
     def imported_files(self, path: str) -> set[str]:
         """Files in the tree that importing ``path`` executes: its imports and their packages."""
         if path not in self._imports:
-            self._imports[path] = self._read_imports(path)
+            targets = imported_modules(path, self.sources[path])
+            modules = targets | {parent for t in targets for parent in _parents(t)}
+            self._imports[path] = {f for f in map(self.file_of, modules) if f and f != path}
         return self._imports[path]
 
-    def _read_imports(self, path: str) -> set[str]:
-        module = _module_of(path)
-        package = module if path.endswith("/__init__.py") else module.rpartition(".")[0]
-        try:
-            tree = ast.parse(self.sources[path])
-        except (SyntaxError, ValueError):
-            return set()
-        targets: set[str] = set()
-        for node in _import_statements(tree):
-            if isinstance(node, ast.Import):
-                targets.update(alias.name for alias in node.names)
-            elif isinstance(node, ast.ImportFrom):
-                base = _absolute(node.module, node.level, package)
-                if base:
-                    targets.add(base)
-                    targets.update(f"{base}.{alias.name}" for alias in node.names)
-        modules = targets | {parent for t in targets for parent in _parents(t)}
-        return {f for f in map(self.file_of, modules) if f and f != path}
+
+@lru_cache(maxsize=1024)
+def imported_modules(path: str, source: str) -> frozenset[str]:
+    """The absolute module names ``path``'s import statements name (``from a import b``: a and a.b).
+
+    Cached on the source text: parsing is most of a selection's time, and a process
+    that selects for several changes (a bot, the tests) sees the same untouched files again.
+    """
+    module = _module_of(path)
+    package = module if path.endswith("/__init__.py") else module.rpartition(".")[0]
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return frozenset()
+    targets: set[str] = set()
+    for node in _import_statements(tree):
+        if isinstance(node, ast.Import):
+            targets.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = _absolute(node.module, node.level, package)
+            if base:
+                targets.add(base)
+                targets.update(f"{base}.{alias.name}" for alias in node.names)
+    return frozenset(targets)
 
 
 def _import_statements(tree: ast.Module):
@@ -367,7 +375,10 @@ def _match_file(path: str, registry: dict[str, str], loads: dict[str, set[str]])
 def select(changed: list[str], registry: dict[str, str], tree: SourceTree,
            wraps: dict[str, list[str]]) -> Selection:
     """The connectors ``changed`` touches; pure, so it is tested without git."""
-    loads = {name: loaded_files(tree, module) for name, module in registry.items()}
+    # Parsing the import graph is most of the cost: skip it when no changed file is in it.
+    in_graph = any(shared_reason(p) is None and p.startswith(tuple(f"{r}/" for r in IMPORT_GRAPH_ROOTS))
+                   for p in changed)
+    loads = {name: loaded_files(tree, module) if in_graph else set() for name, module in registry.items()}
     matches = tuple(_match_file(path, registry, loads) for path in changed)
     reasons: dict[str, list[str]] = {}
     for match in matches:

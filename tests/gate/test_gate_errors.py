@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import FACTORY, git
+from tests.gate.vllm_checkout import FACTORY, git
 
 
 def assert_one_line_error(result, *fragments: str) -> None:

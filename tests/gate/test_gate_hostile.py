@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import CONNECTORS, GIT_ENV
+from tests.gate.vllm_checkout import CONNECTORS, GIT_ENV
 
 V1 = f"{CONNECTORS}/v1"
 HOSTILE_NAMES = [

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import yaml
-from conftest import CONNECTORS
+from tests.gate.vllm_checkout import CONNECTORS
 
 V1 = f"{CONNECTORS}/v1"
 

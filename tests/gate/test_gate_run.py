@@ -13,7 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import CONNECTORS
+from tests.gate.vllm_checkout import CONNECTORS
 
 from pipelines import gate_cli
 

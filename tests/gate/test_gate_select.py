@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from conftest import CONNECTORS, FACTORY, installed_connector_names
+from tests.gate.vllm_checkout import CONNECTORS, FACTORY, VLLM_SOURCE, git, installed_connector_names
+
+from pipelines.gate import EVERY_CONNECTOR, IMPORT_GRAPH_ROOTS, compile_glob, shared_reason
 
 V1 = f"{CONNECTORS}/v1"
 NIXL_NAMES = ["NixlConnector", "NixlPullConnector", "NixlPushConnector"]
@@ -109,7 +111,6 @@ def test_the_diff_is_what_head_added_since_it_forked_from_base(gate, vllm_repo):
     fork = vllm_repo.base
     head = vllm_repo.touch(f"{V1}/example_connector.py")
     # base moves on after the fork: its changes are not the pull request's
-    from conftest import git
     git(vllm_repo.path, "checkout", "-q", "-b", "upstream", fork)
     upstream = vllm_repo.touch(f"{V1}/base.py")
     vllm_repo.base = upstream
@@ -144,3 +145,26 @@ def test_a_connector_claiming_one_platform_is_shown_with_it(gate, vllm_repo):
     head = vllm_repo.touch(f"{V1}/moriio/moriio_common.py")
     result = gate("--repo", str(vllm_repo.path), "--base", vllm_repo.base, "--head", head, "--dry-run")
     assert "MoRIIOConnector on rocm:" in result.out
+
+
+def test_every_row_of_the_shared_table_matches_a_file_of_the_installed_vllm():
+    """A row that matches nothing is stale (vLLM moved the file) and would silently select nothing."""
+    files = [str(p.relative_to(VLLM_SOURCE.parent)) for p in VLLM_SOURCE.rglob("*.py")]
+    stale = [pattern for pattern in EVERY_CONNECTOR if not any(compile_glob(pattern).fullmatch(f) for f in files)]
+    assert stale == []
+    assert all((VLLM_SOURCE.parent / root).is_dir() for root in IMPORT_GRAPH_ROOTS)
+
+
+@pytest.mark.parametrize("path, shared", [
+    ("vllm/v1/worker/kv_connector_model_runner_mixin.py", True),
+    ("vllm/v1/worker/gpu/kv_connector.py", True),
+    ("vllm/v1/worker/gpu_model_runner.py", False),
+    ("vllm/v1/core/kv_cache_utils.py", True),
+    ("vllm/v1/core/sched/kv_cache_utils.py", False),  # * stays within one folder
+    ("vllm/v1/attention/backends/mla/flashmla.py", True),  # a trailing /** is everything below
+    ("vllm/v1/attention/backendsX/flash_attn.py", False),
+    (f"{V1}/base.py", True),
+    (f"{V1}/base.pyc", False),
+])
+def test_shared_globs(path, shared):
+    assert (shared_reason(path) is not None) == shared
