@@ -1,0 +1,196 @@
+"""API contract: both halves of every connector answer vLLM's calls with the types base.py documents.
+
+vLLM trusts these answers blindly (the scheduler unpacks the claim, the runner
+unions the finished ids), so a wrong type fails far from its cause. Each check
+builds real vLLM inputs from a ``Rig`` and constructs the connector directly as
+``cls(vllm_config, role, kv_cache_config)``, once per kv_role its profile lists.
+A violation names the connector, the call, the documented type and the answer.
+
+The degenerate paths are calls vLLM really makes: a request with nothing to load,
+a request aborted while waiting (finished before any load), ids the connector
+never saw, and an empty cache registration. For ``register_kv_caches({})`` (a
+model with no attention layers the connector serves) the rule is: it conforms
+when it returns, or when it refuses with a ``ValueError`` (or a subclass) whose
+message says why; any other exception is a crash and fails.
+
+Skips follow the round-trip's rules: ``require`` names the profile, package or
+platform claim that rules a connector out, and a connector's own refusal of the
+platform (its profile's ``refusal`` pattern) is a skip that quotes it. Anything
+else a connector raises fails the check.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.harness.contract import (ContractRig, ContractViolation, check_answer, check_reported_ids,
+                                          install_checks, make_request, no_blocks, scheduler_output,
+                                          supports_hma)
+from conformance.harness.kvcache import CacheShape
+from conformance.harness.rig import ConnectorRefused, refusal_as
+from conformance.harness.roundtrip import prompt_tokens
+from conformance.needs import refusals_skip, require
+
+pytestmark = pytest.mark.check("contract")
+
+SHAPE = CacheShape()
+UNKNOWN_ID = "no-such-request"
+
+
+def _prompt(block_size: int, index: int = 0) -> list[int]:
+    """Three full blocks and a partial one: long enough for any connector to claim a hit."""
+    return prompt_tokens(index, 3 * block_size + 5)
+
+
+def _subject(connector, platform, make_rig) -> ContractRig:
+    """The connector under test, or a skip naming why the contract check cannot run it here."""
+    return ContractRig(make_rig(SHAPE), require(connector, platform, "contract"))
+
+
+def test_contract_scheduler(platform, attn_backend, connector, make_rig):
+    """Constructible with the SCHEDULER role; the claim, metadata, finish hooks and events are typed."""
+    subject = _subject(connector, platform, make_rig)
+    with refusals_skip():
+        for kv_role in subject.kv_roles():
+            with subject.scheduler(kv_role) as half:
+                request = half.new_request("contract-claimed", _prompt(SHAPE.block_size))
+                half.ask("get_num_new_matched_tokens", request, 0, shown_args="request, 0")
+                half.ask("build_connector_meta", scheduler_output(), shown_args="an empty SchedulerOutput")
+                half.ask("request_finished", request, [], shown_args="request, []")
+                if supports_hma(half.connector):
+                    other = half.new_request("contract-claimed-hma", _prompt(SHAPE.block_size, 1))
+                    half.ask("get_num_new_matched_tokens", other, 0, shown_args="request, 0")
+                    half.ask("request_finished_all_groups", other, half.no_block_ids(),
+                             shown_args=f"request, {half.no_block_ids()}")
+                half.ask("take_events", shown_args="")
+
+
+def test_contract_worker(platform, attn_backend, connector, make_rig):
+    """Constructible with the WORKER role; registers vLLM's caches; a step's reports are typed."""
+    subject = _subject(connector, platform, make_rig)
+    with refusals_skip():
+        for kv_role in subject.kv_roles():
+            with subject.scheduler(kv_role) as scheduler, subject.worker(kv_role) as worker:
+                metadata = scheduler.ask("build_connector_meta", scheduler_output(),
+                                         shown_args="an empty SchedulerOutput")
+                worker.idle_step(metadata)
+
+
+def test_contract_driven(platform, attn_backend, connector, make_rig):
+    """Answers given to vLLM's own Scheduler and to the runner's call order, end to end.
+
+    A producer side runs a request, then a fresh consumer side over the same storage
+    runs the same prompt, so a storing connector answers on its save path and its load path.
+    """
+    subject = _subject(connector, platform, make_rig)
+    with refusals_skip():
+        for index, kv_role in enumerate(subject.rig.roles()):
+            side = subject.rig.side(kv_role)
+            try:
+                _drive_one_request(subject, side, f"{kv_role}, {('producer', 'consumer')[index]}", index)
+            finally:
+                side.close()
+
+
+def _drive_one_request(subject, side, role: str, index: int) -> None:
+    label = f"{subject.name} ({role} side, driven by vLLM's Scheduler)"
+    scheduler_connector = side.scheduler.connector
+    scheduler_calls = install_checks(scheduler_connector, label)
+    worker_calls = install_checks(side.worker.connector, label)
+    check_reported_ids(side.worker.connector, label, lambda: side.scheduler.scheduler.requests)
+    request_id = f"contract-driven-{index}"
+    side.scheduler.add(request_id, _prompt(SHAPE.block_size))
+    # vLLM asks again for every request still waiting, so one question before the first step is a legal
+    # call; asking the class's method keeps the harness's claim recorder from unpacking a malformed answer.
+    request = side.scheduler.scheduler.requests[request_id]
+    check_answer(label, "get_num_new_matched_tokens", "get_num_new_matched_tokens(request, 0)",
+                 type(scheduler_connector).get_num_new_matched_tokens(scheduler_connector, request, 0))
+    side.scheduler.run(side.worker)
+
+    finish_hook = "request_finished_all_groups" if supports_hma(scheduler_connector) else "request_finished"
+    needed = {"get_num_new_matched_tokens": scheduler_calls, "build_connector_meta": scheduler_calls,
+              finish_hook: scheduler_calls, "take_events": scheduler_calls,
+              "get_finished": worker_calls, "get_block_ids_with_load_errors": worker_calls}
+    missed = [method for method, calls in needed.items() if not calls[method]]
+    assert not missed, f"{label}: vLLM never called {', '.join(missed)}, so its answers went unchecked"
+    assert side.scheduler.claims.get(request_id), f"{label}: no claim was recorded for {request_id}"
+
+
+def test_contract_no_load(platform, attn_backend, connector, make_rig):
+    """A request with nothing to load: the claim, an allocation of 0 external tokens and no blocks, a step."""
+    subject = _subject(connector, platform, make_rig)
+    with refusals_skip():
+        for kv_role in subject.kv_roles():
+            with subject.scheduler(kv_role) as scheduler, subject.worker(kv_role) as worker:
+                # One token: vLLM always computes the last token itself, so there is nothing to load.
+                request = scheduler.new_request("contract-no-load", prompt_tokens(0, 1))
+                scheduler.ask("get_num_new_matched_tokens", request, 0, shown_args="a 1-token request, 0")
+                scheduler.connector.update_state_after_alloc(request, no_blocks(scheduler.kv_cache_config), 0)
+                metadata = scheduler.ask("build_connector_meta", scheduler_output(),
+                                         shown_args="an empty SchedulerOutput")
+                worker.idle_step(metadata)
+                scheduler.finish(request, scheduler.no_block_ids(), "the 1-token request")
+
+
+def test_contract_finished_before_load(platform, attn_backend, connector, make_rig):
+    """A request aborted while waiting: claimed, finished with no blocks, never reported as loaded."""
+    subject = _subject(connector, platform, make_rig)
+    with refusals_skip():
+        for kv_role in subject.kv_roles():
+            with subject.scheduler(kv_role) as scheduler, subject.worker(kv_role) as worker:
+                request_id = "contract-aborted"
+                request = scheduler.new_request(request_id, _prompt(SHAPE.block_size))
+                scheduler.ask("get_num_new_matched_tokens", request, 0, shown_args="request, 0")
+                delay_free, _ = scheduler.finish(request, scheduler.no_block_ids(), "request")
+                metadata = scheduler.ask("build_connector_meta", scheduler_output([request_id]),
+                                         shown_args=f"a SchedulerOutput finishing {request_id!r}")
+                sending, recving = worker.idle_step(metadata, [request_id])
+                if request_id in (recving or ()):
+                    raise ContractViolation(f"{worker.label}: get_finished reported {request_id!r} as finished "
+                                            f"loading, but it was finished before any load was allocated")
+                if not delay_free and request_id in (sending or ()):
+                    raise ContractViolation(
+                        f"{worker.label}: get_finished reported {request_id!r} as finished sending, but the "
+                        f"scheduler side's finish hook returned False (no delayed free), so vLLM no longer holds "
+                        f"it (its scheduler asserts every reported id is a request it holds)")
+
+
+def test_contract_unknown_requests(platform, attn_backend, connector, make_rig):
+    """Ids a connector never saw: a finish hook for an unseen request, finished ids it never handled."""
+    subject = _subject(connector, platform, make_rig)
+    with refusals_skip():
+        for kv_role in subject.kv_roles():
+            with subject.scheduler(kv_role) as scheduler, subject.worker(kv_role) as worker:
+                unseen = make_request(scheduler.vllm_config, "contract-unseen", _prompt(SHAPE.block_size))
+                scheduler.finish(unseen, scheduler.no_block_ids(), "a request it never saw")
+                metadata = scheduler.ask("build_connector_meta", scheduler_output([UNKNOWN_ID]),
+                                         shown_args=f"a SchedulerOutput finishing {UNKNOWN_ID!r}")
+                reported = worker.idle_step(metadata, [UNKNOWN_ID])
+                for direction, ids in zip(("sending", "loading"), reported):
+                    if UNKNOWN_ID in (ids or ()):
+                        raise ContractViolation(
+                            f"{worker.label}: get_finished({{{UNKNOWN_ID!r}}}) reported {UNKNOWN_ID!r} as finished "
+                            f"{direction}, a request it never handled (vLLM's scheduler asserts every reported "
+                            f"id is a request it holds)")
+
+
+def test_contract_empty_registration(platform, attn_backend, connector, make_rig):
+    """``register_kv_caches({})`` on a fresh worker returns, or refuses with a ValueError that says why."""
+    subject = _subject(connector, platform, make_rig)
+    with refusals_skip():
+        for kv_role in subject.kv_roles():
+            with subject.worker(kv_role, register=False) as worker:
+                try:
+                    with refusal_as(ConnectorRefused, subject.rig.connector):
+                        worker.connector.register_kv_caches({})
+                except ConnectorRefused:
+                    raise
+                except ValueError as refusal:
+                    if not str(refusal).strip():
+                        raise ContractViolation(f"{worker.label}: register_kv_caches({{}}) raised a ValueError "
+                                                f"with no message; a refusal must say why") from refusal
+                except Exception as crash:
+                    said = f": {crash}" if str(crash) else ""
+                    raise ContractViolation(
+                        f"{worker.label}: register_kv_caches({{}}) crashed with {type(crash).__name__}{said}; "
+                        f"expected it to return, or to refuse with a ValueError that says why") from crash
