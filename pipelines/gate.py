@@ -190,29 +190,17 @@ def parse_factory(source: str, where: str = FACTORY_FILE) -> dict[str, str]:
     return registry
 
 
-# --- static imports --------------------------------------------------------------------
+# --- shared infrastructure ---------------------------------------------------------------
+
+# Glob syntax -> regex: ``**/`` any number of folders, ``**`` anything, ``*`` and ``?`` within a segment.
+_GLOB_TOKENS = {"**/": r"(?:[^/]+/)*", "**": r".*", "*": r"[^/]*", "?": r"[^/]"}
+_GLOB_SPLIT = re.compile(r"(\*\*/|\*\*|\*|\?)")
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=256)
 def compile_glob(pattern: str) -> re.Pattern:
-    out, i = [], 0
-    while i < len(pattern):
-        if pattern.startswith("**/", i):
-            out.append(r"(?:[^/]+/)*")
-            i += 3
-        elif pattern.startswith("**", i):
-            out.append(r".*")
-            i += 2
-        elif pattern[i] == "*":
-            out.append(r"[^/]*")
-            i += 1
-        elif pattern[i] == "?":
-            out.append(r"[^/]")
-            i += 1
-        else:
-            out.append(re.escape(pattern[i]))
-            i += 1
-    return re.compile("".join(out))
+    """A path glob as a regex matched against a whole path (``fnmatch``'s ``*`` would cross folders)."""
+    return re.compile("".join(_GLOB_TOKENS.get(part) or re.escape(part) for part in _GLOB_SPLIT.split(pattern)))
 
 
 def shared_reason(path: str) -> str | None:
@@ -221,6 +209,9 @@ def shared_reason(path: str) -> str | None:
         if compile_glob(pattern).fullmatch(path):
             return reason
     return None
+
+
+# --- static imports ----------------------------------------------------------------------
 
 
 def _module_of(path: str) -> str:

@@ -26,7 +26,8 @@ from pipelines.gate import GateError, Selection, select_change
 # flag -> the attribute argparse stores it under; exactly one must be given.
 MODES: dict[str, str] = {"--dry-run": "dry_run", "--run": "run_tests", "--emit-pipeline": "emit_pipeline"}
 
-JUNIT_FILE = "junit.xml"
+JUNIT_FILE = "junit.xml"  # the verdict is read from here
+JSON_FILE = "results.json"  # the suite's own results, kept for ``kvconform report``
 
 FAILING = ("failed", "error")
 NOT_EXERCISED = ("skipped",)
@@ -49,7 +50,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", type=Path, metavar="FILE", help="--emit-pipeline: write here, not stdout")
     parser.add_argument("--config", type=Path, metavar="FILE", help="--emit-pipeline: the lanes config")
     parser.add_argument("--results", type=Path, metavar="DIR",
-                        help=f"--run: keep the run's {JUNIT_FILE} here (default: a temporary folder)")
+                        help=f"--run: keep the run's {JUNIT_FILE} and {JSON_FILE} here (default: a temporary folder)")
 
 
 def _mode(args: argparse.Namespace) -> str:
@@ -130,13 +131,21 @@ def pytest_command(platform: str, connectors: list[str], results: Path) -> list[
     """
     return [sys.executable, "-m", "pytest", "--pyargs", "conformance", f"--platform={platform}",
             *(f"--connector={name}" for name in connectors), "-p", "no:cacheprovider", "-rs",
-            f"--junitxml={results / JUNIT_FILE}"]
+            f"--junitxml={results / JUNIT_FILE}", f"--kvconform-json={results / JSON_FILE}"]
 
 
 def _connector_in_id(nodeid: str, connectors: list[str]) -> str | None:
     """The connector a test id is parametrized with (``test_x[cpu-CPU_ATTN-ExampleConnector]``)."""
     params = nodeid.rpartition("[")[2].rstrip("]").split("-") if nodeid.endswith("]") else []
     return next((name for name in connectors if name in params), None)
+
+
+MESSAGE_LIMIT = 240  # a verdict line, not a traceback: the run's own output has the rest
+
+
+def _one_line(text: str) -> str:
+    line = next((part.strip() for part in text.splitlines() if part.strip()), "")
+    return line if len(line) <= MESSAGE_LIMIT else line[:MESSAGE_LIMIT - 3] + "..."
 
 
 _JUNIT_OUTCOME = {"failure": "failed", "error": "error", "skipped": "skipped"}
@@ -165,7 +174,7 @@ def read_junit(path: Path, connectors: list[str]) -> list[TestResult] | None:
             if kind is None or outcome in FAILING:  # a failure or error outranks a later skip
                 continue
             outcome = "xfailed" if kind == "skipped" and child.get("type") == "pytest.xfail" else kind
-            message = (child.get("message") or "").strip()
+            message = _one_line(child.get("message") or "")
         results.append(TestResult(nodeid, connector, outcome, message))
     return results
 
@@ -195,14 +204,15 @@ def judge(results: list[TestResult] | None, connectors: list[str], platform: str
 
 @contextmanager
 def _results_folder(chosen: Path | None):
-    """The folder the run writes to; a kept one loses its old JUnit file, so it is never judged twice."""
+    """The folder the run writes to; a kept one loses its old results, so they are never judged twice."""
     if chosen is None:
         with tempfile.TemporaryDirectory(prefix="kvconform-gate-") as tmp:
             yield Path(tmp)
         return
     try:
         chosen.mkdir(parents=True, exist_ok=True)
-        (chosen / JUNIT_FILE).unlink(missing_ok=True)
+        for name in (JUNIT_FILE, JSON_FILE):
+            (chosen / name).unlink(missing_ok=True)
     except OSError as exc:
         raise UserError(f"--results {chosen}: cannot use it: {exc.strerror}") from None
     yield chosen.resolve()

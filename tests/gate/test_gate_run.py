@@ -160,7 +160,8 @@ def test_the_real_command_is_an_argument_list_with_glued_values():
     command = gate_cli.pytest_command("cpu", ["ExampleConnector", "--rf", "$(touch pwned)"], Path("/r"))
     assert command[:5] == [sys.executable, "-m", "pytest", "--pyargs", "conformance"]
     assert "--connector=--rf" in command and "--connector=$(touch pwned)" in command
-    assert "--rf" not in command and "--platform=cpu" in command and "--junitxml=/r/junit.xml" in command
+    assert "--rf" not in command and "--platform=cpu" in command
+    assert "--junitxml=/r/junit.xml" in command and "--kvconform-json=/r/results.json" in command
 
 
 @pytest.mark.parametrize("status", [2, 3, 4])
