@@ -67,6 +67,10 @@ class Entry(BaseModel):
         return self
 
 
+# Entries in a file for this "platform" hold on every platform (e.g. static lint findings).
+ANY_PLATFORM = "any"
+
+
 class ExpectationsFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     platform: str
@@ -77,8 +81,8 @@ class ExpectationsFile(BaseModel):
     def _known_platform(cls, name: str) -> str:
         from platforms import PLATFORMS
 
-        if name not in PLATFORMS:
-            raise ValueError(f"unknown platform {name!r}; choose one of: {', '.join(PLATFORMS)}")
+        if name not in PLATFORMS and name != ANY_PLATFORM:
+            raise ValueError(f"unknown platform {name!r}; choose one of: {', '.join([*PLATFORMS, ANY_PLATFORM])}")
         return name
 
 
@@ -224,7 +228,7 @@ def pytest_configure(config: pytest.Config) -> None:
     except ExpectationError as exc:
         raise pytest.UsageError(str(exc)) from None
     platform = _run_platform(config)
-    config.stash[_STATE] = _State([e for e in loaded if e.platform == platform],
+    config.stash[_STATE] = _State([e for e in loaded if e.platform in (platform, ANY_PLATFORM)],
                                   bool(config.getoption("kvconform_strict", default=False)))
 
 

@@ -17,7 +17,7 @@ def unmet_need(connector, platform, check: str) -> str | None:
     profile = connector.profile
     if not profile.runs(check):
         why = f" ({profile.reason})" if profile.reason else ""
-        return f"{connector.name}: the {check} check does not apply to it per conformance/connectors.yaml{why}"
+        return f"{connector.name}: the {check} check does not apply to it per its connector profile{why}"
     claimed = profile.requires.platforms
     if claimed is not None and platform.name not in claimed:
         return f"{connector.name} claims only {', '.join(claimed)}; this run is on {platform.name}"

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 PROFILES_FILE = Path(__file__).with_name("connectors.yaml")
 
-Check = Literal["roundtrip", "fill", "contract", "lint"]
+Check = Literal["roundtrip", "fill", "contract", "lint", "engine"]
 Role = Literal["kv_both", "kv_producer", "kv_consumer"]
 
 

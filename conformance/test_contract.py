@@ -110,8 +110,11 @@ def _drive_one_request(subject, side, role: str, index: int) -> None:
     finish_hook = "request_finished_all_groups" if supports_hma(scheduler_connector) else "request_finished"
     needed = {"get_num_new_matched_tokens": scheduler_calls, "build_connector_meta": scheduler_calls,
               finish_hook: scheduler_calls, "take_events": scheduler_calls,
-              "get_finished": worker_calls, "get_block_ids_with_load_errors": worker_calls}
+              "get_block_ids_with_load_errors": worker_calls}
     missed = [method for method, calls in needed.items() if not calls[method]]
+    # the runner asks for finished transfers through get_transfer_results, which wrappers override
+    if not (worker_calls["get_finished"] or worker_calls["get_transfer_results"]):
+        missed.append("get_finished/get_transfer_results")
     assert not missed, f"{label}: vLLM never called {', '.join(missed)}, so its answers went unchecked"
     assert side.scheduler.claims.get(request_id), f"{label}: no claim was recorded for {request_id}"
 

@@ -1,6 +1,7 @@
 """One fresh vLLM engine, the tiny dummy model, one connector: run prompts, print JSON.
 
-Run as ``python -m conformance.harness.engine_run MODEL_DIR STORAGE CONNECTOR``. Each
+Run as ``python -m conformance.harness.engine_run MODEL_DIR TRANSFER_JSON`` (the
+``KVTransferConfig`` fields as JSON). Each
 invocation is a new process, hence a truly fresh engine: the second run can only
 hit the cache through the connector's storage. The engine runs in-process
 (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so a crash is this process's exit status.
@@ -19,7 +20,7 @@ ENGINE_BLOCK_SIZE = 32  # vLLM's CPU attention kernels want a multiple of 32
 PROMPT_LENGTHS = (77, 45)
 
 
-def main(model_dir: str, storage: str, connector: str) -> int:
+def main(model_dir: str, transfer_json: str) -> int:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     from vllm import LLM, SamplingParams
     from vllm.config import KVTransferConfig
@@ -29,8 +30,7 @@ def main(model_dir: str, storage: str, connector: str) -> int:
         model=model_dir, skip_tokenizer_init=True, load_format="dummy", dtype="float32", seed=0,
         max_model_len=MAX_MODEL_LEN, block_size=ENGINE_BLOCK_SIZE, enforce_eager=True,
         kv_cache_memory_bytes=64 << 20, enable_prefix_caching=True,
-        kv_transfer_config=KVTransferConfig(kv_connector=connector, kv_role="kv_both",
-                                            kv_connector_extra_config={"shared_storage_path": storage}),
+        kv_transfer_config=KVTransferConfig(**json.loads(transfer_json)),
     )
     prompts = [TokensPrompt(prompt_token_ids=prompt_tokens(i, n)) for i, n in enumerate(PROMPT_LENGTHS)]
     outputs = llm.generate(prompts, SamplingParams(max_tokens=8, temperature=0.0, detokenize=False))
@@ -42,4 +42,4 @@ def main(model_dir: str, storage: str, connector: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:4]))
+    sys.exit(main(*sys.argv[1:3]))

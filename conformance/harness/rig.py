@@ -101,7 +101,8 @@ class Rig:
 
     def side(self, role: str = "kv_both", fill_seed: int | None = None) -> Side:
         """A fresh scheduler + worker pair; caches random (``fill_seed``) or zeroed."""
-        config = self.vllm_config(role)
+        with refusal_as(ConnectorRefused, self.connector):  # vLLM's config validation may refuse it too
+            config = self.vllm_config(role)
         layers = attention_layer_names()
         kv_cache_config = kvcache.build_kv_cache_config(config, [(layers, self.shape.attention_spec())])
         caches = kvcache.allocate(kv_cache_config, config, self.device)

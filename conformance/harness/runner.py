@@ -4,7 +4,8 @@ Per step, as vLLM's ``KVConnectorModelRunnerMixin`` and the attention layers'
 ``maybe_transfer_kv_layer`` do it: bind metadata; ``start_load_kv`` before the
 layers when the step has synchronous loads, after them otherwise; per attention
 layer ``wait_for_layer_load`` then ``save_kv_layer``; ``wait_for_save``;
-``get_finished``; ``get_block_ids_with_load_errors``; clear metadata. All of it
+``get_finished`` (through ``get_transfer_results`` where vLLM has it);
+``get_block_ids_with_load_errors``; clear metadata. All of it
 inside vLLM's own ``set_forward_context`` and under a ``DeviceGuard``.
 """
 
@@ -33,6 +34,20 @@ class AttentionLayerStandIn:
     def kv_cache(self) -> object:
         self._guard.enter_layer(self.layer_name)
         return self._kv_cache
+
+
+def finished_transfers(connector, finished_req_ids: set[str]) -> tuple[set | None, set | None, set]:
+    """Completed sends, receives and failed receives, asked the way the installed vLLM's runner asks.
+
+    vLLM 0.32's runner calls ``get_transfer_results`` (whose default wraps
+    ``get_finished``; MultiConnector and Mooncake override it); a vLLM without it
+    calls ``get_finished`` directly.
+    """
+    if hasattr(connector, "get_transfer_results"):
+        results = connector.get_transfer_results(finished_req_ids)
+        return results.finished_sending, results.finished_recving, set(results.failed_recving or ())
+    sending, recving = connector.get_finished(finished_req_ids)
+    return sending, recving, set()
 
 
 @dataclass
@@ -90,11 +105,11 @@ class WorkerStandIn:
             if not sync_loads:
                 connector.start_load_kv(get_forward_context())
             connector.wait_for_save()
-            sending, recving = connector.get_finished(scheduler_output.finished_req_ids)
+            sending, recving, failed = finished_transfers(connector, scheduler_output.finished_req_ids)
             load_errors = connector.get_block_ids_with_load_errors()
             connector.clear_connector_metadata()
         self.records.append(StepRecord(sending, recving, load_errors))
-        return KVConnectorOutput(finished_sending=sending, finished_recving=recving,
+        return KVConnectorOutput(finished_sending=sending, finished_recving=recving, failed_recving=failed,
                                  invalid_block_ids=set(load_errors or ()))
 
     def shutdown(self) -> None:

@@ -55,7 +55,8 @@ class SchedulerDriver:
 
         def recorded(request, num_computed_tokens):
             result = answer(request, num_computed_tokens)
-            tokens, load_async = result
+            # recorded as returned: a malformed answer is the contract check's to report, not a crash here
+            tokens, load_async = result if isinstance(result, tuple) and len(result) == 2 else (result, None)
             self.claims.setdefault(request.request_id, []).append(
                 Claim(request.request_id, num_computed_tokens, tokens, load_async))
             return result
