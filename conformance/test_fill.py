@@ -1,0 +1,81 @@
+"""Synthetic KV fills on hybrid caches: exactly the request's blocks, state tensors whole, the right values.
+
+The cache mixes full-attention, sliding-window and circular-buffer layers with
+Mamba2 and KDA-like state layers (several KV cache groups, so a SupportsHMA
+connector runs its hybrid paths), built by vLLM's own spec classes, grouping and
+allocator, driven through vLLM's Scheduler and the runner's worker-side order.
+State layers are registered three ways (``conformance/harness/hybrid.py``): tuples
+that own their storage (``owned``), vLLM 0.32's byte pages (``pages``), and the
+layers' tuples of block-indexed views (``views``). What must hold is in
+``conformance/harness/fill.py``.
+
+Random fills use ``fill_std`` 0.5 and are judged within 6 standard errors of the
+requested mean and std over every value filled (~10^5 attention values, ~10^3
+state values), plus the rounding of the cache dtype: see ``check_statistics``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.harness.fill import run_fill
+from conformance.harness.hybrid import (ATTENTION_ONLY_KINDS, HYBRID_KINDS, REGISTRATIONS, UNEXPECTED_ENTRIES,
+                                        layer_kinds)
+from conformance.harness.kvcache import KV_DTYPES, CacheShape
+from conformance.needs import refusals_skip, require
+
+pytestmark = pytest.mark.check("fill")
+
+DTYPES = list(KV_DTYPES)
+
+
+def _kinds(connector, registration: str) -> tuple[str, ...]:
+    """The layer kinds a connector is checked on: hybrid ones when its profile claims hybrid models."""
+    if connector.profile.hybrid:
+        return HYBRID_KINDS
+    if registration != "pages":
+        pytest.skip(f"{connector.name}: its profile does not claim hybrid models (hybrid: false), so it has no "
+                    f"state layers to register as {registration!r}")
+    return ATTENTION_ONLY_KINDS
+
+
+def _fill(make_rig, connector, platform, dtype, registration, **kwargs):
+    require(connector, platform, "fill")
+    kinds = _kinds(connector, registration)
+    with refusals_skip():
+        return run_fill(make_rig(CacheShape(dtype=dtype)), kinds, registration, **kwargs)
+
+
+@pytest.mark.parametrize("registration", list(REGISTRATIONS))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fill(platform, attn_backend, connector, dtype, registration, make_rig):
+    """Constant fill (fill_std 0), two requests in one step: exactly their blocks, exactly fill_mean."""
+    result = _fill(make_rig, connector, platform, dtype, registration)
+    assert result.regions > 0
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fill_random(platform, attn_backend, connector, dtype, make_rig):
+    """Random fill: the requested mean and std, within the tolerance stated in the module docstring."""
+    result = _fill(make_rig, connector, platform, dtype, "owned", mode="random")
+    assert result.statistics
+
+
+@pytest.mark.parametrize("registration", list(REGISTRATIONS))
+def test_fill_prefix_hit(platform, attn_backend, connector, registration, make_rig):
+    """A second request reusing a cached prefix: only its missing blocks are filled."""
+    result = _fill(make_rig, connector, platform, "float16", registration, scenario="prefix-hit")
+    local, _ = result.claims["b"]
+    assert local > 0
+
+
+@pytest.mark.parametrize("entry", list(UNEXPECTED_ENTRIES))
+def test_fill_unexpected_entry(platform, attn_backend, connector, entry, make_rig):
+    """A cache entry of a type the connector cannot know is skipped with a warning, not a crash."""
+    require(connector, platform, "fill")
+    if not connector.profile.hybrid:
+        pytest.skip(f"{connector.name}: its profile does not claim hybrid models (hybrid: false)")
+    state_layer = next(name for name, kind in layer_kinds(HYBRID_KINDS).items() if kind == "mamba2")
+    with refusals_skip():
+        result = run_fill(make_rig(CacheShape()), HYBRID_KINDS, "owned", unexpected={state_layer: entry})
+    assert any(state_layer in message for message in result.warnings)
