@@ -111,10 +111,14 @@ def pytest_configure_node(node) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto``: xdist asks before ``pytest_configure``, so the platform is resolved here too."""
     from conformance.workers import auto_workers
 
-    target = run_target(config)
-    return auto_workers(target.platform, target.probe.device_count)
+    try:
+        spec, found = platforms.resolve(config.getoption("platform"))
+    except platforms.PlatformError:
+        return None  # pytest_configure reports the error in its own words
+    return auto_workers(spec, found.device_count)
 
 
 def run_target(config: pytest.Config) -> RunTarget:
