@@ -1,0 +1,235 @@
+"""How long the CPU conformance suite takes on this machine, and where the time goes.
+
+Issue 7's targets: the suite without the engine tier under 60 s serial; a
+one-connector gate run under 20 s; ``-n 2`` at least 1.6x faster than serial.
+This script measures, it optimises nothing. Each run is a fresh pytest process
+(as CI starts one); the host's load average is recorded beside every wall time,
+because a shared machine makes timings noisy. Where the time goes comes from
+the runs themselves: pytest's ``--durations=15``, seconds per check and per
+connector from the JUnit file (kvconform labels every test with
+``kvconform.check`` / ``kvconform.connector`` properties), the collection time,
+and the time a fresh process needs to import the vLLM modules the harness uses.
+
+    .venv/bin/python benchmarks/suite_timing.py [--runs serial,xdist,gate] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ElementTree
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_JSON = ROOT / "reports" / "out" / "suite-timing.json"
+SUITE = ["--pyargs", "conformance", "--platform=cpu", "-m", "not engine", "-p", "no:cacheprovider", "-q"]
+
+
+@dataclass(frozen=True)
+class SuiteRun:
+    name: str
+    doc: str
+    args: tuple[str, ...]
+    target_s: float | None  # wall-time target, if issue 7 sets one
+
+
+RUNS: dict[str, SuiteRun] = {r.name: r for r in (
+    SuiteRun("serial", "full CPU suite without the engine tier, one process", tuple(SUITE), 60.0),
+    SuiteRun("xdist", "the same with -n 2", (*SUITE, "-n", "2"), None),
+    SuiteRun("gate", "one connector's tests (what kvconform gate --run runs for an ExampleConnector change)",
+             (*SUITE, "--connector", "ExampleConnector"), 20.0),
+    SuiteRun("collect", "collection only: the fixed cost every pytest run pays before its first test",
+             (*SUITE, "--collect-only"), None),
+)}
+SPEEDUP_TARGET = 1.6
+
+# What a fresh worker process imports from vLLM before its first test (the harness's own imports).
+VLLM_IMPORTS = ("import vllm.config; "
+                "from vllm.v1.core.sched.scheduler import Scheduler; "
+                "from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory; "
+                "from vllm.forward_context import set_forward_context; "
+                "from vllm.v1.worker.utils import allocate_kv_cache")
+DURATION_LINE = re.compile(r"^\s*(\d+(?:\.\d+)?)s\s+(setup|call|teardown)\s+(\S.*)$")
+SUMMARY_COUNTS = re.compile(r"(\d+) (passed|failed|skipped|xfailed|xpassed|errors?|deselected|warnings?)")
+
+
+@dataclass
+class RunResult:
+    name: str
+    doc: str
+    command: list[str]
+    wall_s: float
+    exit_status: int
+    target_s: float | None
+    load_before: list[float]
+    load_after: list[float]
+    counts: dict[str, int] = field(default_factory=dict)
+    durations: list[dict] = field(default_factory=list)  # pytest's --durations=15 lines
+    by_check: dict[str, float] = field(default_factory=dict)  # JUnit seconds per kvconform.check
+    by_connector: dict[str, float] = field(default_factory=dict)  # JUnit seconds per kvconform.connector
+    by_outcome: dict[str, float] = field(default_factory=dict)  # JUnit seconds per outcome (skips cost too)
+    tail: str = ""
+
+    @property
+    def met(self) -> bool | None:
+        return None if self.target_s is None else self.wall_s < self.target_s
+
+
+OUTCOME_TAGS = ("failure", "error", "skipped")  # a JUnit testcase's child naming its outcome; none: passed
+
+
+def _ordered(seconds: dict[str, float]) -> dict[str, float]:
+    return dict(sorted(((k, round(v, 2)) for k, v in seconds.items()), key=lambda kv: -kv[1]))
+
+
+def _junit_seconds(path: Path) -> tuple[dict[str, float], ...]:
+    """Seconds per kvconform.check, per kvconform.connector and per outcome, from a JUnit file."""
+    sums: tuple[dict[str, float], ...] = (defaultdict(float), defaultdict(float), defaultdict(float))
+    if not path.exists():
+        return {}, {}, {}
+    for case in ElementTree.parse(path).iter("testcase"):
+        props = {p.get("name"): p.get("value") for p in case.iter("property")}
+        outcome = next((tag for tag in OUTCOME_TAGS if case.find(tag) is not None), "passed")
+        seconds = float(case.get("time") or 0)
+        for total, key in zip(sums, (props.get("kvconform.check", "-"), props.get("kvconform.connector", "-"),
+                                     outcome)):
+            total[key] += seconds
+    return tuple(_ordered(total) for total in sums)
+
+
+def run_suite(run: SuiteRun, python: str, scratch: Path, timeout: float) -> RunResult:
+    junit = scratch / f"{run.name}.xml"
+    extra = [] if run.name == "collect" else ["--durations=15", f"--junitxml={junit}"]
+    command = [python, "-m", "pytest", *run.args, *extra]
+    before = list(os.getloadavg())
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        status, output = done.returncode, done.stdout + done.stderr
+    except subprocess.TimeoutExpired as exc:
+        status, output = 124, f"timed out after {timeout:.0f} s\n{exc.stdout or ''}"
+    wall = time.perf_counter() - start
+    durations = [{"seconds": float(m[1]), "phase": m[2], "test": m[3]}
+                 for m in map(DURATION_LINE.match, output.splitlines()) if m]
+    last = next((line for line in reversed(output.splitlines()) if SUMMARY_COUNTS.search(line)), "")
+    counts = {kind.rstrip("s") if kind.startswith(("error", "warning")) else kind: int(n)
+              for n, kind in SUMMARY_COUNTS.findall(last)}
+    by_check, by_connector, by_outcome = _junit_seconds(junit)
+    return RunResult(run.name, run.doc, command, round(wall, 2), status, run.target_s, before,
+                     list(os.getloadavg()), counts, durations, by_check, by_connector, by_outcome,
+                     "\n".join(output.splitlines()[-5:]))
+
+
+def vllm_import_seconds(python: str, repeat: int = 3) -> float:
+    """Median seconds a fresh interpreter takes to import the vLLM modules the harness needs."""
+    code = f"import time; t = time.perf_counter(); {VLLM_IMPORTS}; print(time.perf_counter() - t)"
+    env = {**os.environ, "VLLM_LOGGING_LEVEL": "ERROR"}
+    samples = []
+    for _ in range(repeat):
+        done = subprocess.run([python, "-c", code], cwd=ROOT, capture_output=True, text=True, env=env)
+        if done.returncode != 0:
+            raise SystemExit(f"suite_timing: importing vLLM failed: {done.stderr.strip().splitlines()[-1:]}")
+        samples.append(float(done.stdout.strip().splitlines()[-1]))
+    return statistics.median(samples)
+
+
+# ----------------------------------------------------------------------------- findings
+
+
+def findings(results: dict[str, RunResult], import_s: float) -> list[str]:
+    """Plain statements read off the measurements (the report's suggestions start from these)."""
+    notes = []
+    serial, xdist, gate, collect = (results.get(n) for n in ("serial", "xdist", "gate", "collect"))
+    if serial and xdist and xdist.wall_s:
+        speedup = serial.wall_s / xdist.wall_s
+        notes.append(f"-n 2 is {speedup:.2f}x serial (target {SPEEDUP_TARGET}x): "
+                     + ("met" if speedup >= SPEEDUP_TARGET else "not met"))
+    for run in (serial, xdist, gate):
+        if run:
+            notes.append(f"{run.name}: vLLM import ({import_s:.1f} s per process) is "
+                         f"{100 * import_s / run.wall_s:.0f}% of its {run.wall_s:.1f} s wall time")
+    if collect:
+        notes.append(f"collection alone takes {collect.wall_s:.1f} s per pytest run (vLLM import included); "
+                     f"with -n 2 each worker collects again")
+    if serial and serial.by_outcome:
+        notes.append(f"serial: {sum(serial.by_outcome.values()):.1f} s inside tests (the rest of "
+                     f"{serial.wall_s:.1f} s is start-up and collection); by outcome: "
+                     + ", ".join(f"{k} {v:.1f} s" for k, v in serial.by_outcome.items()))
+    if serial and serial.by_check:
+        total = sum(serial.by_check.values()) or 1.0
+        shares = ", ".join(f"{check} {100 * s / total:.0f}%" for check, s in list(serial.by_check.items())[:4])
+        notes.append(f"serial test time by check: {shares}")
+    if serial and serial.by_connector:
+        total = sum(serial.by_connector.values()) or 1.0
+        shares = ", ".join(f"{name} {100 * s / total:.0f}%" for name, s in list(serial.by_connector.items())[:4])
+        notes.append(f"serial test time by connector: {shares}")
+    return notes
+
+
+def table(results: dict[str, RunResult]) -> str:
+    rows = [("run", "wall s", "target", "met", "exit", "tests", "load avg before/after")]
+    for r in results.values():
+        counts = " ".join(f"{n} {k}" for k, n in r.counts.items() if k not in ("warning",))
+        target = f"< {r.target_s:.0f} s" if r.target_s else "-"
+        met = {None: "-", True: "yes", False: "no"}[r.met]
+        rows.append((r.name, f"{r.wall_s:.1f}", target, met, str(r.exit_status), counts,
+                     f"{r.load_before[0]:.2f} / {r.load_after[0]:.2f}"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", default="collect,gate,serial,xdist",
+                        help=f"comma-separated runs from: {', '.join(RUNS)} (default: all)")
+    parser.add_argument("--python", default=sys.executable, help="the interpreter with kvconform and vLLM")
+    parser.add_argument("--json", type=Path, default=DEFAULT_JSON, metavar="FILE",
+                        help=f"where to write the JSON (default: {DEFAULT_JSON.relative_to(ROOT)})")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds one run may take (default: 1800)")
+    args = parser.parse_args(argv)
+    names = [n.strip() for n in args.runs.split(",") if n.strip()]
+    unknown = [n for n in names if n not in RUNS]
+    if unknown or not names:
+        parser.error(f"--runs: unknown run {', '.join(unknown) or '(none given)'}; choose from {', '.join(RUNS)}")
+
+    import_s = vllm_import_seconds(args.python)
+    results: dict[str, RunResult] = {}
+    with tempfile.TemporaryDirectory(prefix="kvconform-suite-timing-") as scratch:
+        for name in names:
+            print(f"suite_timing: {name}: {RUNS[name].doc} ...", file=sys.stderr, flush=True)
+            results[name] = run_suite(RUNS[name], args.python, Path(scratch), args.timeout)
+    notes = findings(results, import_s)
+
+    print(f"CPU conformance suite timing on {os.cpu_count()} CPUs "
+          f"(load average now {os.getloadavg()[0]:.2f}; other work on this host inflates every number)")
+    print(table(results))
+    print(f"vLLM import in a fresh process: {import_s:.2f} s")
+    for note in notes:
+        print(f"- {note}")
+    slowest = results.get("serial") or next(iter(results.values()))
+    if slowest.durations:
+        print(f"slowest test phases ({slowest.name} run, pytest --durations=15):")
+        for d in slowest.durations:
+            print(f"  {d['seconds']:7.2f}s {d['phase']:<8} {d['test']}")
+
+    doc = {"cpus": os.cpu_count(), "python": args.python, "vllm_import_s": round(import_s, 2),
+           "speedup_target": SPEEDUP_TARGET, "findings": notes,
+           "runs": {name: {**asdict(r), "met": r.met} for name, r in results.items()}}
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"wrote {args.json}")
+    # failing tests still give a valid timing; a usage error, crash or timeout does not
+    return 0 if all(r.exit_status in (0, 1) for r in results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
