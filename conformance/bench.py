@@ -11,6 +11,7 @@ device/host copy for the rest. It prints a table and, with ``--json``, writes:
   platform, device, device_name, attn_backend, kv_dtype, block_size
   kv_shape              {name, layers, kv_heads, head_size, bytes_per_token}
   sizes, repeat         KV tokens per request; timed repeats per size (medians are reported)
+  torch_threads         torch's intra-op threads during the run (--threads)
   versions              {vllm, torch, python}
   load_average          {before, after}: os.getloadavg() around the run (timings on a busy host are noisy)
   min_ratio             --min-ratio, or null
@@ -75,7 +76,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
                             f"{g.name}: {g.layers} layers x {g.kv_heads} KV heads x {g.head_size}"
                             for g in GEOMETRIES.values()) + " (default: small)")
     parser.add_argument("--dtype", choices=list(KV_DTYPES), default="float16", help="KV cache dtype (default: float16)")
-    parser.add_argument("--block-size", type=int, choices=BLOCK_SIZES, default=16, help="tokens per block (default: 16)")
+    parser.add_argument("--block-size", type=int, choices=BLOCK_SIZES, default=16,
+                        help="tokens per block (default: 16)")
+    parser.add_argument("--threads", type=int, metavar="N",
+                        help="torch's intra-op threads for the run (default: torch's own choice); on a shared "
+                             "host 1 gives steadier numbers, since a thread pool waiting on busy cores dominates")
     parser.add_argument("--storage-dir", type=Path, metavar="DIR",
                         help="make the connectors' temporary storage folders here, to measure that file system "
                              "(default: the system's temporary folder)")
@@ -107,6 +112,8 @@ def parse_sizes(text: str, block_size: int) -> list[int]:
 def check_numbers(args: argparse.Namespace) -> None:
     if args.repeat < 1:
         raise UserError(f"--repeat: {args.repeat} must be at least 1")
+    if args.threads is not None and args.threads < 1:
+        raise UserError(f"--threads: {args.threads} must be at least 1")
     if args.min_ratio is not None and not (math.isfinite(args.min_ratio) and args.min_ratio > 0):
         raise UserError(f"--min-ratio: {args.min_ratio} must be a positive number")
     if args.storage_dir is not None and not args.storage_dir.is_dir():
@@ -163,7 +170,8 @@ class Row:
 def rows_for(connector: str, baseline: str, samples) -> list[Row]:
     rows = []
     for sample in samples:
-        for op, mine, base in (("save", sample.save, sample.baseline_save), ("load", sample.load, sample.baseline_load)):
+        pairs = (("save", sample.save, sample.baseline_save), ("load", sample.load, sample.baseline_load))
+        for op, mine, base in pairs:
             seconds, base_seconds = statistics.median(mine), statistics.median(base)
             gbps, base_gbps = sample.bytes / seconds / 1e9, sample.bytes / base_seconds / 1e9
             rows.append(Row(connector, baseline, op, sample.size, sample.bytes, seconds, mine, gbps,
@@ -239,7 +247,7 @@ def document(args, spec, backend, sizes, outcome: Outcome, load_before, load_aft
         "kv_shape": {"name": geometry.name, "layers": geometry.layers, "kv_heads": geometry.kv_heads,
                      "head_size": geometry.head_size,
                      "bytes_per_token": geometry.bytes_per_token(KV_DTYPES[args.dtype][0])},
-        "sizes": sizes, "repeat": args.repeat,
+        "sizes": sizes, "repeat": args.repeat, "torch_threads": torch.get_num_threads(),
         "versions": {"vllm": vllm.__version__, "torch": torch.__version__, "python": host.python_version()},
         "load_average": {"before": list(load_before), "after": list(load_after)},
         "min_ratio": args.min_ratio,
@@ -276,7 +284,8 @@ def heading(doc: dict) -> str:
     return (f"kvconform bench on {doc['platform']} ({doc['device_name']}, {doc['attn_backend']}), vLLM "
             f"{doc['versions']['vllm']}: KV {doc['kv_dtype']}, block {doc['block_size']}, shape {shape['name']} "
             f"({shape['layers']} layers x {shape['kv_heads']} KV heads x {shape['head_size']}, "
-            f"{shape['bytes_per_token'] // 1024} KiB/token), median of {doc['repeat']}; "
+            f"{shape['bytes_per_token'] // 1024} KiB/token), median of {doc['repeat']}, "
+            f"{doc['torch_threads']} torch thread(s); "
             f"load average {load['before'][0]:.2f} before, {load['after'][0]:.2f} after")
 
 
@@ -311,6 +320,10 @@ def run(args: argparse.Namespace) -> int:
     for name, value in VLLM_ENVIRONMENT.items():
         os.environ.setdefault(name, value)
     chosen = connectors(args)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     load_before = os.getloadavg()
     outcome = bench_all(args, spec, backend, sizes, chosen)
     doc = document(args, spec, backend, sizes, outcome, load_before, os.getloadavg())

@@ -18,6 +18,7 @@ platform's bandwidth the connector uses.
 from __future__ import annotations
 
 import json
+import math
 import random
 import time
 from dataclasses import dataclass, field
@@ -273,7 +274,7 @@ class DeviceCopyBaseline:
 
     The least any connector that takes KV off the device must do; on the CPU the
     gather itself is the copy. Host buffers (pinned on accelerators) are allocated
-    before the clock starts, as a connector would keep them.
+    and touched before the clock starts, as a connector would keep them.
     """
 
     name = "device-copy"
@@ -283,7 +284,7 @@ class DeviceCopyBaseline:
 
     def prepare(self, caches: dict, blocks: torch.Tensor, key: str) -> None:
         pin = blocks.device.type != "cpu"
-        self.host[key] = {layer: torch.empty(gathered_shape(view, blocks), dtype=view.dtype, pin_memory=pin)
+        self.host[key] = {layer: torch.zeros(gathered_shape(view, blocks), dtype=view.dtype, pin_memory=pin)
                           for layer, view in caches.items()}
 
     def save(self, caches: dict, blocks: torch.Tensor, key: str) -> None:
@@ -306,8 +307,9 @@ class StorageBaseline:
     """Plain files in the connector's own storage folder: one per layer, raw bytes.
 
     Save: gather the blocks, bring them to the host, ``open().write`` (no fsync: a
-    storage connector's writes land in the page cache too). Load: ``readinto`` a
-    host buffer, copy to the device, scatter into the blocks. Raw bytes, not
+    storage connector's writes land in the page cache too). Load: map the file
+    (``torch.from_file``, as safetensors maps its files) and scatter from the
+    mapping into the blocks: one copy out of the page cache. Raw bytes, not
     safetensors, so the ratio shows the connector's whole overhead, format
     included, against what the folder's file system allows; one file per layer
     because ``save_kv_layer`` hands a connector one layer at a time.
@@ -317,15 +319,14 @@ class StorageBaseline:
 
     def __init__(self, folder: Path):
         self.folder = folder / "kvconform-baseline"
-        self.buffers: dict[str, dict[str, torch.Tensor]] = {}
+        self.shapes: dict[str, dict[str, tuple[tuple[int, ...], torch.dtype]]] = {}
 
     def _file(self, key: str, layer: str) -> Path:
         return self.folder / key / f"{layer}.bin"
 
     def prepare(self, caches: dict, blocks: torch.Tensor, key: str) -> None:
         (self.folder / key).mkdir(parents=True, exist_ok=True)
-        self.buffers[key] = {layer: torch.empty(gathered_shape(view, blocks), dtype=view.dtype)
-                             for layer, view in caches.items()}
+        self.shapes[key] = {layer: (gathered_shape(view, blocks), view.dtype) for layer, view in caches.items()}
 
     def save(self, caches: dict, blocks: torch.Tensor, key: str) -> None:
         for layer, view in caches.items():
@@ -335,13 +336,13 @@ class StorageBaseline:
 
     def load(self, caches: dict, blocks: torch.Tensor, key: str) -> None:
         for layer, view in caches.items():
-            buffer = self.buffers[key][layer]
-            with open(self._file(key, layer), "rb") as file:
-                file.readinto(buffer.view(torch.uint8).numpy())
-            physical_order(view).index_copy_(0, blocks, buffer.to(view.device, non_blocking=True))
+            shape, dtype = self.shapes[key][layer]
+            count = math.prod(shape)
+            mapped = torch.from_file(str(self._file(key, layer)), shared=True, size=count, dtype=dtype).view(shape)
+            physical_order(view).index_copy_(0, blocks, mapped.to(view.device, non_blocking=True))
 
     def discard(self, key: str) -> None:
-        self.buffers.pop(key, None)
+        self.shapes.pop(key, None)
         for path in (self.folder / key).glob("*.bin"):
             path.unlink()
 

@@ -17,11 +17,12 @@ def parse(*args: str):
 def test_every_option_parses():
     args = parse("--connector", "ExampleConnector", "--connector", "pkg.mod:Mine", "--platform", "cpu",
                  "--attn-backend", "CPU_ATTN", "--sizes", "32,64", "--repeat", "2", "--kv-shape", "tiny",
-                 "--dtype", "bfloat16", "--block-size", "32", "--json", "out.json", "--min-ratio", "0.5")
+                 "--dtype", "bfloat16", "--block-size", "32", "--json", "out.json", "--min-ratio", "0.5",
+                 "--threads", "1", "--storage-dir", "/tmp")
     assert args.connector == ["ExampleConnector", "pkg.mod:Mine"]
     assert (args.platform, args.attn_backend, args.sizes, args.repeat) == ("cpu", "CPU_ATTN", "32,64", 2)
     assert (args.kv_shape, args.dtype, args.block_size) == ("tiny", "bfloat16", 32)
-    assert (args.json, args.min_ratio) == ("out.json", 0.5)
+    assert (args.json, args.min_ratio, args.threads, str(args.storage_dir)) == ("out.json", 0.5, 1, "/tmp")
 
 
 def test_defaults_measure_every_connector_at_three_sizes_without_a_gate():
@@ -62,6 +63,7 @@ def assert_one_line_error(result, *fragments: str) -> None:
     (("--sizes", "100"), "--sizes: 100 must be a positive multiple of the block size (16)"),
     (("--sizes", "16", "--block-size", "32"), "block size (32)"),
     (("--repeat", "0"), "--repeat: 0 must be at least 1"),
+    (("--threads", "0"), "--threads: 0 must be at least 1"),
     (("--min-ratio", "-1"), "--min-ratio: -1.0 must be a positive number"),
     (("--min-ratio", "nan"), "--min-ratio: nan"),
     (("--min-ratio", "0"), "--min-ratio: 0.0"),

@@ -26,7 +26,8 @@ def test_a_tiny_bench_run(tmp_path):
     out = tmp_path / "bench.json"
     command = [sys.executable, "-m", "conformance.cli", "bench", "--platform", "cpu",
                "--connector", "ExampleConnector", "--connector", "DecodeBenchConnector", "--connector", SILENT,
-               "--sizes", str(SIZE), "--repeat", "1", "--kv-shape", "tiny", "--json", str(out), "--min-ratio", "1e9"]
+               "--sizes", str(SIZE), "--repeat", "1", "--kv-shape", "tiny", "--threads", "1",
+               "--json", str(out), "--min-ratio", "1e9"]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.exists(), done.stderr[-3000:]
     run = done, json.loads(out.read_text())
@@ -41,6 +42,7 @@ def check_the_documented_fields(run):
     assert doc["kvconform_bench"] == 1
     assert (doc["platform"], doc["device"], doc["attn_backend"]) == ("cpu", "cpu", "CPU_ATTN")
     assert (doc["sizes"], doc["repeat"], doc["kv_dtype"], doc["block_size"]) == ([SIZE], 1, "float16", 16)
+    assert doc["torch_threads"] == 1
     assert doc["kv_shape"] == {"name": "tiny", "layers": 2, "kv_heads": 2, "head_size": 32,
                                "bytes_per_token": TINY_BYTES_PER_TOKEN}
     assert set(doc["versions"]) == {"vllm", "torch", "python"}
