@@ -1,0 +1,34 @@
+"""Load failures: stored KV deleted or damaged between the consumer's scheduling and its load.
+
+The connector must raise, or report the blocks it could not fill through
+``get_block_ids_with_load_errors()``; and every slot vLLM keeps as loaded (the
+blocks before a request's first reported one) must hold the producer's bytes,
+under both ``kv_load_failure_policy`` values. See
+``conformance/harness/load_failure.py`` for vLLM's handling and the sabotages.
+A connector that keeps nothing in its storage folder has nothing to take away
+and is skipped, saying so.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.harness.kvcache import CacheShape
+from conformance.harness.load_failure import POLICIES, SABOTAGES, NothingStored, run_load_failure
+from conformance.needs import refusals_skip, require
+
+pytestmark = pytest.mark.check("load_failure")
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("sabotage", list(SABOTAGES))
+def test_load_failure(platform, attn_backend, connector, sabotage, policy, make_rig, record_property):
+    require(connector, platform, "roundtrip")
+    with refusals_skip():
+        try:
+            answer = run_load_failure(make_rig(CacheShape()), SABOTAGES[sabotage], policy)
+        except NothingStored as exc:
+            pytest.skip(str(exc))
+    record_property("kvconform.load_failure_answer", answer.describe())
+    assert answer.raised is not None or answer.reported or all(
+        answer.believed_tokens[rid] == answer.claimed[rid] for rid in answer.claimed), answer

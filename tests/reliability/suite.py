@@ -1,0 +1,75 @@
+"""Run the conformance suite in a subprocess, the way a user does, and read its JUnit file back.
+
+Unlike ``tests/selftest/suite_run.py`` this keeps what reliability tests need: the
+order results arrived in (a crash must not stop later tests), each test's JUnit
+properties, an environment of the test's own, and the subprocess's own deadline
+(a hang of the whole run is a failure of the test, not of the machine).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+MISBEHAVING = "tests.broken_connectors.misbehaving"
+RUN_DEADLINE_S = 300  # the whole subprocess; each run here takes well under a minute
+
+
+@dataclass
+class Case:
+    nodeid: str
+    outcome: str  # passed / failed / error / skipped
+    message: str
+    properties: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class SuiteRun:
+    returncode: int
+    cases: list[Case]  # in the order the run reported them
+    output: str
+
+    def of(self, connector: str) -> list[Case]:
+        return [c for c in self.cases if f"-{connector}-" in c.nodeid or c.nodeid.endswith(f"-{connector}]")]
+
+
+def no_expectations(tmp: Path) -> Path:
+    """An expectations file with no entries: these runs judge raw outcomes, whatever the shipped files expect."""
+    path = tmp / "no-expectations.yaml"
+    path.write_text("platform: cpu\nexpectations: []\n")
+    return path
+
+
+def misbehaving(*names: str) -> list[str]:
+    return [arg for name in names for arg in ("--connector", f"{MISBEHAVING}:{name}")]
+
+
+def _read_junit(path: Path) -> list[Case]:
+    cases = []
+    for node in ET.parse(path).getroot().iter("testcase"):
+        properties = {p.get("name"): p.get("value") for p in node.iter("property")}
+        outcome, message = "passed", ""
+        for child in node:
+            kind = {"failure": "failed", "error": "error", "skipped": "skipped"}.get(child.tag)
+            if kind and outcome in ("passed", "skipped"):
+                outcome, message = kind, (child.get("message") or "") + "\n" + (child.text or "")
+        cases.append(Case(f"{node.get('classname')}::{node.get('name')}", outcome, message, properties))
+    return cases
+
+
+def run_suite(tmp: Path, args: list[str], env: dict[str, str] | None = None) -> SuiteRun:
+    junit = tmp / "junit.xml"
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}  # not our workers'
+    full_env = {**inherited, **(env or {}), "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--pyargs", "conformance", "--platform=cpu", "-q", "-p", "no:cacheprovider",
+         "-p", "conformance.reliability", "--kvconform-expectations", str(no_expectations(tmp)),
+         "-o", "junit_family=xunit1", f"--junitxml={junit}", *args],
+        cwd=tmp, env=full_env, capture_output=True, text=True, timeout=RUN_DEADLINE_S)
+    cases = _read_junit(junit) if junit.exists() else []
+    return SuiteRun(proc.returncode, cases, proc.stdout + proc.stderr)
