@@ -4,14 +4,16 @@ The cache mixes full-attention, sliding-window and circular-buffer layers with
 Mamba2 and KDA-like state layers (several KV cache groups, so a SupportsHMA
 connector runs its hybrid paths), built by vLLM's own spec classes, grouping and
 allocator, driven through vLLM's Scheduler and the runner's worker-side order.
-State layers are registered three ways (``conformance/harness/hybrid.py``): tuples
-that own their storage (``owned``), vLLM 0.32's byte pages (``pages``), and the
-layers' tuples of block-indexed views (``views``). What must hold is in
+State layers are registered three ways (``conformance/harness/hybrid.py``): lists and
+tuples of tensors that own their storage (``owned``), vLLM 0.32's byte pages
+(``pages``), and the layers' own lists/tuples of block-indexed views (``views``). What must hold is in
 ``conformance/harness/fill.py``.
 
 Random fills use ``fill_std`` 0.5 and are judged within 6 standard errors of the
-requested mean and std over every value filled (~10^5 attention values, ~10^3
-state values), plus the rounding of the cache dtype: see ``check_statistics``.
+requested mean and std (false-failure chance below 1e-8 per check), pooled over
+every value filled: about 5*10^4 attention values (tolerance ~0.013 on the mean)
+and 8*10^2 state values (~0.1), plus the largest rounding the cache dtype can add
+(eps/2 of the values' RMS: 0.035 for fp8): see ``check_statistics``.
 """
 
 from __future__ import annotations
@@ -57,7 +59,8 @@ def test_fill(platform, attn_backend, connector, dtype, registration, make_rig):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_fill_random(platform, attn_backend, connector, dtype, make_rig):
     """Random fill: the requested mean and std, within the tolerance stated in the module docstring."""
-    result = _fill(make_rig, connector, platform, dtype, "owned", mode="random")
+    registration = "owned" if connector.profile.hybrid else "pages"  # owned state tensors are random too
+    result = _fill(make_rig, connector, platform, dtype, registration, mode="random")
     assert result.statistics
 
 

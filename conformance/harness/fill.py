@@ -17,8 +17,9 @@ The contract, as vLLM's DecodeBenchConnector documents it (and vLLM PR #45080 fi
   caches are still zeroed per request": they may pack non-float metadata);
 - an entry of a type it does not know is skipped with a warning naming the layer.
 
-Each phase of a scenario snapshots every byte of every cache storage, runs its
-requests through vLLM's Scheduler to the end, and compares.
+Each phase of a scenario writes fresh random bytes into every cache storage (as
+if the model had run, so a refill of cached blocks shows), snapshots them, runs
+its requests through vLLM's Scheduler to the end, and compares.
 """
 
 from __future__ import annotations
@@ -435,8 +436,15 @@ class _FillRun:
     mode: FillMode
     prompts: dict[str, list[int]] = field(default_factory=dict)
 
-    def phase(self, phase: Phase, what: str, result: FillResult) -> None:
+    def scramble(self, seed: int) -> None:
+        """Fresh random bytes everywhere, as if the model had run: a fill (or a refill) cannot hide."""
+        everything = [*self.caches.pages.values(), *self.caches.registered.values()]
+        kvcache.fill_random({str(i): entry for i, entry in enumerate(everything)
+                             if isinstance(entry, (torch.Tensor, list, tuple))}, seed)
+
+    def phase(self, phase: Phase, what: str, result: FillResult, seed: int) -> None:
         scheduler = self.side.scheduler
+        self.scramble(seed)
         snapshot = Snapshot(self.caches)
         for prompt in phase.prompts:
             self.prompts[prompt.request_id] = _prompt(prompt, self.side.vllm_config.cache_config.block_size,
@@ -478,16 +486,13 @@ def run_fill(rig: Rig, kinds: tuple[str, ...], registration: str, mode: str = "c
                           f"its profile gives none")
     fill_mode = FILL_MODES[mode]
     side, caches = hybrid_side(rig, kinds, registration, fill_mode.extra_config(), unexpected)
-    everything = [*caches.pages.values(), *caches.registered.values()]  # random bytes: a fill cannot hide
-    kvcache.fill_random({str(i): entry for i, entry in enumerate(everything)
-                         if isinstance(entry, (torch.Tensor, list, tuple))}, seed + 1)
     run = _FillRun(name, side, caches, float(profile_config["fill_mean"]), fill_mode)
     result = FillResult()
     try:
         with captured_warnings() as records, torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)  # random fills draw from the default generators: reproducible runs
             for number, phase in enumerate(SCENARIOS[scenario].phases, 1):
-                run.phase(phase, f"phase {number} of {scenario!r}", result)
+                run.phase(phase, f"phase {number} of {scenario!r}", result, seed + number)
     finally:
         side.close()
     result.warnings = [record.getMessage() for record in records]
