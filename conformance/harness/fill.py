@@ -9,10 +9,11 @@ The contract, as vLLM's DecodeBenchConnector documents it (and vLLM PR #45080 fi
   cache buffer changes, whatever shape the entry was registered in;
 - a list/tuple of tensors that own their storage is state with no block dimension:
   each tensor is filled whole;
-- values come from the profile's ``fill_mean`` / ``fill_std``: constant fills are
-  exactly ``fill_mean`` in the cache dtype (fp8 caches stored as uint8 hold fp8
-  encodings); random fills have that mean and std (see ``check_statistics``);
-  tensors without a floating dtype (raw byte pages) only have to be written;
+- values: ``fill_mean`` from the profile's extra config, ``fill_std`` set by the
+  check (0: constant, RANDOM_STD: random). Constant fills are exactly ``fill_mean``
+  in the cache dtype (fp8 caches stored as uint8 hold fp8 encodings); random fills
+  have that mean and std (see ``check_statistics``); tensors without a floating
+  dtype (raw byte pages) only have to be written;
 - circular-buffer groups are zeroed, the whole ring (DecodeBench: "circular-buffer
   caches are still zeroed per request": they may pack non-float metadata);
 - an entry of a type it does not know is skipped with a warning naming the layer.
