@@ -23,7 +23,7 @@ def backend_class(name: str):
     return AttentionBackendEnum[name].get_class()
 
 
-def _metadata_type(builder_cls) -> type:
+def metadata_type_of_builder(builder_cls) -> type:
     for klass in builder_cls.__mro__:
         for base in getattr(klass, "__orig_bases__", ()):
             for arg in typing.get_args(base):
@@ -36,7 +36,7 @@ def _metadata_type(builder_cls) -> type:
 
 @lru_cache(maxsize=None)
 def metadata_class(backend: str) -> type:
-    return _metadata_type(backend_class(backend).get_builder_cls())
+    return metadata_type_of_builder(backend_class(backend).get_builder_cls())
 
 
 def metadata_instance(backend: str) -> object:

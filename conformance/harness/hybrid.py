@@ -27,7 +27,7 @@ from typing import Callable
 import torch
 
 from conformance.harness import kvcache
-from conformance.harness.backends import _metadata_type, metadata_instance
+from conformance.harness.backends import metadata_type_of_builder, metadata_instance
 from conformance.harness.model import HEAD_SIZE, NUM_KV_HEADS
 from conformance.harness.rig import ConnectorRefused, Rig, Side, refusal_as
 from conformance.harness.runner import WorkerStandIn
@@ -260,7 +260,7 @@ def _layer_metadata(caches: HybridCaches, backend: str) -> dict[str, object]:
         if mamba is None:
             out[name] = metadata_instance(backend)
         else:
-            cls = _metadata_type(MambaAttentionBackendEnum[mamba].get_class().get_builder_cls())
+            cls = metadata_type_of_builder(MambaAttentionBackendEnum[mamba].get_class().get_builder_cls())
             out[name] = cls.__new__(cls)
     return out
 
