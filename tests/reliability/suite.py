@@ -8,11 +8,14 @@ properties, an environment of the test's own, and the subprocess's own deadline
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,6 +39,11 @@ class SuiteRun:
 
     def of(self, connector: str) -> list[Case]:
         return [c for c in self.cases if f"-{connector}-" in c.nodeid or c.nodeid.endswith(f"-{connector}]")]
+
+    @classmethod
+    def from_json(cls, text: str) -> "SuiteRun":
+        data = json.loads(text)
+        return cls(data["returncode"], [Case(**case) for case in data["cases"]], data["output"])
 
 
 def no_expectations(tmp: Path) -> Path:
@@ -73,3 +81,28 @@ def run_suite(tmp: Path, args: list[str], env: dict[str, str] | None = None) -> 
         cwd=tmp, env=full_env, capture_output=True, text=True, timeout=RUN_DEADLINE_S)
     cases = _read_junit(junit) if junit.exists() else []
     return SuiteRun(proc.returncode, cases, proc.stdout + proc.stderr)
+
+
+def shared_run(tmp_path_factory, name: str, plan: Callable[[Path], tuple[list[str], dict[str, str]]]
+               ) -> tuple[SuiteRun, Path]:
+    """One suite run per test session, however many xdist workers ask for it, and the folder it ran in.
+
+    Module fixtures are per worker under xdist, so a run shared by tests that land on
+    different workers would run once on each; here the first asker runs it (``plan``
+    gives the arguments and environment for its folder) under a file lock and the
+    others read its result.
+    """
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the session's folder, above every worker's own
+    folder = root / f"reliability-{name}"
+    with open(root / f"reliability-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        saved = folder / "run.json"
+        if saved.exists():
+            return SuiteRun.from_json(saved.read_text()), folder
+        folder.mkdir(exist_ok=True)
+        args, env = plan(folder)
+        run = run_suite(folder, args, env)
+        saved.write_text(json.dumps(asdict(run)))
+        return run, folder

@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from tests.reliability.suite import misbehaving, run_suite
+from tests.reliability.suite import misbehaving, shared_run
 
 CONNECTORS = ["ExampleConnector", "SegfaultLoadConnector", "ExitLoadConnector", "LeakyThreadConnector",
               "TidyThreadConnector", "LitteringConnector"]
@@ -22,17 +22,28 @@ CRASHES = {"SegfaultLoadConnector": "killed by SIGSEGV", "ExitLoadConnector": "e
 WELL_BEHAVED = ["ExampleConnector", "TidyThreadConnector"]
 
 
-@pytest.fixture(scope="module")
-def litter(tmp_path_factory):
-    return tmp_path_factory.mktemp("litter")
-
-
-@pytest.fixture(scope="module")
-def crash_run(tmp_path_factory, litter):
+def _plan(folder):
     """ExampleConnector first, the crashers next, the rest after them: later tests show the run went on."""
+    litter = folder / "litter"
+    litter.mkdir()
     args = ["-n", "1", "-k", TESTS, "-o", f"kvconform_default_storage=LitteringConnector {litter} [0-9a-f]{{32}}",
             "--connector", "ExampleConnector", *misbehaving(*CONNECTORS[1:])]
-    return run_suite(tmp_path_factory.mktemp("crash-run"), args, env={"KVCONFORM_LITTER_DIR": str(litter)})
+    return args, {"KVCONFORM_LITTER_DIR": str(litter)}
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    return shared_run(tmp_path_factory, "crash-isolation", _plan)
+
+
+@pytest.fixture
+def crash_run(shared):
+    return shared[0]
+
+
+@pytest.fixture
+def litter(shared):
+    return shared[1] / "litter"
 
 
 def test_the_run_finishes_and_fails(crash_run):

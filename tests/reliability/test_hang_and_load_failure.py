@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.reliability.suite import misbehaving, run_suite
+from tests.reliability.suite import misbehaving, shared_run
 
 TIMEOUT_S = 5
 TESTS = ("test_load_failure and (not recompute or ReportingLoadConnector or LastBlockOnlyReportConnector "
@@ -24,18 +24,27 @@ TESTS = ("test_load_failure and (not recompute or ReportingLoadConnector or Last
 SABOTAGES = ("deleted", "truncated", "garbled")
 
 
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("load-failure-run")
-
-
-@pytest.fixture(scope="module")
-def load_run(run_dir):
-    args = ["-k", TESTS, f"--kvconform-timeout={TIMEOUT_S}", f"--basetemp={run_dir / 'basetemp'}",
+def _plan(folder):
+    args = ["-k", TESTS, f"--kvconform-timeout={TIMEOUT_S}", f"--basetemp={folder / 'basetemp'}",
             "--connector", "ExampleConnector",
             *misbehaving("ReportingLoadConnector", "SilentLoadFailureConnector", "LastBlockOnlyReportConnector",
                          "HangingSaveConnector", "LeakyThreadConnector")]
-    return run_suite(run_dir, args)
+    return args, {}
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    return shared_run(tmp_path_factory, "hang-and-load-failure", _plan)
+
+
+@pytest.fixture
+def load_run(shared):
+    return shared[0]
+
+
+@pytest.fixture
+def run_dir(shared):
+    return shared[1]
 
 
 def _case(run, connector, sabotage, policy="fail"):

@@ -1,0 +1,34 @@
+"""A misbehaving connector must not take the suite down, hang it, or litter the machine.
+
+Registered from ``conformance.plugin`` (``pytest_plugins``); each part is a small
+plugin of its own, watching every conformance test (one parametrized with a
+``connector``):
+
+- ``timeouts``: a per-test timeout (pytest-timeout) unless the user set one; a
+  timeout names the connector;
+- ``crashes``: under pytest-xdist (``-n 1`` or more) a test whose worker died
+  (segfault, ``os._exit``) fails naming the connector and how the process ended;
+  after a crash or a timeout, that connector's other tests of the same check are
+  reported as not run instead of costing a fresh worker or a full timeout each;
+- ``threads``: threads a test leaves running are an error naming them, and a
+  leaked non-daemon thread never keeps pytest alive: it exits with the run's status;
+- ``storage``: new entries in the connector's *default* storage location (the
+  profile always points it at a per-test folder) are an error naming them;
+- ``cleanup``: a passed test's temporary folder is removed right away.
+
+``check_vllm_version()`` says whether the installed vLLM is a supported series.
+"""
+
+from __future__ import annotations
+
+from conformance.reliability.vllm_version import SUPPORTED_VLLM, VllmVersionError, check_vllm_version
+
+pytest_plugins = [
+    "conformance.reliability.timeouts",
+    "conformance.reliability.crashes",
+    "conformance.reliability.threads",
+    "conformance.reliability.storage",
+    "conformance.reliability.cleanup",
+]
+
+__all__ = ["SUPPORTED_VLLM", "VllmVersionError", "check_vllm_version"]

@@ -1,0 +1,37 @@
+"""A passed conformance test's temporary folder is removed as soon as the test is over.
+
+Connectors store real KV there (on an accelerator lane, caches of gigabytes), and
+pytest would keep every test's folder of the last three runs. A test that failed
+or errored keeps its folder (under pytest's ``--basetemp``) for a look at what its
+connector stored.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conformance.reliability.items import call_passed, connector_of, note_call
+
+_TMP_PATH_KEY = pytest.StashKey[Path]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    funcargs = getattr(item, "funcargs", None) or {}
+    if connector_of(item) is not None and "tmp_path" in funcargs:
+        item.stash[_TMP_PATH_KEY] = funcargs["tmp_path"]
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)  # outermost: sees the teardown report as the other plugins left it
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = yield
+    if connector_of(item) is None:
+        return report
+    note_call(item, report)
+    if call.when == "teardown" and report.passed and call_passed(item) and _TMP_PATH_KEY in item.stash:
+        shutil.rmtree(item.stash[_TMP_PATH_KEY], ignore_errors=True)
+    return report

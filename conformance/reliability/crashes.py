@@ -1,0 +1,177 @@
+"""A connector that kills the process fails one test, named; the run goes on.
+
+Crash isolation is pytest-xdist's: run with ``-n 1`` (or more) and a worker that
+dies is replaced. This plugin makes the controller's report say which connector
+crashed and how the process ended (``killed by SIGSEGV``, ``exit status 3``).
+
+A connector that crashed or hung in one test of a check will most likely do it
+again in the next: each crash costs a fresh worker (seconds of vLLM import) and
+each hang a full timeout. So every crash and timeout goes into a ledger (a file
+the controller and its workers share), and a later test of the same connector
+and check is reported as not run, naming the first one; ``--kvconform-keep-going``
+runs them anyway.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from conformance.reliability.items import check_of, connector_of
+
+LEDGER_INPUT_KEY = "kvconform_ledger"  # xdist workerinput: the ledger file's path
+
+
+class Ledger:
+    """Tests that crashed their process or timed out, one JSON line each."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def add(self, nodeid: str, connector: str | None, what: str) -> None:
+        with self.path.open("a") as handle:
+            handle.write(json.dumps({"nodeid": nodeid, "connector": connector, "what": what}) + "\n")
+
+    def entries(self) -> list[dict]:
+        try:
+            lines = self.path.read_text().splitlines()
+        except OSError:
+            return []
+        return [json.loads(line) for line in lines if line.strip()]
+
+
+_LEDGER_KEY = pytest.StashKey[Ledger]()
+_ITEMS_BY_ID_KEY = pytest.StashKey[dict]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("kvconform", "kvconform: vLLM KV connector conformance")
+    group.addoption(
+        "--kvconform-keep-going", action="store_true", default=False,
+        help="keep running a connector's tests of a check after one of them crashed its process or timed "
+             "out (default: report them as not run)")
+
+
+def _open_ledger(config: pytest.Config) -> Ledger:
+    shared = getattr(config, "workerinput", {}).get(LEDGER_INPUT_KEY)
+    if shared:
+        return Ledger(Path(shared))
+    folder = Path(tempfile.mkdtemp(prefix="kvconform-ledger-"))
+    config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+    ledger = Ledger(folder / "ledger.jsonl")
+    ledger.path.touch()
+    return ledger
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_LEDGER_KEY] = _open_ledger(config)
+    if not hasattr(config, "workerinput"):  # the xdist controller, or a run without xdist
+        config.pluginmanager.register(CrashReporter(config), "kvconform-crash-reporter")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    workers = config.getoption("numprocesses", None) if config.pluginmanager.hasplugin("xdist") else None
+    if workers:
+        return "kvconform: crash isolation on: a connector that crashes its worker fails that test; the run goes on"
+    return "kvconform: crash isolation off: a connector that crashes the process ends the run (run with -n 1)"
+
+
+def record_stop(item: pytest.Item, what: str) -> None:
+    """Put a test that stopped abnormally (``what``: "timed out", ...) in the ledger."""
+    item.config.stash[_LEDGER_KEY].add(item.nodeid, connector_of(item).name, what)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A connector that crashed or hung in one test of a check: its other tests of that check are not run."""
+    connector = connector_of(item)
+    if connector is None or item.config.getoption("kvconform_keep_going"):
+        return
+    entries = item.config.stash[_LEDGER_KEY].entries()
+    if not entries:
+        return
+    if _ITEMS_BY_ID_KEY not in item.config.stash:
+        item.config.stash[_ITEMS_BY_ID_KEY] = {i.nodeid: i for i in item.session.items}
+    by_id = item.config.stash[_ITEMS_BY_ID_KEY]
+    check = check_of(item)
+    for entry in entries:
+        earlier = by_id.get(entry["nodeid"])
+        if earlier is None or earlier is item:
+            continue
+        other = connector_of(earlier)
+        if other is not None and other.name == connector.name and check_of(earlier) == check:
+            pytest.fail(f"not run: {connector.name} {entry['what']} earlier in {entry['nodeid']}; its other "
+                        f"{check} tests are not run (--kvconform-keep-going runs them)", pytrace=False)
+
+
+# --- the xdist controller ---------------------------------------------------------------------
+
+
+def connector_in_nodeid(nodeid: str, names: list[str]) -> str | None:
+    """The connector among a test id's parameters (``test_x[cpu-CPU_ATTN-ExampleConnector-fp8]``)."""
+    if not nodeid.endswith("]"):
+        return None
+    params = nodeid.rpartition("[")[2][:-1].split("-")
+    return next((name for name in names if name in params), None)
+
+
+def how_it_ended(returncode: int | None) -> str | None:
+    """``killed by SIGSEGV`` or ``exit status 3``, from a process's return code."""
+    if returncode is None:
+        return None
+    if returncode >= 0:
+        return f"exit status {returncode}"
+    try:
+        return f"killed by {signal.Signals(-returncode).name}"
+    except ValueError:
+        return f"killed by signal {-returncode}"
+
+
+def _worker_returncode(node) -> int | None:
+    """The dead worker's return code, when execnet still holds its process (a private detail: None if not)."""
+    popen = getattr(getattr(getattr(node, "gateway", None), "_io", None), "popen", None)
+    try:
+        return popen.wait(timeout=5) if popen is not None else None
+    except Exception:
+        return None
+
+
+class CrashReporter:
+    """xdist controller: names the connector of a test whose worker died, and puts it in the ledger."""
+
+    def __init__(self, config: pytest.Config):
+        self.config = config
+        self.endings: dict[str, str] = {}
+
+    def _connector_names(self) -> list[str]:
+        try:
+            from conformance.selection import connector_params
+
+            return [p.name for p in connector_params(self.config)]
+        except Exception:
+            return []
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node) -> None:
+        node.workerinput[LEDGER_INPUT_KEY] = str(self.config.stash[_LEDGER_KEY].path)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node, error) -> None:
+        if error:
+            ending = how_it_ended(_worker_returncode(node)) or str(error).strip().splitlines()[0]
+            self.endings[node.gateway.id] = ending
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched) -> None:
+        worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "?")
+        connector = connector_in_nodeid(crashitem, self._connector_names())
+        ending = self.endings.get(worker, "it died")
+        report.longrepr = (f"{connector or 'the code under test'} crashed the test process: pytest worker {worker} "
+                           f"died while running {crashitem} ({ending}); the run goes on in a fresh worker")
+        report.when = "call"  # the crash is this test's failure, not an error in some other phase
+        self.config.stash[_LEDGER_KEY].add(crashitem, connector, "crashed the test process")

