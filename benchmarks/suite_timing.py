@@ -106,6 +106,16 @@ def _junit_seconds(path: Path) -> tuple[dict[str, float], ...]:
     return tuple(_ordered(total) for total in sums)
 
 
+def parse_output(output: str) -> tuple[list[dict], dict[str, int]]:
+    """pytest's ``--durations`` lines and its final counts ("3 passed, 1 skipped in 2.0s")."""
+    lines = output.splitlines()
+    durations = [{"seconds": float(m[1]), "phase": m[2], "test": m[3]} for m in map(DURATION_LINE.match, lines) if m]
+    last = next((line for line in reversed(lines) if SUMMARY_COUNTS.search(line)), "")
+    counts = {kind.rstrip("s") if kind.startswith(("error", "warning")) else kind: int(n)
+              for n, kind in SUMMARY_COUNTS.findall(last)}
+    return durations, counts
+
+
 def run_suite(run: SuiteRun, python: str, scratch: Path, timeout: float) -> RunResult:
     junit = scratch / f"{run.name}.xml"
     extra = [] if run.name == "collect" else ["--durations=15", f"--junitxml={junit}"]
@@ -118,11 +128,7 @@ def run_suite(run: SuiteRun, python: str, scratch: Path, timeout: float) -> RunR
     except subprocess.TimeoutExpired as exc:
         status, output = 124, f"timed out after {timeout:.0f} s\n{exc.stdout or ''}"
     wall = time.perf_counter() - start
-    durations = [{"seconds": float(m[1]), "phase": m[2], "test": m[3]}
-                 for m in map(DURATION_LINE.match, output.splitlines()) if m]
-    last = next((line for line in reversed(output.splitlines()) if SUMMARY_COUNTS.search(line)), "")
-    counts = {kind.rstrip("s") if kind.startswith(("error", "warning")) else kind: int(n)
-              for n, kind in SUMMARY_COUNTS.findall(last)}
+    durations, counts = parse_output(output)
     by_check, by_connector, by_outcome = _junit_seconds(junit)
     return RunResult(run.name, run.doc, command, round(wall, 2), status, run.target_s, before,
                      list(os.getloadavg()), counts, durations, by_check, by_connector, by_outcome,

@@ -1,0 +1,91 @@
+"""benchmarks/suite_timing.py's readers: pytest's output, JUnit seconds, and the findings drawn from them."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "suite_timing.py"
+
+
+@pytest.fixture(scope="module")
+def suite_timing():
+    """The script, imported from its file (benchmarks/ is not a package)."""
+    name = "kvconform_suite_timing"
+    spec = importlib.util.spec_from_file_location(name, SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses look their module up
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop(name, None)
+
+
+PYTEST_OUTPUT = """\
+........s.F
+============================= slowest 3 durations ==============================
+3.29s call     conformance/test_contract.py::test_contract_scheduler[cpu-CPU_ATTN-ExampleConnector]
+0.61s setup    conformance/test_lint.py::test_lint[cpu-NixlPullConnector]
+0.20s teardown conformance/test_roundtrip.py::test_roundtrip[cpu-CPU_ATTN-ExampleConnector-float16]
+=========================== short test summary info ============================
+FAILED conformance/test_x.py::test_y - AssertionError: 3 passed
+2 failed, 34 passed, 22 skipped, 1 deselected, 4 xfailed, 1 error, 3 warnings in 5.83s
+"""
+
+
+def test_it_reads_durations_and_the_final_counts(suite_timing):
+    durations, counts = suite_timing.parse_output(PYTEST_OUTPUT)
+    assert [(d["seconds"], d["phase"]) for d in durations] == [(3.29, "call"), (0.61, "setup"), (0.2, "teardown")]
+    assert durations[0]["test"].endswith("test_contract_scheduler[cpu-CPU_ATTN-ExampleConnector]")
+    assert counts == {"failed": 2, "passed": 34, "skipped": 22, "deselected": 1, "xfailed": 4, "error": 1,
+                      "warning": 3}
+
+
+def test_it_sums_junit_seconds_by_check_connector_and_outcome(suite_timing, tmp_path):
+    junit = tmp_path / "junit.xml"
+    junit.write_text("""<testsuites><testsuite>
+      <testcase name="a" time="1.5"><properties><property name="kvconform.check" value="roundtrip"/>
+        <property name="kvconform.connector" value="ExampleConnector"/></properties></testcase>
+      <testcase name="b" time="0.25"><properties><property name="kvconform.check" value="roundtrip"/>
+        <property name="kvconform.connector" value="NixlConnector"/></properties><skipped message="nixl"/></testcase>
+      <testcase name="c" time="0.5"><properties><property name="kvconform.check" value="lint"/>
+        <property name="kvconform.connector" value="ExampleConnector"/></properties><failure message="x"/></testcase>
+      <testcase name="d" time="0.125"/>
+    </testsuite></testsuites>""")
+    by_check, by_connector, by_outcome = suite_timing._junit_seconds(junit)
+    assert by_check == {"roundtrip": 1.75, "lint": 0.5, "-": 0.12}
+    assert list(by_check) == ["roundtrip", "lint", "-"], "largest first"
+    assert by_connector == {"ExampleConnector": 2.0, "NixlConnector": 0.25, "-": 0.12}
+    assert by_outcome == {"passed": 1.62, "failure": 0.5, "skipped": 0.25}
+
+
+def _result(suite_timing, name, wall, target=None):
+    return suite_timing.RunResult(name, "", [], wall, 0, target, [1.0, 1.0, 1.0], [2.0, 2.0, 2.0])
+
+
+def test_findings_state_the_speedup_and_the_import_share(suite_timing):
+    results = {"serial": _result(suite_timing, "serial", 40.0, 60.0), "xdist": _result(suite_timing, "xdist", 20.0)}
+    notes = suite_timing.findings(results, import_s=8.0)
+    assert "-n 2 is 2.00x serial (target 1.6x): met" in notes
+    assert "serial: vLLM import (8.0 s per process) is 20% of its 40.0 s wall time" in notes
+    slow = suite_timing.findings({**results, "xdist": _result(suite_timing, "xdist", 30.0)}, import_s=8.0)
+    assert "-n 2 is 1.33x serial (target 1.6x): not met" in slow
+
+
+def test_the_table_marks_targets(suite_timing):
+    text = suite_timing.table({"gate": _result(suite_timing, "gate", 25.0, 20.0),
+                               "serial": _result(suite_timing, "serial", 30.0, 60.0)})
+    gate, serial = text.splitlines()[1:]
+    assert gate.split()[:4] == ["gate", "25.0", "<", "20"] and " no " in gate
+    assert " yes " in serial
+
+
+def test_an_unknown_run_is_a_usage_error(suite_timing, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        suite_timing.main(["--runs", "serial,nightly"])
+    assert exit_info.value.code == 2
+    assert "--runs: unknown run nightly" in capsys.readouterr().err
