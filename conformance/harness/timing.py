@@ -429,13 +429,17 @@ def measure(rig: BenchRig, sizes: list[int], repeat: int) -> tuple[str, list[Siz
 
     All saves run first (a fresh producer), then a fresh consumer loads each
     request; the baseline runs right after each load so both see the same
-    machine. Returns the baseline's name and the samples per size. A warm-up
-    request (the smallest size) is not timed: first calls pay imports and
-    allocator growth that a serving engine paid long before.
+    machine. Returns the baseline's name and the samples per size. Each size
+    starts with a warm-up request that is not timed: first calls pay imports,
+    and the first buffers of a new size pay the allocator's growth (page faults,
+    glibc's mmap threshold), which a serving engine paid long before.
     """
     block_size = rig.shape.block_size
     producer_role, consumer_role = rig.roles()
-    size_of = {"warmup": sizes[0], **{f"s{size}-r{r}": size for size in sizes for r in range(repeat)}}
+    size_of: dict[str, int] = {}
+    for size in sizes:  # each size's warm-up request just before its timed ones
+        size_of[f"warmup-s{size}"] = size
+        size_of.update({f"s{size}-r{r}": size for r in range(repeat)})
     prompts = {rid: prompt_tokens(rid, prompt_length(size, block_size)) for rid, size in size_of.items()}
     samples = {size: SizeSamples(size, 0) for size in sizes}
     baseline = BASELINES[baseline_for(rig.connector.profile)](rig.storage)
@@ -447,7 +451,7 @@ def measure(rig: BenchRig, sizes: list[int], repeat: int) -> tuple[str, list[Siz
             producer.scheduler.add(rid, prompt)
             producer.scheduler.run(producer.worker, MAX_STEPS)
             seconds = save_seconds(producer.worker.timings, rid, since)
-            if rid != "warmup":
+            if not rid.startswith("warmup"):
                 samples[size_of[rid]].save.append(seconds)
     finally:
         producer.close()
@@ -463,7 +467,7 @@ def measure(rig: BenchRig, sizes: list[int], repeat: int) -> tuple[str, list[Siz
             _check_load(rig, producer, consumer, rid, prompt, size)
             load = load_seconds(consumer.worker.timings, rid, since)
             base_save, base_load = _baseline_once(rig, baseline, producer, consumer, rid, size)
-            if rid == "warmup":
+            if rid.startswith("warmup"):
                 continue
             sample = samples[size]
             sample.load.append(load)
