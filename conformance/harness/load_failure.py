@@ -2,15 +2,18 @@
 
 vLLM's scheduler has already promised the request those tokens (the connector's
 ``get_num_new_matched_tokens``) when the worker's ``start_load_kv`` finds the data
-gone. The connector then has two honest answers: raise (the engine stops), or
-report the blocks it could not fill through ``get_block_ids_with_load_errors()``.
-vLLM's scheduler truncates each request's computed tokens at its first reported
-block and, per ``KVTransferConfig.kv_load_failure_policy``, fails the request
-(``fail``, the default; later blocks are evicted from the prefix cache) or
-recomputes from there (``recompute``). Either way every block *before* the first
-reported one stays in use as loaded, so each of those slots must hold exactly
-what the producer saved. A connector that swallows the failure leaves vLLM
-computing on garbage: that is the bug this check exists for.
+gone. The connector then has honest answers only: raise (the engine stops), or
+report what it could not fill, as blocks through ``get_block_ids_with_load_errors()``
+or as whole requests through ``get_transfer_results().failed_recving``. vLLM's
+scheduler truncates each request's computed tokens at its first reported block
+(a failed request: at zero) and, per ``KVTransferConfig.kv_load_failure_policy``,
+fails the request (``fail``, the default; later blocks are evicted from the prefix
+cache) or recomputes from there (``recompute``). Either way every block *before*
+the first reported one stays in use as loaded, so each of those slots must hold
+exactly what the producer saved. A connector that swallows the failure leaves vLLM
+computing on garbage: that is the bug this check exists for. Where vLLM
+reschedules the request (``recompute``) the check compares its own model of that
+truncation with where vLLM's scheduler really resumed.
 
 Sabotages are data: what happens to every file in the per-test storage folder
 between the consumer's scheduling step and its worker step.
@@ -88,7 +91,13 @@ class PolicyRig(Rig):
 
 @dataclass
 class SabotagingWorker:
-    """Stands between the scheduler and the worker: damages the storage right before the first load step."""
+    """Stands between the scheduler and the worker: damages the storage right before the first load step.
+
+    That is the worker step right after the scheduler took the connector's claim
+    (synchronous loads run in it; asynchronous ones start in it). It keeps what the
+    worker told vLLM's scheduler about failed loads, and where vLLM resumed a
+    request afterwards (its computed tokens when next scheduled).
+    """
 
     worker: object  # WorkerStandIn
     scheduler: object  # SchedulerDriver
@@ -96,13 +105,14 @@ class SabotagingWorker:
     sabotage: Sabotage
     damaged: list[Path] = field(default_factory=list)
     raised: BaseException | None = None
-    resumed_from: dict[str, int] = field(default_factory=dict)  # tokens vLLM kept, when it rescheduled a request
+    invalid_blocks: set[int] = field(default_factory=set)
+    failed_requests: set[str] = field(default_factory=set)
+    resumed_from: dict[str, int] = field(default_factory=dict)
 
-    def _loads_now(self, scheduler_output) -> bool:
-        return any(self.scheduler.external_tokens(r.req_id) > 0 for r in scheduler_output.scheduled_new_reqs)
+    def _claimed_a_hit(self) -> bool:
+        return any(self.scheduler.external_tokens(req_id) > 0 for req_id in self.scheduler.claims)
 
     def _note_resumes(self, scheduler_output) -> None:
-        """Where vLLM restarts a request after the load step: its computed tokens when next scheduled."""
         cached = scheduler_output.scheduled_cached_reqs
         for req_id, computed in zip(cached.req_ids, cached.num_computed_tokens):
             self.resumed_from.setdefault(req_id, computed)
@@ -110,17 +120,20 @@ class SabotagingWorker:
     def step(self, scheduler_output):
         if self.damaged:
             self._note_resumes(scheduler_output)
-        if not self.damaged and self._loads_now(scheduler_output):
+        elif self._claimed_a_hit():
             self.damaged = stored_files(self.storage)
             for path in self.damaged:
                 self.sabotage.damage(path)
         try:
-            return self.worker.step(scheduler_output)
+            output = self.worker.step(scheduler_output)
         except DeviceMismatch:
             raise
         except Exception as exc:
             self.raised = exc
             raise
+        self.invalid_blocks |= set(output.invalid_block_ids or ())
+        self.failed_requests |= set(getattr(output, "failed_recving", None) or ())
+        return output
 
 
 def stored_files(storage: Path) -> list[Path]:
@@ -129,23 +142,28 @@ def stored_files(storage: Path) -> list[Path]:
 
 @dataclass
 class LoadFailureAnswer:
-    """What the connector did about the failure, and what vLLM therefore treats as loaded."""
+    """What the connector did about the failure, and what vLLM therefore keeps as loaded."""
 
     raised: BaseException | None
-    reported: set[int]
-    believed_tokens: dict[str, int]  # per request: tokens vLLM keeps as loaded
+    invalid_blocks: set[int]  # get_block_ids_with_load_errors()
+    failed_requests: set[str]  # get_transfer_results().failed_recving: whole requests
     claimed: dict[str, int]
+    kept_tokens: dict[str, int] = field(default_factory=dict)  # per request: tokens vLLM keeps as loaded
 
     def describe(self) -> str:
         if self.raised is not None:
-            return f"raised {type(self.raised).__name__}: {str(self.raised).splitlines()[0] if str(self.raised) else ''}"
-        if self.reported:
-            return f"reported block(s) {sorted(self.reported)} through get_block_ids_with_load_errors()"
-        return "neither raised nor reported a load error"
+            first_line = next(iter(str(self.raised).splitlines()), "")
+            return f"raised {type(self.raised).__name__}: {first_line}"
+        answers = []
+        if self.invalid_blocks:
+            answers.append(f"reported block(s) {sorted(self.invalid_blocks)} through get_block_ids_with_load_errors()")
+        if self.failed_requests:
+            answers.append(f"reported request(s) {sorted(self.failed_requests)} as failed receives")
+        return " and ".join(answers) or "neither raised nor reported a load error"
 
 
-def _kept_tokens(block_ids: list[int], claimed: int, reported: set[int], block_size: int) -> int:
-    """vLLM's truncation: computed tokens end at the request's first reported block."""
+def kept_tokens(block_ids: list[int], claimed: int, reported: set[int], block_size: int) -> int:
+    """vLLM's truncation: a request's computed tokens end at its first reported block."""
     claimed_blocks = (claimed + block_size - 1) // block_size
     first_bad = next((i for i, b in enumerate(block_ids[:claimed_blocks]) if b in reported), None)
     return claimed if first_bad is None else min(claimed, first_bad * block_size)
@@ -190,22 +208,23 @@ def run_load_failure(rig: Rig, sabotage: Sabotage, policy: str) -> LoadFailureAn
     if not saboteur.damaged:
         raise LoadFailureViolation(f"{rig.connector.name} claimed no external tokens for a stored prompt "
                                    f"(claims {claimed}): no load happened, so no load failure could be staged")
-    reported = set().union(*(set(r.load_errors or ()) for r in consumer.worker.records))
-    answer = LoadFailureAnswer(saboteur.raised, reported, {}, claimed)
+    answer = LoadFailureAnswer(saboteur.raised, saboteur.invalid_blocks, saboteur.failed_requests, claimed)
     if answer.raised is not None:
         return answer
     own_blocks = {rid: list(driver.block_ids[rid][0]) for rid in stored}
-    stray = reported - set().union(*map(set, own_blocks.values()))
+    stray = answer.invalid_blocks - set().union(*map(set, own_blocks.values()))
     if stray:
         raise LoadFailureViolation(f"{rig.connector.name} reported block(s) {sorted(stray)} as failed loads, but no "
                                    f"loading request holds them (its requests hold {own_blocks})")
     for rid in stored:
-        answer.believed_tokens[rid] = _kept_tokens(own_blocks[rid], claimed[rid], reported, block_size)
-        if reported and rid in saboteur.resumed_from and saboteur.resumed_from[rid] != answer.believed_tokens[rid]:
-            raise AssertionError(
-                f"harness: vLLM's scheduler resumed {rid} from token {saboteur.resumed_from[rid]} after the reported "
-                f"block(s) {sorted(reported)}, but this check assumed {answer.believed_tokens[rid]}: its model of "
-                f"vLLM's truncation is out of date")
+        kept = 0 if rid in answer.failed_requests else kept_tokens(own_blocks[rid], claimed[rid],
+                                                                    answer.invalid_blocks, block_size)
+        resumed = saboteur.resumed_from.get(rid)
+        if answer.invalid_blocks and resumed is not None and resumed != kept:
+            raise AssertionError(f"harness: vLLM's scheduler resumed {rid} from token {resumed} after the reported "
+                                 f"block(s) {sorted(answer.invalid_blocks)}, but this check assumed {kept}: its "
+                                 f"model of vLLM's truncation is out of date")
+        answer.kept_tokens[rid] = kept
     _check_kept_slots(rig, producer, consumer, answer, sabotage)
     return answer
 
@@ -213,7 +232,7 @@ def run_load_failure(rig: Rig, sabotage: Sabotage, policy: str) -> LoadFailureAn
 def _check_kept_slots(rig: Rig, producer: Side, consumer: Side, answer: LoadFailureAnswer,
                       sabotage: Sabotage) -> None:
     block_size = rig.shape.block_size
-    for rid, tokens in answer.believed_tokens.items():
+    for rid, tokens in answer.kept_tokens.items():
         if tokens == 0:
             continue
         for name, view_b in consumer.caches.items():

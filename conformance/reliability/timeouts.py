@@ -58,7 +58,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_report_header(config: pytest.Config) -> str:
     timeout = effective_timeout(config)
     if not config.pluginmanager.hasplugin("timeout"):
-        limit = "none (pytest-timeout is not installed: a hanging connector hangs the run)"
+        limit = "none (pytest-timeout is not installed or is disabled: a hanging connector hangs the run)"
     elif timeout is None:
         limit = "pytest-timeout's --timeout"
     else:

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conformance.harness.load_failure import _kept_tokens
+from conformance.harness.load_failure import kept_tokens
 from conformance.reliability import SUPPORTED_VLLM, VllmVersionError, check_vllm_version
 from conformance.reliability.crashes import connector_in_nodeid, how_it_ended
 from conformance.reliability.storage import DEFAULT_STORAGE, DefaultStorage, default_storage, storage_table
@@ -118,4 +118,4 @@ def test_threads_that_end_within_the_grace_period_are_not_leaks():
 ])
 def test_the_check_keeps_what_vllm_keeps(reported, kept):
     """vLLM truncates a request's computed tokens at its first reported block (Scheduler._update_requests_...)."""
-    assert _kept_tokens([10, 11, 12, 13, 14], claimed=64, reported=reported, block_size=16) == kept
+    assert kept_tokens([10, 11, 12, 13, 14], claimed=64, reported=reported, block_size=16) == kept
