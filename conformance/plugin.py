@@ -22,7 +22,8 @@ pytest_plugins = ["conformance.expectations", "conformance.results"]
 
 MARKERS = {
     "engine": "end-to-end runs of vLLM's LLM engine (slow; part of make test)",
-    "check(name)": "the conformance check a test performs (roundtrip, fill, contract, lint, ...)",
+    "check(name, needs=None)": "the conformance check a test performs (roundtrip, fill, contract, lint, ...); "
+    "needs: the profile check it depends on, when not its own name",
 }
 
 
@@ -119,6 +120,27 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     except platforms.PlatformError:
         return None  # pytest_configure reports the error in its own words
     return auto_workers(spec, found.device_count)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Needs a profile already rules out are skipped here, with the reason, before any fixture runs.
+
+    The test still calls ``require`` (which also loads the class); this only spares
+    the fixtures of the hundreds of tests a profile or a missing package rules out.
+    A check marker's ``needs=`` names the profile check it depends on (default: itself).
+    """
+    from conformance.needs import unmet_need
+
+    platform = run_target(config).platform
+    for item in items:
+        marker = item.get_closest_marker("check")
+        connector = getattr(item, "callspec", None) and item.callspec.params.get("connector")
+        if marker is None or connector is None or not marker.args:
+            continue
+        reason = unmet_need(connector, platform, marker.kwargs.get("needs", marker.args[0]))
+        if reason:
+            item.add_marker(pytest.mark.skip(reason=reason))
 
 
 def run_target(config: pytest.Config) -> RunTarget:
