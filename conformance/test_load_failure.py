@@ -18,7 +18,7 @@ from conformance.harness.kvcache import CacheShape
 from conformance.harness.load_failure import POLICIES, SABOTAGES, NothingStored, run_load_failure
 from conformance.needs import refusals_skip, require
 
-pytestmark = pytest.mark.check("load_failure")
+pytestmark = pytest.mark.check("load_failure", needs="roundtrip")
 
 
 @pytest.mark.parametrize("policy", POLICIES)
