@@ -84,7 +84,8 @@ def test_leaked_threads_are_errors_naming_them(crash_run):
 def test_writes_outside_the_storage_folder_are_errors_naming_them(crash_run, litter):
     written = sorted(os.listdir(litter))
     assert written, "the littering connector wrote nothing: the check was not exercised"
-    flagged = [c for c in crash_run.of("LitteringConnector") if "wrote outside its per-test storage folder" in c.message]
+    flagged = [c for c in crash_run.of("LitteringConnector")
+               if "wrote outside its per-test storage folder" in c.message]
     assert flagged, [(c.nodeid, c.outcome, c.message[:300]) for c in crash_run.of("LitteringConnector")]
     named = " ".join(c.message for c in flagged)
     for name in written:

@@ -72,7 +72,8 @@ def test_a_hang_is_one_timeout_naming_the_connector_and_the_rest_not_run(load_ru
 
 
 def test_passed_tests_leave_no_temporary_folder_and_failed_ones_keep_theirs(load_run, run_dir):
-    kept = [p for p in (run_dir / "basetemp").iterdir() if p.name.startswith("test_load_failure") and not p.is_symlink()]
+    kept = [p for p in (run_dir / "basetemp").iterdir()
+            if p.name.startswith("test_load_failure") and not p.is_symlink()]
     reached_fixtures = [c for c in load_run.cases if "not run:" not in c.message]
     not_passed = [c for c in reached_fixtures if c.outcome != "passed"]
     assert 0 < len(not_passed) < len(reached_fixtures)
