@@ -28,21 +28,37 @@ LEDGER_INPUT_KEY = "kvconform_ledger"  # xdist workerinput: the ledger file's pa
 
 
 class Ledger:
-    """Tests that crashed their process or timed out, one JSON line each."""
+    """Tests that crashed their process or timed out, in memory; under xdist also in a file all workers share."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path | None = None):
         self.path = path
+        self._entries: list[dict] = []
 
     def add(self, nodeid: str, connector: str | None, what: str) -> None:
+        entry = {"nodeid": nodeid, "connector": connector, "what": what}
+        if self.path is None:
+            self._entries.append(entry)
+            return
         with self.path.open("a") as handle:
-            handle.write(json.dumps({"nodeid": nodeid, "connector": connector, "what": what}) + "\n")
+            handle.write(json.dumps(entry) + "\n")
 
     def entries(self) -> list[dict]:
+        if self.path is None:
+            return list(self._entries)
         try:
             lines = self.path.read_text().splitlines()
         except OSError:
             return []
         return [json.loads(line) for line in lines if line.strip()]
+
+    def share(self, config: pytest.Config) -> Path:
+        """Move to a file workers can read (once, in the xdist controller); removed when the session ends."""
+        if self.path is None:
+            folder = Path(tempfile.mkdtemp(prefix="kvconform-ledger-"))
+            config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+            self.path = folder / "ledger.jsonl"
+            self.path.write_text("".join(json.dumps(entry) + "\n" for entry in self._entries))
+        return self.path
 
 
 _LEDGER_KEY = pytest.StashKey[Ledger]()
@@ -57,19 +73,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
              "out (default: report them as not run)")
 
 
-def _open_ledger(config: pytest.Config) -> Ledger:
-    shared = getattr(config, "workerinput", {}).get(LEDGER_INPUT_KEY)
-    if shared:
-        return Ledger(Path(shared))
-    folder = Path(tempfile.mkdtemp(prefix="kvconform-ledger-"))
-    config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
-    ledger = Ledger(folder / "ledger.jsonl")
-    ledger.path.touch()
-    return ledger
-
-
 def pytest_configure(config: pytest.Config) -> None:
-    config.stash[_LEDGER_KEY] = _open_ledger(config)
+    shared = getattr(config, "workerinput", {}).get(LEDGER_INPUT_KEY)
+    config.stash[_LEDGER_KEY] = Ledger(Path(shared) if shared else None)
     if not hasattr(config, "workerinput"):  # the xdist controller, or a run without xdist
         config.pluginmanager.register(CrashReporter(config), "kvconform-crash-reporter")
 
@@ -158,7 +164,7 @@ class CrashReporter:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:
-        node.workerinput[LEDGER_INPUT_KEY] = str(self.config.stash[_LEDGER_KEY].path)
+        node.workerinput[LEDGER_INPUT_KEY] = str(self.config.stash[_LEDGER_KEY].share(self.config))
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node, error) -> None:
