@@ -6,7 +6,7 @@ crashed and how the process ended (``killed by SIGSEGV``, ``exit status 3``).
 
 A connector that crashed or hung in one test of a check will most likely do it
 again in the next: each crash costs a fresh worker (seconds of vLLM import) and
-each hang a full timeout. So every crash and timeout goes into a ledger (a file
+each hang a full timeout. So every crash and timeout goes into a ledger (under xdist, a file
 the controller and its workers share), and a later test of the same connector
 and check is reported as not run, naming the first one; ``--kvconform-keep-going``
 runs them anyway.
