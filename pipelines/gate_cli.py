@@ -123,6 +123,9 @@ class TestResult:
     message: str = ""
 
 
+MAX_WORKER_RESTARTS = 16
+
+
 def pytest_command(platform: str, connectors: list[str], results: Path) -> list[str]:
     """The conformance run for ``connectors`` on ``platform``: an argument list, never a shell line.
 
@@ -131,6 +134,8 @@ def pytest_command(platform: str, connectors: list[str], results: Path) -> list[
     """
     return [sys.executable, "-m", "pytest", "--pyargs", "conformance", f"--platform={platform}",
             *(f"--connector={name}" for name in connectors), "-p", "no:cacheprovider", "-rs",
+            # a worker process, so a connector that crashes it fails its test and the run goes on
+            "-n", "1", f"--max-worker-restart={MAX_WORKER_RESTARTS}",
             f"--junitxml={results / JUNIT_FILE}", f"--kvconform-json={results / JSON_FILE}"]
 
 

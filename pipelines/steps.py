@@ -77,8 +77,8 @@ def pytest_words(run: LaneRun, connectors: list[str], junit: str) -> list[Word]:
     words: list[Word] = ["pytest", "conformance", f"--platform={run.spec.name}"]
     words += [f"--connector={name}" for name in connectors]
     words += [f"--attn-backend={backend}" for backend in run.lane.attn_backends]
-    if run.lane.xdist_workers > 1:
-        words += ["-n", str(run.lane.xdist_workers)]
+    # always under xdist: a worker that a connector crashes is replaced and its test fails, naming it
+    words += ["-n", str(run.lane.xdist_workers), "--max-worker-restart=16"]
     return [*words, "-rs", f"--junitxml={junit}"]
 
 

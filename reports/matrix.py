@@ -13,7 +13,7 @@ from reports.model import CaseResult, Cell, Results
 from reports.outcomes import OUTCOMES, ORDER, is_failing
 
 # Checks in the order a connector meets them; others follow alphabetically, collection errors last.
-CHECK_ORDER = ("roundtrip", "fill", "contract", "lint", "engine")
+CHECK_ORDER = ("roundtrip", "load_failure", "fill", "contract", "lint", "engine")
 LAST_CHECKS = ("collection",)
 
 

@@ -12,6 +12,7 @@ import re
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from conformance.harness import kvcache
 from conformance.harness.backends import MLA_BACKENDS, backend_class, metadata_instance
@@ -53,7 +54,9 @@ class Side:
         self.scheduler.run(self.worker, max_steps)
 
     def close(self) -> None:
+        """Both halves shut down, as vLLM's engine does (``Scheduler.shutdown`` closes the scheduler side)."""
         self.worker.shutdown()
+        self.scheduler.scheduler.shutdown()
 
 
 @dataclass
@@ -65,6 +68,24 @@ class Rig:
     model_dir: Path
     storage: Path
     device: str
+    max_model_len: int = MAX_MODEL_LEN
+    # the worker-side stand-in to build (the bench swaps in a timed one)
+    worker_class: ClassVar[type[WorkerStandIn]] = WorkerStandIn
+
+    # Sizing hooks: the checks use the tiny model; the bench overrides these for long requests.
+    @property
+    def num_blocks(self) -> int:
+        return kvcache.NUM_BLOCKS
+
+    def layer_names(self) -> list[str]:
+        return attention_layer_names()
+
+    def attention_spec(self):
+        return self.shape.attention_spec()
+
+    def scheduler_limits(self) -> tuple[int, int]:
+        """(max_num_seqs, max_num_batched_tokens): several whole prompts per step."""
+        return 16, self.max_model_len * 4
 
     @property
     def effective_backend(self) -> str:
@@ -86,12 +107,13 @@ class Rig:
             **self.connector.transfer_config_fields(),
         )
         model = ModelConfig(model=str(self.model_dir), skip_tokenizer_init=True, dtype=self.shape.model_dtype,
-                            seed=0, max_model_len=MAX_MODEL_LEN)
+                            seed=0, max_model_len=self.max_model_len)
+        max_num_seqs, max_num_batched_tokens = self.scheduler_limits()
         config = VllmConfig(
             model_config=model,
             device_config=DeviceConfig(self.platform.torch_device_type),
-            scheduler_config=SchedulerConfig(max_num_seqs=16, max_num_batched_tokens=MAX_MODEL_LEN * 4,
-                                             max_model_len=MAX_MODEL_LEN, is_encoder_decoder=False),
+            scheduler_config=SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                                             max_model_len=self.max_model_len, is_encoder_decoder=False),
             cache_config=CacheConfig(block_size=self.shape.block_size, enable_prefix_caching=True,
                                      cache_dtype=self.shape.cache_dtype),
             kv_transfer_config=transfer,
@@ -103,14 +125,14 @@ class Rig:
         """A fresh scheduler + worker pair; caches random (``fill_seed``) or zeroed."""
         with refusal_as(ConnectorRefused, self.connector):  # vLLM's config validation may refuse it too
             config = self.vllm_config(role)
-        layers = attention_layer_names()
-        kv_cache_config = kvcache.build_kv_cache_config(config, [(layers, self.shape.attention_spec())])
+        layers = self.layer_names()
+        kv_cache_config = kvcache.build_kv_cache_config(config, [(layers, self.attention_spec())], self.num_blocks)
         caches = kvcache.allocate(kv_cache_config, config, self.device)
         if fill_seed is not None:
             kvcache.fill_random(caches, fill_seed)
         metadata = {name: metadata_instance(self.effective_backend) for name in layers}
         with refusal_as(ConnectorRefused, self.connector):
-            worker = WorkerStandIn(config, kv_cache_config, caches, self.connector.name, self.device, metadata)
+            worker = self.worker_class(config, kv_cache_config, caches, self.connector.name, self.device, metadata)
             scheduler = SchedulerDriver(config, kv_cache_config)
         return Side(config, kv_cache_config, caches, scheduler, worker)
 

@@ -27,9 +27,8 @@ from pathlib import Path
 import torch
 
 from conformance.harness import kvcache
-from conformance.harness.backends import metadata_instance
 from conformance.harness.model import HEAD_SIZE, NUM_KV_HEADS, NUM_LAYERS, TINY_LLAMA, attention_layer_names
-from conformance.harness.rig import ConnectorRefused, Rig, Side, refusal_as
+from conformance.harness.rig import Rig, Side
 from conformance.harness.runner import WorkerStandIn
 from conformance.harness.scheduler import SchedulerDriver
 
@@ -194,7 +193,7 @@ class BenchRig(Rig):
     """
 
     geometry: KVGeometry = GEOMETRIES["small"]
-    max_model_len: int = 512
+    worker_class = TimedWorker
 
     @property
     def num_blocks(self) -> int:
@@ -209,45 +208,9 @@ class BenchRig(Rig):
         return FullAttentionSpec(block_size=self.shape.block_size, num_kv_heads=self.geometry.kv_heads,
                                  head_size=self.geometry.head_size, dtype=self.shape.torch_dtype)
 
-    def vllm_config(self, role: str):
-        from vllm.config import (CacheConfig, DeviceConfig, KVTransferConfig, ModelConfig, SchedulerConfig,
-                                 VllmConfig)
-
-        profile = self.connector.profile
-        transfer = KVTransferConfig(
-            kv_role=role,
-            kv_connector_extra_config=profile.render_extra_config(self.storage),
-            **({"kv_buffer_device": profile.kv_buffer_device.replace("{device}", self.platform.torch_device_type)}
-               if profile.kv_buffer_device else {}),
-            **self.connector.transfer_config_fields(),
-        )
-        model = ModelConfig(model=str(self.model_dir), skip_tokenizer_init=True, dtype=self.shape.model_dtype,
-                            seed=0, max_model_len=self.max_model_len)
-        config = VllmConfig(
-            model_config=model,
-            device_config=DeviceConfig(self.platform.torch_device_type),
-            # one request per step and its whole prompt in one step: one save step per request
-            scheduler_config=SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=self.max_model_len,
-                                             max_model_len=self.max_model_len, is_encoder_decoder=False),
-            cache_config=CacheConfig(block_size=self.shape.block_size, enable_prefix_caching=True,
-                                     cache_dtype=self.shape.cache_dtype),
-            kv_transfer_config=transfer,
-        )
-        kvcache.record_layout(config, self.layout())
-        return config
-
-    def side(self, role: str = "kv_both", fill_seed: int | None = None) -> Side:
-        config = self.vllm_config(role)
-        layers = self.layer_names()
-        kv_cache_config = kvcache.build_kv_cache_config(config, [(layers, self.attention_spec())], self.num_blocks)
-        caches = kvcache.allocate(kv_cache_config, config, self.device)
-        if fill_seed is not None:
-            kvcache.fill_random(caches, fill_seed)
-        metadata = {name: metadata_instance(self.effective_backend) for name in layers}
-        with refusal_as(ConnectorRefused, self.connector):
-            worker = TimedWorker(config, kv_cache_config, caches, self.connector.name, self.device, metadata)
-            scheduler = SchedulerDriver(config, kv_cache_config)
-        return Side(config, kv_cache_config, caches, scheduler, worker)
+    def scheduler_limits(self) -> tuple[int, int]:
+        # one request per step and its whole prompt in one step: one save step per request
+        return 4, self.max_model_len
 
 
 # ----------------------------------------------------------------------------- the baselines

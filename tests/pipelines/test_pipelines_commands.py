@@ -43,9 +43,9 @@ def lane_run(wrapper: Wrapper | None = None, **fields) -> LaneRun:
     return LaneRun("xpu", lane, PLATFORMS["xpu"], 5, [])
 
 
-def expected_pytest(connectors: list[str], junit: str, *extra: str) -> list[str]:
-    return ["conformance", "--platform=xpu", *[f"--connector={c}" for c in connectors], *extra, "-rs",
-            f"--junitxml={junit}"]
+def expected_pytest(connectors: list[str], junit: str, workers: int = 1) -> list[str]:
+    return ["conformance", "--platform=xpu", *[f"--connector={c}" for c in connectors],
+            "-n", str(workers), "--max-worker-restart=16", "-rs", f"--junitxml={junit}"]
 
 
 def assert_nothing_injected(fake_bin, allowed=("pytest", "rm", "wrap")):
@@ -95,7 +95,7 @@ def test_sharded_step_gives_each_job_its_deal_of_connectors(jobs, fake_bin):
         assert result.returncode == 0, result.stderr
         [call] = fake_bin.calls("pytest")
         junit = f"reports/out/junit/xpu/kvconform-test-xpu-{job}.xml"
-        assert call["argv"] == expected_pytest(HOSTILE[job::jobs], junit, "-n", "2")
+        assert call["argv"] == expected_pytest(HOSTILE[job::jobs], junit, workers=2)
         assert junit in step["artifact_paths"]
         assert_nothing_injected(fake_bin)
         seen += HOSTILE[job::jobs]

@@ -1,0 +1,60 @@
+"""The connector registry as vLLM's ``factory.py`` declares it, read with ``ast``.
+
+``KVConnectorFactory`` registers every built-in connector with
+``register_connector(name, module_path, class_name)`` calls in that one file. Reading
+the calls instead of importing the factory costs milliseconds, not vLLM's import
+(seconds), and never runs code: the PR gate reads a pull request's factory this way,
+and the pytest plugin validates ``--connector`` names this way in the xdist
+controller, which never needs vLLM itself.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+from pathlib import Path
+
+FACTORY_MODULE = "vllm.distributed.kv_transfer.kv_connector.factory"
+FACTORY_FILE = FACTORY_MODULE.replace(".", "/") + ".py"
+
+
+class FactorySourceError(Exception):
+    """The factory source cannot be read as a registry; the message says where and why."""
+
+
+def _string_args(call: ast.Call, names: tuple[str, ...]) -> tuple[str, ...] | None:
+    values = dict(zip(names, call.args))
+    values.update({kw.arg: kw.value for kw in call.keywords if kw.arg in names})
+    strings = tuple(getattr(values.get(n), "value", None) for n in names)
+    return strings if all(isinstance(s, str) for s in strings) else None
+
+
+def _is_registration(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "register_connector")
+
+
+def parse_registrations(source: str, where: str = FACTORY_FILE) -> dict[str, tuple[str, str]]:
+    """name -> (module path, class name) of every ``register_connector(...)`` call, in source order."""
+    try:
+        tree = ast.parse(source, filename=where)
+    except SyntaxError as exc:
+        raise FactorySourceError(f"{where}:{exc.lineno}: cannot parse the connector factory: {exc.msg}") from None
+    calls = sorted((n for n in ast.walk(tree) if _is_registration(n)), key=lambda n: (n.lineno, n.col_offset))
+    registry: dict[str, tuple[str, str]] = {}
+    for call in calls:
+        args = _string_args(call, ("name", "module_path", "class_name"))
+        if args:
+            registry[args[0]] = (args[1], args[2])
+    if not registry:
+        raise FactorySourceError(f"{where}: registers no connectors (no register_connector calls)")
+    return registry
+
+
+def installed_factory_file() -> Path | None:
+    """The installed vLLM's factory.py, found without importing vLLM."""
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))).parent / FACTORY_FILE
+    return path if path.is_file() else None
