@@ -24,7 +24,7 @@ def _probe() -> Probe:
     return Probe(True, f"torch.cuda.device_count() is {count} (CUDA {torch.version.cuda})", count)
 
 
-def _device_name(index: int = 0) -> str:
+def cuda_device_name(index: int = 0) -> str:
     import torch
 
     return torch.cuda.get_device_name(index)
@@ -36,7 +36,7 @@ SPEC = PlatformSpec(
     visibility_vars=("CUDA_VISIBLE_DEVICES",),
     backends=("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN"),
     probe=_probe,
-    device_name=_device_name,
+    device_name=cuda_device_name,
     emoji=":nvidia:",
     vllm_platform="cuda",
 )

@@ -6,6 +6,7 @@ False`` (its (2, num_blocks, ...) layout is not blocks-first).
 
 from __future__ import annotations
 
+from platforms.cuda import cuda_device_name
 from platforms.spec import PlatformSpec, Probe
 
 
@@ -21,12 +22,6 @@ def _probe() -> Probe:
     return Probe(True, f"torch.version.hip is {hip} and {count} device(s) are visible", count)
 
 
-def _device_name(index: int = 0) -> str:
-    import torch
-
-    return torch.cuda.get_device_name(index)
-
-
 SPEC = PlatformSpec(
     name="rocm",
     torch_device_type="cuda",
@@ -34,7 +29,7 @@ SPEC = PlatformSpec(
     visibility_vars=("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"),
     backends=("ROCM_AITER_FA", "ROCM_AITER_UNIFIED_ATTN", "TRITON_ATTN"),
     probe=_probe,
-    device_name=_device_name,
+    device_name=cuda_device_name,  # a HIP torch answers through torch.cuda
     emoji=":rocm:",
     vllm_platform="rocm",
 )

@@ -45,5 +45,14 @@ def run_suite(tmp: Path, args: list[str]) -> tuple[int, list[Outcome], str]:
     return proc.returncode, outcomes, proc.stdout + proc.stderr
 
 
+def run_broken(tmp: Path, select: str, original: str, module: str, broken: list[str],
+               extra: tuple[str, ...] = ()) -> tuple[int, list[Outcome], str]:
+    """One suite run of the ``-k select`` tests over the unmodified ``original`` and every broken copy."""
+    args = ["-k", select, *extra, "--connector", original]
+    for name in broken:
+        args += ["--connector", f"{BROKEN}.{module}:{name}"]
+    return run_suite(tmp, args)
+
+
 def of_connector(outcomes: list[Outcome], name: str) -> list[Outcome]:
     return [o for o in outcomes if f"-{name}-" in o.nodeid or o.nodeid.endswith(f"-{name}]")]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.selftest.suite_run import BROKEN, of_connector, run_suite
+from tests.selftest.suite_run import of_connector, run_broken
 
 CONTRACT_TESTS = ("scheduler", "worker", "driven", "no_load", "finished_before_load", "unknown_requests",
                   "empty_registration")
@@ -39,10 +39,8 @@ def _test_name(outcome) -> str:
 
 @pytest.fixture(scope="module")
 def contract_run(tmp_path_factory):
-    args = ["-k", "test_contract", "--connector", "ExampleConnector"]
-    for name in BROKEN_CONTRACT:
-        args += ["--connector", f"{BROKEN}.contract_broken:{name}"]
-    return run_suite(tmp_path_factory.mktemp("contract-selftest"), args)
+    return run_broken(tmp_path_factory.mktemp("contract-selftest"), "test_contract", "ExampleConnector",
+                      "contract_broken", list(BROKEN_CONTRACT))
 
 
 def test_suite_exits_nonzero_on_broken_connectors(contract_run):

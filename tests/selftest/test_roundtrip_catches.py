@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.selftest.suite_run import BROKEN, of_connector, run_suite
+from tests.selftest.suite_run import of_connector, run_broken
 
 # connector class -> words its failures must carry
 BROKEN_ROUNDTRIP = {
@@ -18,10 +18,9 @@ BROKEN_ROUNDTRIP = {
 
 @pytest.fixture(scope="module")
 def roundtrip_run(tmp_path_factory):
-    args = ["-k", "test_roundtrip and not layout and not mla and not scenario and not other_device", "--connector", "ExampleConnector"]
-    for name in BROKEN_ROUNDTRIP:
-        args += ["--connector", f"{BROKEN}.example_broken:{name}"]
-    return run_suite(tmp_path_factory.mktemp("roundtrip-selftest"), args)
+    return run_broken(tmp_path_factory.mktemp("roundtrip-selftest"),
+                      "test_roundtrip and not layout and not mla and not scenario and not other_device",
+                      "ExampleConnector", "example_broken", list(BROKEN_ROUNDTRIP))
 
 
 def test_suite_exits_nonzero_on_broken_connectors(roundtrip_run):
