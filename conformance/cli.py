@@ -26,6 +26,12 @@ class UserError(Exception):
     """Bad input from the user: printed as one line, exit status 2."""
 
 
+def one_line(message: str) -> str:
+    """``message`` with control characters escaped: input a pull request controls (file or connector
+    names) may carry line breaks, which must not split the error or forge a log line."""
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in message)
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The top-level parser; only ``command``'s own module is imported to configure it."""
     parser = argparse.ArgumentParser(prog="kvconform", description=__doc__.splitlines()[0])
@@ -45,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(importlib.import_module(args._module).run(args) or 0)
     except UserError as exc:
-        print(f"kvconform {args.command}: error: {exc}", file=sys.stderr)
+        print(f"kvconform {args.command}: error: {one_line(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
