@@ -22,6 +22,14 @@ BLOCK_SIZES = [16, 32]
 
 def _roundtrip(make_rig, connector, platform, shape, scenario="unaligned"):
     require(connector, platform, "roundtrip")
+    if connector.profile.is_pair():  # a producer/consumer pair: both sides live at once
+        from conformance.harness.pair import pair_inapplicable, run_pair_roundtrip
+
+        if reason := pair_inapplicable(SCENARIOS[scenario]):
+            pytest.skip(f"{connector.name}: {reason}")
+        with refusals_skip():
+            run_pair_roundtrip(make_rig(shape), SCENARIOS[scenario])
+        return
     with refusals_skip():
         run_roundtrip(make_rig(shape), SCENARIOS[scenario])
 

@@ -8,6 +8,8 @@ never have been shut down, so they are attached as a section instead of judged.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 import pytest
 
 _CALL_PASSED_KEY = pytest.StashKey[bool]()
@@ -44,3 +46,23 @@ def report_left_behind(item: pytest.Item, report: pytest.TestReport, problem: st
         report.longrepr = problem
     else:
         report.sections.append(("kvconform: left behind", problem))
+
+
+def teardown_check(problems: Callable[[pytest.Item, object], Iterable[str]]):
+    """A ``pytest_runtest_makereport`` hook that reports, at a conformance test's teardown,
+    every problem ``problems(item, connector)`` finds (the shared shape of the threads and
+    storage plugins: only the finding differs)."""
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+        report = yield
+        connector = connector_of(item)
+        if connector is None:
+            return report
+        note_call(item, report)
+        if call.when == "teardown":
+            for problem in problems(item, connector):
+                report_left_behind(item, report, problem)
+        return report
+
+    return pytest_runtest_makereport

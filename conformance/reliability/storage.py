@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from conformance.reliability.items import connector_of, note_call, report_left_behind
+from conformance.reliability.items import connector_of, teardown_check
 
 
 @dataclass(frozen=True)
@@ -105,17 +105,15 @@ def new_entries(before: dict[DefaultStorage, set[str]]) -> dict[DefaultStorage, 
     return {location: sorted(names) for location, names in after.items() if names}
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
-    report = yield
-    connector = connector_of(item)
-    if connector is None:
-        return report
-    note_call(item, report)
-    if call.when == "teardown" and _BEFORE_KEY in item.stash:
-        for location, names in new_entries(item.stash[_BEFORE_KEY]).items():
-            shown = ", ".join(os.path.join(location.folder, name) for name in names[:SHOWN])
-            more = f" and {len(names) - SHOWN} more" if len(names) > SHOWN else ""
-            report_left_behind(item, report, f"{connector.name} wrote outside its per-test storage folder: new "
-                                             f"in its default location {location.folder}: {shown}{more}")
-    return report
+def _litter(item: pytest.Item, connector) -> list[str]:
+    found = new_entries(item.stash[_BEFORE_KEY]) if _BEFORE_KEY in item.stash else {}
+    problems = []
+    for location, names in found.items():
+        shown = ", ".join(os.path.join(location.folder, name) for name in names[:SHOWN])
+        more = f" and {len(names) - SHOWN} more" if len(names) > SHOWN else ""
+        problems.append(f"{connector.name} wrote outside its per-test storage folder: new in its default "
+                        f"location {location.folder}: {shown}{more}")
+    return problems
+
+
+pytest_runtest_makereport = teardown_check(_litter)

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from conformance.reliability.items import connector_of, note_call, report_left_behind
+from conformance.reliability.items import connector_of, teardown_check
 
 LEAK_GRACE_S = 2.0
 
@@ -49,19 +49,13 @@ def leaked_threads(before: set[threading.Thread], grace_s: float = LEAK_GRACE_S)
     return [t for t in new if t.is_alive()]
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
-    report = yield
-    connector = connector_of(item)
-    if connector is None:
-        return report
-    note_call(item, report)
-    if call.when == "teardown" and _BEFORE_KEY in item.stash:
-        leaked = leaked_threads(item.stash[_BEFORE_KEY])
-        if leaked:
-            report_left_behind(item, report, f"{connector.name} left {len(leaked)} thread(s) running after the "
-                                             f"test and the connector's shutdown(): {describe(leaked)}")
-    return report
+def _leaks(item: pytest.Item, connector) -> list[str]:
+    leaked = leaked_threads(item.stash[_BEFORE_KEY]) if _BEFORE_KEY in item.stash else []
+    return [f"{connector.name} left {len(leaked)} thread(s) running after the test and the connector's "
+            f"shutdown(): {describe(leaked)}"] if leaked else []
+
+
+pytest_runtest_makereport = teardown_check(_leaks)
 
 
 @pytest.hookimpl(trylast=True)

@@ -6,6 +6,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,3 +66,24 @@ class GateResult:
 
     def json(self) -> dict:
         return json.loads(self.out)
+
+
+def build_template(root: Path, extra_files: tuple[str, ...] = EXTRA_FILES) -> Path:
+    """A git repository at ``root`` laid out like vLLM: the installed kv_transfer tree plus ``extra_files``."""
+    shutil.copytree(VLLM_SOURCE / "distributed" / "kv_transfer", root / KV_TRANSFER,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for name in extra_files:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(VLLM_SOURCE.parent / name, root / name)
+    (root / "README.md").write_text("# vLLM (a test copy)\n")
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "base")
+    return root
+
+
+def clone_template(template: Path, tmp_path: Path) -> VllmRepo:
+    """A private clone of ``template``, so a test can commit without others seeing it."""
+    path = tmp_path / "vllm"
+    git(tmp_path, "clone", "-q", str(template), str(path))
+    return VllmRepo(path, git(path, "rev-parse", "HEAD"))

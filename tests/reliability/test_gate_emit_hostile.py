@@ -10,7 +10,6 @@ in the pull request's own ``factory.py`` (refused in one line, nothing written).
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.gate.vllm_checkout import CONNECTORS, FACTORY, GIT_ENV, KV_TRANSFER, VLLM_SOURCE, VllmRepo, git
+from tests.gate.vllm_checkout import CONNECTORS, FACTORY, GIT_ENV, VllmRepo, build_template, clone_template
 from tests.pipelines.pipeline_testkit import FakeBin, conformance_steps
 
 V1 = f"{CONNECTORS}/v1"
@@ -32,20 +31,12 @@ NEWLINE_CONNECTOR = "x\nkvconform gate: PASS"
 
 @pytest.fixture(scope="module")
 def template(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("vllm-hostile")
-    shutil.copytree(VLLM_SOURCE / "distributed" / "kv_transfer", root / KV_TRANSFER,
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    git(root, "init", "-q", "-b", "main")
-    git(root, "add", "-A")
-    git(root, "commit", "-q", "-m", "base")
-    return root
+    return build_template(tmp_path_factory.mktemp("vllm-hostile"), extra_files=())
 
 
 @pytest.fixture
 def repo(template, tmp_path) -> VllmRepo:
-    path = tmp_path / "vllm"
-    git(tmp_path, "clone", "-q", str(template), str(path))
-    return VllmRepo(path, git(path, "rev-parse", "HEAD"))
+    return clone_template(template, tmp_path)
 
 
 def kvconform(workdir: Path, *args: str) -> subprocess.CompletedProcess:
