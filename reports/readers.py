@@ -190,7 +190,14 @@ def merge(inputs: list[tuple[Results, str]]) -> Results:
             chosen[key] = (preferred, test)
     tests = [test for _, test in chosen.values()]
     used = {t.run for t in tests}
-    return build([r for r in runs if r.id in used or r.id not in had_tests], tests)
+    kept = [r for r in runs if r.id in used or r.id not in had_tests]
+    # number the runs that remain, so a platform's only run is plain "cpu", not "cpu#2" after its JUnit twin went
+    final: dict[str, str] = {}
+    taken = set()
+    for run in kept:
+        final[run.id] = _unique_id(run.platform, taken)
+    return build([r.model_copy(update={"id": final[r.id]}) for r in kept],
+                 [t.model_copy(update={"run": final.get(t.run, t.run)}) for t in tests])
 
 
 def read_all(paths) -> Results:

@@ -86,6 +86,7 @@ def test_json_results_win_over_the_junit_of_the_same_run(tmp_path):
         assert all(t.message.startswith("from json: ") for t in merged.tests)
         assert len(merged.tests) == 4
         assert merged.runs[0].source == str(as_json)
+        assert [r.id for r in merged.runs] == ["cpu"] and {t.run for t in merged.tests} == {"cpu"}
 
 
 def test_two_runs_of_one_platform_get_distinct_ids(tmp_path):
