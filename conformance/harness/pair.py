@@ -54,22 +54,31 @@ class PairFailure(AssertionError):
     """The pair did not complete a transfer; the message says which side stalled."""
 
 
-def ensure_single_rank_parallel_state(vllm_config) -> None:
-    """vLLM's tensor-parallel group for a one-process world (gloo), once per process.
+@contextmanager
+def single_rank_parallel_state(vllm_config) -> Iterator[None]:
+    """vLLM's tensor-parallel group for a one-process world (gloo), torn down after.
 
-    NIXL's worker side asks ``get_tensor_model_parallel_rank()``; a model runner
-    would have set the group up before building the connector.
+    NIXL's worker side asks ``get_tensor_model_parallel_rank()``; a model runner would have set the
+    group up before building the connector. What this sets up it also destroys, so a later test in
+    the same process sees no group, whatever ran before it.
     """
     from vllm.config import set_current_vllm_config
-    from vllm.distributed.parallel_state import (ensure_model_parallel_initialized, init_distributed_environment,
+    from vllm.distributed.parallel_state import (destroy_distributed_environment, destroy_model_parallel,
+                                                 ensure_model_parallel_initialized, init_distributed_environment,
                                                  model_parallel_is_initialized)
 
     if model_parallel_is_initialized():
+        yield
         return
     with set_current_vllm_config(vllm_config):
         init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
                                      distributed_init_method=f"tcp://127.0.0.1:{_free_port()}")
         ensure_model_parallel_initialized(1, 1)
+    try:
+        yield
+    finally:
+        destroy_model_parallel()
+        destroy_distributed_environment()
 
 
 def _free_port() -> int:
@@ -160,9 +169,8 @@ def run_pair_roundtrip(rig: Rig, scenario: Scenario) -> RoundTripResult:
     producer_role, consumer_role = rig.roles()
     stored, wanted = scenario_prompts(scenario, rig.shape.block_size)
     name = rig.connector.name
-    ensure_single_rank_parallel_state(rig.vllm_config(producer_role))
     producer = consumer = None
-    with _kept_cpu_affinity():
+    with single_rank_parallel_state(rig.vllm_config(producer_role)), _kept_cpu_affinity():
         try:
             with _environ({SIDE_CHANNEL_HOST_VAR: "127.0.0.1", SIDE_CHANNEL_PORT_VAR: str(_free_port())}):
                 producer = rig.side(producer_role, fill_seed=1234)
