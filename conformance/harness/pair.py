@@ -154,12 +154,18 @@ def _drained(side: Side) -> bool:
     return not side.scheduler.scheduler.has_requests() and not side.scheduler._pending()
 
 
-def _step_until(sides: tuple[Side, ...], done, what: str) -> None:
+def _held(sides: dict[str, Side]) -> str:
+    """Which requests each side still holds, e.g. ``consumer holds req-0; producer holds nothing``."""
+    return "; ".join(f"{role} holds {', '.join(sorted(side.scheduler.scheduler.requests)) or 'nothing'}"
+                     for role, side in sides.items())
+
+
+def _step_until(sides: dict[str, Side], done, what: str) -> None:
     deadline = time.monotonic() + DRAIN_TIMEOUT_S
     while not done():
         if time.monotonic() > deadline:
-            raise PairFailure(f"{what} within {DRAIN_TIMEOUT_S:.0f} s")
-        for side in sides:
+            raise PairFailure(f"{what} within {DRAIN_TIMEOUT_S:.0f} s ({_held(sides)})")
+        for side in sides.values():
             side.scheduler.step(side.worker)
         time.sleep(STEP_PAUSE_S)
 
@@ -178,13 +184,13 @@ def run_pair_roundtrip(rig: Rig, scenario: Scenario) -> RoundTripResult:
             handed_over = TransferParamsLog(producer)
             for request_id, prompt in stored.items():
                 add_request(producer, request_id, prompt, PRODUCER_REQUEST_PARAMS)
-            _step_until((producer,), lambda: set(handed_over.params) >= set(stored),
+            _step_until({"producer": producer}, lambda: set(handed_over.params) >= set(stored),
                         f"{name}'s producer did not return kv_transfer_params for every request")
 
             consumer = rig.side(consumer_role)
             for request_id, prompt in wanted.items():
                 add_request(consumer, request_id, prompt, handed_over.params[request_id])
-            _step_until((consumer, producer), lambda: _drained(consumer) and _drained(producer),
+            _step_until({"consumer": consumer, "producer": producer}, lambda: _drained(consumer) and _drained(producer),
                         f"{name}: the consumer did not finish receiving, or the producer did not release "
                         f"its pages (finished_sending),")
         finally:
