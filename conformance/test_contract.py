@@ -33,7 +33,8 @@ from conformance.needs import refusals_skip, require
 
 pytestmark = pytest.mark.check("contract")
 
-SHAPE = CacheShape()
+SHAPE = CacheShape()  # the backend's preferred block size
+PROMPT_UNIT = 32  # prompts are sized in units of 32 tokens: several blocks at any preferred block size
 UNKNOWN_ID = "no-such-request"
 
 
@@ -53,12 +54,12 @@ def test_contract_scheduler(platform, attn_backend, connector, make_rig):
     with refusals_skip():
         for kv_role in subject.kv_roles():
             with subject.scheduler(kv_role) as half:
-                request = half.new_request("contract-claimed", _prompt(SHAPE.block_size))
+                request = half.new_request("contract-claimed", _prompt(PROMPT_UNIT))
                 half.ask("get_num_new_matched_tokens", request, 0, shown_args="request, 0")
                 half.ask("build_connector_meta", scheduler_output(), shown_args="an empty SchedulerOutput")
                 half.ask("request_finished", request, [], shown_args="request, []")
                 if supports_hma(half.connector):
-                    other = half.new_request("contract-claimed-hma", _prompt(SHAPE.block_size, 1))
+                    other = half.new_request("contract-claimed-hma", _prompt(PROMPT_UNIT, 1))
                     half.ask("get_num_new_matched_tokens", other, 0, shown_args="request, 0")
                     half.ask("request_finished_all_groups", other, half.no_block_ids(),
                              shown_args=f"request, {half.no_block_ids()}")
@@ -99,7 +100,7 @@ def _drive_one_request(subject, side, role: str, index: int) -> None:
     worker_calls = install_checks(side.worker.connector, label)
     check_reported_ids(side.worker.connector, label, lambda: side.scheduler.scheduler.requests)
     request_id = f"contract-driven-{index}"
-    side.scheduler.add(request_id, _prompt(SHAPE.block_size))
+    side.scheduler.add(request_id, _prompt(PROMPT_UNIT))
     # vLLM asks again for every request still waiting, so one question before the first step is a legal
     # call; asking the class's method keeps the harness's claim recorder from unpacking a malformed answer.
     request = side.scheduler.scheduler.requests[request_id]
@@ -142,7 +143,7 @@ def test_contract_finished_before_load(platform, attn_backend, connector, make_r
         for kv_role in subject.kv_roles():
             with subject.scheduler(kv_role) as scheduler, subject.worker(kv_role) as worker:
                 request_id = "contract-aborted"
-                request = scheduler.new_request(request_id, _prompt(SHAPE.block_size))
+                request = scheduler.new_request(request_id, _prompt(PROMPT_UNIT))
                 scheduler.ask("get_num_new_matched_tokens", request, 0, shown_args="request, 0")
                 delay_free, _ = scheduler.finish(request, scheduler.no_block_ids(), "request")
                 metadata = scheduler.ask("build_connector_meta", scheduler_output([request_id]),
@@ -164,7 +165,7 @@ def test_contract_unknown_requests(platform, attn_backend, connector, make_rig):
     with refusals_skip():
         for kv_role in subject.kv_roles():
             with subject.scheduler(kv_role) as scheduler, subject.worker(kv_role) as worker:
-                unseen = make_request(scheduler.vllm_config, "contract-unseen", _prompt(SHAPE.block_size))
+                unseen = make_request(scheduler.vllm_config, "contract-unseen", _prompt(PROMPT_UNIT))
                 scheduler.finish(unseen, scheduler.no_block_ids(), "a request it never saw")
                 metadata = scheduler.ask("build_connector_meta", scheduler_output([UNKNOWN_ID]),
                                          shown_args=f"a SchedulerOutput finishing {UNKNOWN_ID!r}")

@@ -32,7 +32,7 @@ class CacheShape:
 
     dtype: str = "float16"
     mla: bool = False
-    block_size: int = 16
+    block_size: int | None = None  # None: the block size vLLM prefers for the backend (resolved by the Rig)
     layout: str | None = None  # a KVCacheLayout name; None: the backend's preferred one
 
     @property

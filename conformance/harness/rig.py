@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar
 
@@ -19,6 +19,8 @@ from conformance.harness.backends import MLA_BACKENDS, backend_class, metadata_i
 from conformance.harness.kvcache import CacheShape
 from conformance.harness.model import MAX_MODEL_LEN, attention_layer_names
 from conformance.harness.runner import WorkerStandIn
+
+VLLM_DEFAULT_BLOCK_SIZE = 16  # CacheConfig's default, which backends adjust through get_preferred_block_size
 from conformance.harness.scheduler import SchedulerDriver
 
 
@@ -71,6 +73,20 @@ class Rig:
     max_model_len: int = MAX_MODEL_LEN
     # the worker-side stand-in to build (the bench swaps in a timed one)
     worker_class: ClassVar[type[WorkerStandIn]] = WorkerStandIn
+
+    def __post_init__(self) -> None:
+        if self.shape.block_size is None:  # what vLLM's config would pick for this backend
+            preferred = backend_class(self.effective_backend).get_preferred_block_size(VLLM_DEFAULT_BLOCK_SIZE)
+            self.shape = replace(self.shape, block_size=preferred)
+
+    def block_size_refusal(self) -> str | None:
+        """Why the backend under test cannot run this block size, in vLLM's words; None when it can."""
+        backend = backend_class(self.effective_backend)
+        if backend.supports_block_size(self.shape.block_size):
+            return None
+        sizes = ", ".join(str(s) for s in backend.get_supported_kernel_block_sizes())
+        return (f"{self.effective_backend} does not run block size {self.shape.block_size} "
+                f"(vLLM: its kernel block sizes are {sizes})")
 
     # Sizing hooks: the checks use the tiny model; the bench overrides these for long requests.
     @property
