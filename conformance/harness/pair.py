@@ -18,11 +18,11 @@ The byte checks are the store-then-load round-trip's own (``verify_roundtrip``).
 from __future__ import annotations
 
 import os
-import socket
 import time
 from contextlib import contextmanager
 from typing import Iterator
 
+from conformance.harness.distributed import free_port, single_rank_parallel_state
 from conformance.harness.rig import Rig, Side
 from conformance.harness.roundtrip import RoundTripResult, Scenario, scenario_prompts, verify_roundtrip
 
@@ -52,39 +52,6 @@ def pair_inapplicable(scenario: Scenario) -> str | None:
 
 class PairFailure(AssertionError):
     """The pair did not complete a transfer; the message says which side stalled."""
-
-
-@contextmanager
-def single_rank_parallel_state(vllm_config) -> Iterator[None]:
-    """vLLM's tensor-parallel group for a one-process world (gloo), torn down after.
-
-    NIXL's worker side asks ``get_tensor_model_parallel_rank()``; a model runner would have set the
-    group up before building the connector. What this sets up it also destroys, so a later test in
-    the same process sees no group, whatever ran before it.
-    """
-    from vllm.config import set_current_vllm_config
-    from vllm.distributed.parallel_state import (destroy_distributed_environment, destroy_model_parallel,
-                                                 ensure_model_parallel_initialized, init_distributed_environment,
-                                                 model_parallel_is_initialized)
-
-    if model_parallel_is_initialized():
-        yield
-        return
-    with set_current_vllm_config(vllm_config):
-        init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
-                                     distributed_init_method=f"tcp://127.0.0.1:{_free_port()}")
-        ensure_model_parallel_initialized(1, 1)
-    try:
-        yield
-    finally:
-        destroy_model_parallel()
-        destroy_distributed_environment()
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @contextmanager
@@ -178,7 +145,7 @@ def run_pair_roundtrip(rig: Rig, scenario: Scenario) -> RoundTripResult:
     producer = consumer = None
     with single_rank_parallel_state(rig.vllm_config(producer_role)), _kept_cpu_affinity():
         try:
-            with _environ({SIDE_CHANNEL_HOST_VAR: "127.0.0.1", SIDE_CHANNEL_PORT_VAR: str(_free_port())}):
+            with _environ({SIDE_CHANNEL_HOST_VAR: "127.0.0.1", SIDE_CHANNEL_PORT_VAR: str(free_port())}):
                 producer = rig.side(producer_role, fill_seed=1234)
             publish_handshake(producer)
             handed_over = TransferParamsLog(producer)

@@ -36,7 +36,7 @@ def refusal_as(error: type[Exception], connector):
         yield
     except Exception as exc:
         if pattern and re.search(pattern, str(exc)):
-            raise error(f"{connector.name} refuses this platform: {type(exc).__name__}: {exc}") from exc
+            raise error(f"{connector.name} refuses to run here: {type(exc).__name__}: {exc}") from exc
         raise
 
 

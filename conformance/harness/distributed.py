@@ -1,0 +1,44 @@
+"""vLLM's distributed state for a one-process world, as a model runner would have it.
+
+Every vLLM worker initialises its tensor-parallel group before it builds the KV
+connector, and some connectors ask it (NIXL: ``get_tensor_model_parallel_rank()``).
+The suite sets up a world of one (gloo) once per test process and keeps it, as a
+worker process does; a context already inside a group leaves it as it is.
+"""
+
+from __future__ import annotations
+
+import socket
+from contextlib import contextmanager
+from typing import Iterator
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@contextmanager
+def single_rank_parallel_state(vllm_config) -> Iterator[None]:
+    """vLLM's tensor-parallel group for a one-process world (gloo) while the context is open.
+
+    Inside an existing group (the test session's, see conformance/conftest.py) it changes nothing.
+    """
+    from vllm.config import set_current_vllm_config
+    from vllm.distributed.parallel_state import (destroy_distributed_environment, destroy_model_parallel,
+                                                 ensure_model_parallel_initialized, init_distributed_environment,
+                                                 model_parallel_is_initialized)
+
+    if model_parallel_is_initialized():
+        yield
+        return
+    with set_current_vllm_config(vllm_config):
+        init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
+                                     distributed_init_method=f"tcp://127.0.0.1:{free_port()}")
+        ensure_model_parallel_initialized(1, 1)
+    try:
+        yield
+    finally:
+        destroy_model_parallel()
+        destroy_distributed_environment()
