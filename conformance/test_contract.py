@@ -136,6 +136,13 @@ def test_contract_no_load(platform, attn_backend, connector, make_rig):
                 scheduler.finish(request, scheduler.no_block_ids(), "the 1-token request")
 
 
+def _step_finishing(scheduler, worker, request_id: str):
+    """A step whose SchedulerOutput finishes ``request_id``: its metadata, then the worker's (sending, loading)."""
+    metadata = scheduler.ask("build_connector_meta", scheduler_output([request_id]),
+                             shown_args=f"a SchedulerOutput finishing {request_id!r}")
+    return worker.idle_step(metadata, [request_id])
+
+
 def test_contract_finished_before_load(platform, attn_backend, connector, make_rig):
     """A request aborted while waiting: claimed, finished with no blocks, never reported as loaded."""
     subject = _subject(connector, platform, make_rig)
@@ -146,9 +153,7 @@ def test_contract_finished_before_load(platform, attn_backend, connector, make_r
                 request = scheduler.new_request(request_id, _prompt(PROMPT_UNIT))
                 scheduler.ask("get_num_new_matched_tokens", request, 0, shown_args="request, 0")
                 delay_free, _ = scheduler.finish(request, scheduler.no_block_ids(), "request")
-                metadata = scheduler.ask("build_connector_meta", scheduler_output([request_id]),
-                                         shown_args=f"a SchedulerOutput finishing {request_id!r}")
-                sending, recving = worker.idle_step(metadata, [request_id])
+                sending, recving = _step_finishing(scheduler, worker, request_id)
                 if request_id in (recving or ()):
                     raise ContractViolation(f"{worker.label}: get_finished reported {request_id!r} as finished "
                                             f"loading, but it was finished before any load was allocated")
@@ -167,9 +172,7 @@ def test_contract_unknown_requests(platform, attn_backend, connector, make_rig):
             with subject.scheduler(kv_role) as scheduler, subject.worker(kv_role) as worker:
                 unseen = make_request(scheduler.vllm_config, "contract-unseen", _prompt(PROMPT_UNIT))
                 scheduler.finish(unseen, scheduler.no_block_ids(), "a request it never saw")
-                metadata = scheduler.ask("build_connector_meta", scheduler_output([UNKNOWN_ID]),
-                                         shown_args=f"a SchedulerOutput finishing {UNKNOWN_ID!r}")
-                reported = worker.idle_step(metadata, [UNKNOWN_ID])
+                reported = _step_finishing(scheduler, worker, UNKNOWN_ID)
                 for direction, ids in zip(("sending", "loading"), reported):
                     if UNKNOWN_ID in (ids or ()):
                         raise ContractViolation(
