@@ -8,13 +8,13 @@ Bad input stops the run with ``pytest.UsageError`` (one line, non-zero exit).
 
 from __future__ import annotations
 
-import importlib.metadata
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 import platforms
+from conformance.versions import installed
 from platforms.spec import PlatformSpec, Probe
 
 # Sibling plugin modules, each with one concern; loaded with this one (so their options parse too).
@@ -169,12 +169,8 @@ def run_target(config: pytest.Config) -> RunTarget:
 
 
 def _installed_version(*dists: str) -> str:
-    for dist in dists:
-        try:
-            return f"{importlib.metadata.version(dist)} ({dist})"
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return "not installed"
+    found = installed(*dists)
+    return f"{found[0]} ({found[1]})" if found else "not installed"
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

@@ -9,7 +9,6 @@ file) and ``kvconform report`` both read exact labels instead of parsing ids.
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import sys
 import time
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from conformance.versions import installed
 from reports import identity as ident
 from reports.model import CaseResult, RunInfo, build, clip, first_line
 from reports.readers import expected_from_properties
@@ -27,13 +27,8 @@ _WORKER_KEY = "kvconform_results"
 
 
 def _version(*dists: str) -> tuple[str | None, str | None]:
-    """(version, distribution) of the first of ``dists`` that is installed."""
-    for dist in dists:
-        try:
-            return importlib.metadata.version(dist), dist
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None, None
+    """(version, distribution) of the first of ``dists`` that is installed; (None, None) when none is."""
+    return installed(*dists) or (None, None)
 
 
 def _vllm_commit() -> str | None:

