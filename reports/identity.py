@@ -27,6 +27,8 @@ EXPECT_PROPERTIES = {  # Expectation field -> property name
     "reason": PROPERTY_PREFIX + "expect.reason",
     "link": PROPERTY_PREFIX + "expect.link",
 }
+# The entry's class (bug, policy or hazard), when the expectations give one; read as ``Expected``'s "class".
+EXPECT_CLASS_PROPERTY = PROPERTY_PREFIX + "expect.class"
 
 # JUnit suite properties: what the run ran on (``RunInfo`` fields known when the run starts).
 RUN_PROPERTY_PREFIX = PROPERTY_PREFIX + "run."

@@ -28,12 +28,19 @@ class _Strict(BaseModel):
 
 
 class Expected(_Strict):
-    """The expectation entry that decided a test (``conformance/expectations/*.yaml``)."""
+    """The expectation entry that decided a test (``conformance/expectations/*.yaml``).
+
+    ``finding_class`` is the entry's ``class`` (bug, policy or hazard): ``class`` is
+    a Python keyword, so it is the field's JSON name (its alias) only.
+    """
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     expect: Literal["pass", "xfail", "skip"]
     where: str
     reason: str | None = None
     link: str | None = None
+    finding_class: str | None = Field(default=None, alias="class")
 
 
 class CaseResult(_Strict):
@@ -91,7 +98,7 @@ class Results(_Strict):
     cells: list[Cell] = Field(default_factory=list)
 
     def to_json(self) -> dict:
-        return self.model_dump(mode="json")
+        return self.model_dump(mode="json", by_alias=True)
 
 
 def first_line(text: str | None, limit: int = MESSAGE_LIMIT) -> str:

@@ -57,6 +57,7 @@ def _case_outcome(case: ET.Element) -> tuple[str, ET.Element | None]:
 def expected_from_properties(properties: dict[str, str]) -> Expected | None:
     """The expectation a test was decided by, from its ``kvconform.expect*`` properties."""
     values = {key: properties.get(name) for key, name in ident.EXPECT_PROPERTIES.items()}
+    values["class"] = properties.get(ident.EXPECT_CLASS_PROPERTY)
     if not (values["expect"] and values["where"]):
         return None
     try:
