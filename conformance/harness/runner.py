@@ -68,6 +68,9 @@ class WorkerStandIn:
     attention_layers: list[str] | None = None  # layers the forward runs save_kv_layer for
     register: bool = True
     records: list[StepRecord] = field(default_factory=list)
+    # The model's forward, per attention layer, between wait_for_layer_load and save_kv_layer:
+    # ``forward(layer_name, scheduler_output)`` writes the step's new KV (workloads use it).
+    forward: object = None
 
     def __post_init__(self) -> None:
         from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
@@ -101,6 +104,8 @@ class WorkerStandIn:
                 for name in self.attention_layers:
                     self.guard.enter_layer(name)
                     connector.wait_for_layer_load(name)
+                    if self.forward is not None:
+                        self.forward(name, scheduler_output)
                     connector.save_kv_layer(name, self.caches[name], attn_metadata[name])
             if not sync_loads:
                 connector.start_load_kv(get_forward_context())
