@@ -18,6 +18,7 @@ from conformance.lint.rules import (
     CUDA_DEVICE_STRING,
     HOST_DEVICE_STRING,
     MLA_METADATA_CLASS,
+    TORCH_ACCELERATOR_DEVICE_INDEX,
     TORCH_CUDA_PROBES,
     TORCH_CUDA_SILENT,
 )
@@ -110,6 +111,15 @@ def torch_cuda_call(call: ast.Call, site: Site) -> Iterator[Hit]:
     yield Hit("KVC005" if member in TORCH_CUDA_SILENT else "KVC004", *_at(call), name)
 
 
+def accelerator_device_index(call: ast.Call, site: Site) -> Iterator[Hit]:
+    """KVC008: ``torch.accelerator.current_device_index()`` (and its kin) outside a platform guard."""
+    name = site.resolve(call.func)
+    if site.guarded or not name or not name.startswith("torch.accelerator."):
+        return
+    if name.removeprefix("torch.accelerator.") in TORCH_ACCELERATOR_DEVICE_INDEX:
+        yield Hit("KVC008", *_at(call), name)
+
+
 def _mla_classes(nodes: list[ast.AST]) -> Iterator[Hit]:
     for node in nodes:
         for cls in node.elts if isinstance(node, ast.Tuple) else [node]:
@@ -156,7 +166,7 @@ Matcher = Callable[[ast.AST, Site], Iterator[Hit]]
 
 MATCHERS: dict[type[ast.AST], tuple[Matcher, ...]] = {
     ast.Call: (cuda_method, cuda_torch_device, cuda_device_literal, torch_cuda_call,
-               mla_isinstance, nonblocking_to_host),
+               accelerator_device_index, mla_isinstance, nonblocking_to_host),
     ast.Compare: (mla_type_compare,),
 }
 

@@ -57,6 +57,11 @@ RULES: dict[str, Rule] = {
         Rule("KVC006", "warning", "mla-by-metadata-class",
              "MLA detected by the metadata class `{detail}`; other MLA backends use other classes",
              "ask the backend or the layer's kv_cache_spec (`use_mla`) instead of the metadata's type"),
+        Rule("KVC008", "error", "accelerator-device-index",
+             "`{detail}()` outside a platform guard raises on a CPU build "
+             "(\"Cannot access accelerator device when none is available\")",
+             "take the index from the destination tensor (`kv_cache_layer.device.index`), "
+             "or guard the call with `current_platform.is_cuda_alike()` (or an XPU/accelerator check)"),
         Rule("KVC007", "info", "nonblocking-to-host",
              "`{detail}` returns before the copy lands; reading the host tensor needs a sync first",
              "synchronize the source stream (or wait on an event) before reading, or copy blocking"),
@@ -74,6 +79,12 @@ TORCH_CUDA_PROBES = frozenset({"is_available", "device_count", "is_initialized"}
 TORCH_CUDA_SILENT = frozenset({
     "empty_cache", "manual_seed", "manual_seed_all", "seed", "seed_all",
     "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+})
+
+# torch.accelerator's device-index calls: they raise on a CPU-only build, where no accelerator
+# exists (measured on torch 2.13+cpu), e.g. MooncakeConnector's current_device_index() (KVC008).
+TORCH_ACCELERATOR_DEVICE_INDEX = frozenset({
+    "current_device_index", "current_device_idx", "set_device_index", "set_device_idx", "device_index",
 })
 
 # A CUDA device string: "cuda", "cuda:0", or the static start of f"cuda:{i}" / "cuda:" + str(i).

@@ -55,6 +55,11 @@ CASES = [
              'h = d.to(device="cpu", non_blocking=True)'],
             ['h = d.to("cpu")', "h = d.to(layer.device, non_blocking=True)",
              'h = d.to("cpu", non_blocking=False)']),
+    *_cases("KVC008",
+            ["self.device_id = torch.accelerator.current_device_index()", "torch.accelerator.set_device_index(0)",
+             "i = torch.accelerator.current_device_idx()", "with torch.accelerator.device_index(1):\n    pass"],
+            ["n = torch.accelerator.device_count()", "a = torch.accelerator.current_accelerator()",
+             "i = kv_cache_layer.device.index", "i = other.accelerator.current_device_index()"]),
 ]
 
 
@@ -71,6 +76,7 @@ def test_every_rule_has_cases():
 @pytest.mark.parametrize(("rule", "severity"), [
     ("KVC000", "error"), ("KVC001", "error"), ("KVC002", "error"), ("KVC003", "error"),
     ("KVC004", "error"), ("KVC005", "warning"), ("KVC006", "warning"), ("KVC007", "info"),
+    ("KVC008", "error"),
 ])
 def test_severities_are_the_documented_ones(rule, severity):
     assert RULES[rule].severity == severity
