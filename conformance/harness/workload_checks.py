@@ -1,0 +1,119 @@
+"""The invariants a workload checks after every engine step, one function each.
+
+Each check reads what the step left (caches, the scheduler's requests and
+block tables, the connector's answers) and raises ``WorkloadFailure`` with the
+step, the request, the layer and the slot. They hold for any connector on any
+workload, so a generated workload needs no expected result of its own:
+
+* ``computed_slots``: every token the scheduler counts as computed (by the
+  forward, by vLLM's prefix cache or loaded by the connector) holds its
+  prefix's KV in the slot its block table maps it to;
+* ``stray_writes``: nothing changed outside the slots the forward wrote and the
+  slots of requests loading external KV (whole blocks for page movers);
+* ``claim_within_known``: a claim never exceeds the longest prefix some engine
+  over this storage had computed;
+* ``finished_in_flight``: every id reported as received was waiting for an
+  async load, every id reported as sent was kept by ``request_finished``;
+* ``no_reuse_before_release``: blocks a connector still holds are not handed
+  to another request.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from conformance.harness.workload_kv import PrefixKV, slots_of
+
+
+class WorkloadFailure(AssertionError):
+    """An invariant broke at some step; the message names step, request, layer, slot and the spec."""
+
+
+def computed_slots(kv: PrefixKV, rid: str, tokens: list[int], block_ids: list[int], upto: int,
+                   why: str) -> str | None:
+    """None when positions [0, upto) hold their prefix's KV; else what is wrong, in words."""
+    if upto <= 0:
+        return None
+    positions = range(0, upto)
+    for layer in kv.caches:
+        got, blocks, offsets = kv.read(layer, block_ids, positions)
+        want = kv.expected(layer, tokens, positions)
+        bad = (got != want).any(dim=1)
+        if bool(bad.any()):
+            first = int(bad.nonzero()[0])
+            zero = bool((got[first] == 0).all())
+            return (f"request {rid}, layer {layer}: token {first} of the {upto} {why} does not hold its prefix's "
+                    f"KV (block {int(blocks[first])} slot {int(offsets[first])}"
+                    f"{', all zero' if zero else ''}; {int(bad.sum())} wrong token(s) in this layer)")
+    return None
+
+
+def stray_writes(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor],
+                 allowed: dict[str, torch.Tensor]) -> str | None:
+    """None when every changed slot is allowed; else the first stray slot, in words."""
+    for layer, old in before.items():
+        changed = (old != after[layer]).any(dim=-1)  # [B, N]
+        stray = changed & ~allowed[layer]
+        if bool(stray.any()):
+            block, slot = (int(x) for x in stray.nonzero()[0])
+            return (f"layer {layer}: block {block} slot {slot} changed although no request being computed or "
+                    f"loaded in this step owns it ({int(stray.sum())} stray slot(s) in all)")
+    return None
+
+
+def allow(mask: torch.Tensor, block_ids: list[int], positions: range, block_size: int,
+          whole_blocks: bool) -> None:
+    """Mark a request's slots for ``positions`` (or all its blocks covering them) as writable."""
+    if not len(positions) or not block_ids:
+        return
+    usable = min(positions.stop, len(block_ids) * block_size)
+    if usable <= positions.start:
+        return
+    blocks, offsets = slots_of(block_ids, range(positions.start, usable), block_size)
+    if whole_blocks:
+        mask[blocks] = True
+    else:
+        mask[blocks, offsets] = True
+
+
+def longest_prefix(prompt: list[int], known: list[tuple[int, ...]]) -> int:
+    best = 0
+    for seq in known:
+        n = 0
+        for a, b in zip(prompt, seq):
+            if a != b:
+                break
+            n += 1
+        best = max(best, n)
+    return best
+
+
+def claim_within_known(rid: str, prompt: list[int], num_computed: int, external: int | None,
+                       known: list[tuple[int, ...]]) -> str | None:
+    if not external:
+        return None
+    limit = longest_prefix(prompt, known)
+    if num_computed + external > limit:
+        return (f"request {rid} ({len(prompt)}-token prompt): the connector claimed {external} external tokens "
+                f"after {num_computed} computed ones, {num_computed + external} in all, but no engine over this "
+                f"storage ever computed more than {limit} tokens of that prompt")
+    return None
+
+
+def finished_in_flight(kind: str, reported: set[str], in_flight: set[str]) -> str | None:
+    unknown = sorted(set(reported) - in_flight)
+    if unknown:
+        return (f"the connector reported {', '.join(unknown)} as finished {kind}, but no such transfer was in "
+                f"flight (in flight: {', '.join(sorted(in_flight)) or 'none'})")
+    return None
+
+
+def no_reuse_before_release(held: dict[str, set[int]], allocated: dict[str, list[int]]) -> str | None:
+    for owner, blocks in held.items():
+        for rid, ids in allocated.items():
+            reused = blocks & set(ids)
+            if rid != owner and reused:
+                return (f"block(s) {sorted(reused)} were handed to request {rid} while the connector still held "
+                        f"them for finished request {owner} (request_finished kept them; finished_sending not "
+                        f"yet reported)")
+    return None

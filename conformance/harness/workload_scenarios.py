@@ -1,0 +1,52 @@
+"""Hand-written workloads, one per lifecycle feature, so each feature runs on every connector.
+
+Generated workloads (``workload_strategies``) mix the features at random; these
+pin one feature each, so a failure's test id already says which lifecycle broke.
+Every one is built to give the consumer cache hits: a run with no verified load
+fails rather than passing on nothing.
+"""
+
+from __future__ import annotations
+
+from conformance.harness.workload_spec import RequestSpec as R
+from conformance.harness.workload_spec import WorkloadSpec
+
+_A = R(family=0, shared=40, length=70, tail=1)
+_B = R(family=0, shared=40, length=90, tail=2)
+_C = R(family=1, shared=0, length=75, tail=3)
+
+SCENARIOS: dict[str, WorkloadSpec] = {s.label: s for s in (
+    WorkloadSpec(
+        label="shared-prefix",
+        # three prompts share 40 tokens and diverge; the consumer asks for two of them and a fourth
+        # sibling nobody stored: a connector keyed on part of a prompt loads a sibling's KV
+        producer=(_A, _B, R(family=0, shared=40, length=64, tail=4, arrive=1)),
+        consumer=(R(family=0, shared=40, length=70, tail=5), _B, _A)),
+    WorkloadSpec(
+        label="occupied-pools",
+        # other requests hold blocks on both engines, differently, so block ids differ per side
+        producer=(_A, _C), consumer=(_C, _A), occupants=3, producer_occupants=1),
+    WorkloadSpec(
+        label="chunked-prefill",
+        # prompts longer than the step's token budget: prefill, saves and loads span steps
+        producer=(R(family=2, length=150), _C), consumer=(R(family=2, length=150), _C),
+        token_budget=48, max_seqs=4),
+    WorkloadSpec(
+        label="decode-after-hit",
+        # the loaded request decodes; a later arrival loads beside it
+        producer=(_A, _C), consumer=(R(family=0, shared=40, length=70, tail=1, max_tokens=6),
+                                     R(family=1, length=75, tail=3, arrive=3, max_tokens=3))),
+    WorkloadSpec(
+        label="memory-pressure",
+        # 10 blocks for four decoding requests: they wait, get preempted, and blocks are recycled
+        producer=(_A, _B, _C, R(family=3, length=60, max_tokens=8)),
+        consumer=(R(family=0, shared=40, length=70, tail=1, max_tokens=8), R(family=1, length=75, tail=3,
+                  max_tokens=8), _B),
+        num_blocks=10, max_seqs=4, token_budget=64),
+    WorkloadSpec(
+        label="abort",
+        # the producer aborts one request before it runs and one mid-decode; the consumer aborts one
+        # while it loads; the stored prompts still serve the requests that stay
+        producer=(_A, R(family=4, length=80, abort=0), R(family=5, length=66, max_tokens=6, abort=2), _C),
+        consumer=(_A, R(family=5, length=66, arrive=1), R(family=1, length=75, tail=3, abort=1))),
+)}

@@ -1,0 +1,133 @@
+"""A workload as data: what a server sees, small enough to print and replay exactly.
+
+A workload has two phases over one connector storage, as disaggregated or
+cached serving has them: a *producer* engine serves some requests (and its
+connector stores their KV), then a fresh *consumer* engine serves others (and
+its connector finds, claims and loads what the producer stored). Each request
+names a prompt family (prompts of one family share a prefix and then diverge),
+when it arrives, how many tokens it generates and when, if ever, it is aborted.
+``occupants`` are requests that arrive first on the consumer and keep decoding,
+so the consumer's blocks are never the producer's ones.
+
+A spec prints as one line of JSON (``to_text``) and reads back (``from_text``):
+that line is what ``--kvconform-replay`` takes and what a failure message shows.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import asdict, dataclass, field, fields
+
+VOCAB = 997  # token ids 1..997 (the tiny model's vocabulary is 1000)
+
+
+class SpecError(ValueError):
+    """A workload spec that cannot be read; the message says which field and why."""
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    family: int = 0  # prompts of one family share their first ``shared`` tokens
+    shared: int = 0  # tokens taken from the family's common stem
+    length: int = 64  # prompt length in tokens (>= shared)
+    tail: int = 0  # seed of the tokens after the stem: equal tails make equal prompts
+    arrive: int = 0  # engine step at which the request is added
+    max_tokens: int = 1  # tokens to generate (1: prefill only; more: decode steps follow)
+    abort: int | None = None  # engine step at which the client aborts it (None: runs to the end)
+
+    def prompt(self) -> list[int]:
+        stem = _tokens(("stem", self.family), self.shared)
+        return stem + _tokens(("tail", self.family, self.shared, self.tail), self.length - self.shared)
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    producer: tuple[RequestSpec, ...] = ()
+    consumer: tuple[RequestSpec, ...] = ()
+    token_budget: int = 2048  # max_num_batched_tokens: below a prompt's length, prefill is chunked
+    num_blocks: int = 48  # blocks per engine: small pools make requests wait and blocks recycle
+    occupants: int = 0  # consumer requests that arrive first and hold blocks throughout
+    producer_occupants: int = 0  # the same on the producer (so block ids differ on both sides)
+    max_seqs: int = 16  # max_num_seqs
+    block_size: int = 32  # tokens per block (CPU_ATTN runs multiples of 32; GPU backends take 32 too)
+    label: str = field(default="", compare=False)  # a name for people; not part of the workload
+
+    def to_text(self) -> str:
+        data = asdict(self)
+        data["producer"] = [_compact(r) for r in self.producer]
+        data["consumer"] = [_compact(r) for r in self.consumer]
+        return json.dumps({k: v for k, v in data.items() if v != _DEFAULTS.get(k)}, separators=(",", ":"))
+
+    @staticmethod
+    def from_text(text: str) -> "WorkloadSpec":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SpecError(f"a workload spec is one line of JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise SpecError("a workload spec is a JSON object")
+        known = {f.name for f in fields(WorkloadSpec)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise SpecError(f"unknown workload field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        for side in ("producer", "consumer"):
+            data[side] = tuple(_request(r, side, i) for i, r in enumerate(data.get(side, ())))
+        spec = WorkloadSpec(**data)
+        spec.validate()
+        return spec
+
+    def validate(self) -> None:
+        for name in ("token_budget", "num_blocks", "max_seqs", "block_size"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise SpecError(f"{name} must be a positive integer, not {getattr(self, name)!r}")
+        if self.token_budget < self.max_seqs:
+            raise SpecError(f"token_budget ({self.token_budget}) must be at least max_seqs ({self.max_seqs}), "
+                            "as vLLM's SchedulerConfig requires")
+        for side in ("producer", "consumer"):
+            for i, r in enumerate(getattr(self, side)):
+                if not 0 <= r.shared <= r.length or r.length < 2:
+                    raise SpecError(f"{side}[{i}]: need 0 <= shared <= length and length >= 2 ({r})")
+                if r.max_tokens < 1 or r.arrive < 0 or (r.abort is not None and r.abort < r.arrive):
+                    raise SpecError(f"{side}[{i}]: need max_tokens >= 1, arrive >= 0, abort >= arrive ({r})")
+
+    def requests(self, side: str) -> dict[str, RequestSpec]:
+        """Request id -> spec; ids say the side and index so a failure names them plainly."""
+        return {f"{side[0]}{i}": r for i, r in enumerate(getattr(self, side))}
+
+    def occupant_count(self, side: str) -> int:
+        return self.occupants if side == "consumer" else self.producer_occupants
+
+    def step_bound(self, block_size: int) -> int:
+        """Steps after which a request still held is stuck: generous, but finite."""
+        requests = list(self.producer) + list(self.consumer)
+        work = sum(-(-r.length // max(1, self.token_budget)) + r.max_tokens for r in requests)
+        last = max((r.arrive for r in requests), default=0)
+        return last + work + 16
+
+
+OCCUPANT_LENGTH = 40
+OCCUPANT_TOKENS = 4  # decode steps an occupant keeps its blocks after the other requests arrive
+
+
+def _tokens(key: tuple, count: int) -> list[int]:
+    rng = random.Random(repr(key))
+    return [rng.randrange(1, VOCAB + 1) for _ in range(count)]
+
+
+_REQUEST_DEFAULTS = asdict(RequestSpec())
+_DEFAULTS = {k: v for k, v in asdict(WorkloadSpec()).items() if k not in ("producer", "consumer")}
+
+
+def _compact(request: RequestSpec) -> dict:
+    return {k: v for k, v in asdict(request).items() if v != _REQUEST_DEFAULTS[k]}
+
+
+def _request(data, side: str, index: int) -> RequestSpec:
+    if not isinstance(data, dict):
+        raise SpecError(f"{side}[{index}] must be a JSON object")
+    unknown = sorted(set(data) - set(_REQUEST_DEFAULTS))
+    if unknown:
+        raise SpecError(f"{side}[{index}]: unknown field(s) {', '.join(unknown)}; "
+                        f"known: {', '.join(_REQUEST_DEFAULTS)}")
+    return RequestSpec(**data)

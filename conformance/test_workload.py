@@ -1,0 +1,94 @@
+"""Workloads like a busy server's, through vLLM's real Scheduler, invariants checked every step.
+
+Three kinds of test, one check (``workload`` in a connector's profile):
+
+* ``test_workload_scenario``: one hand-written workload per lifecycle feature
+  (shared prefixes, occupied pools, chunked prefill, decode after a hit, memory
+  pressure, aborts);
+* ``test_workload_generated``: workloads Hypothesis generates from all features,
+  a fixed derandomized budget in normal runs, ``--kvconform-explore N`` for a
+  deep search that also shrinks a failure to a minimal workload;
+* ``test_workload_replay``: the workload ``--kvconform-replay SPEC`` gives, exactly
+  (a failure message prints the spec and this command).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.harness.kvcache import CacheShape
+from conformance.harness.workload_scenarios import SCENARIOS
+from conformance.needs import refusals_skip, require
+
+pytestmark = pytest.mark.check("workload")
+
+
+@pytest.fixture
+def workload_rig(platform, attn_backend, connector, tiny_model, tmp_path, device, worker_process):
+    """A rig per workload, each with a fresh storage folder (a generated run builds many)."""
+    from conformance.harness.workload import WorkloadRig
+
+    count = iter(range(1_000_000))
+
+    def make(spec):
+        storage = tmp_path / f"kv-storage-{next(count)}"
+        storage.mkdir()
+        rig = WorkloadRig(connector, platform, attn_backend, CacheShape(block_size=spec.block_size), tiny_model,
+                          storage, device, workload=spec)
+        if reason := rig.block_size_refusal():
+            pytest.skip(reason)
+        return rig
+
+    return make
+
+
+def _run(workload_rig, spec):
+    from conformance.harness.workload import run_workload
+
+    with refusals_skip():
+        return run_workload(workload_rig(spec), spec)
+
+
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_workload_scenario(platform, attn_backend, connector, scenario, workload_rig):
+    require(connector, platform, "workload")
+    spec = SCENARIOS[scenario]
+    report = _run(workload_rig, spec)
+    assert report.verified_loaded_tokens > 0, (
+        f"{connector.name}: the {scenario} workload gave the consumer no verified load "
+        f"({report.claimed_tokens} external tokens claimed): nothing was checked\n  workload: {spec.to_text()}")
+
+
+@pytest.mark.parametrize("prefill", ["whole", "chunked"])
+def test_workload_generated(platform, attn_backend, connector, prefill, workload_rig, request):
+    """Hypothesis-generated workloads; a failure prints its spec and the command that replays it."""
+    require(connector, platform, "workload")
+    from hypothesis import HealthCheck, Phase, given, settings
+
+    from conformance.harness.workload_options import NORMAL_EXAMPLES
+    from conformance.harness.workload_strategies import workload_specs
+
+    explore = request.config.getoption("kvconform_explore")
+    verified = []
+
+    @settings(max_examples=explore or NORMAL_EXAMPLES, derandomize=not explore, database=None, deadline=None,
+              phases=(Phase.explicit, Phase.generate, *((Phase.shrink,) if explore else ())),
+              suppress_health_check=list(HealthCheck), print_blob=False)
+    @given(spec=workload_specs(chunked=prefill == "chunked"))
+    def workloads(spec):
+        verified.append(_run(workload_rig, spec).verified_loaded_tokens)
+
+    workloads()
+    assert sum(verified) > 0, (f"{connector.name}: none of the {len(verified)} generated workloads gave the "
+                               f"consumer a verified load: nothing was checked")
+
+
+def test_workload_replay(platform, attn_backend, connector, workload_rig, request):
+    """The workload ``--kvconform-replay SPEC`` names, exactly as a failure printed it."""
+    text = request.config.getoption("kvconform_replay")
+    if text is None:
+        pytest.skip("no workload to replay: pass --kvconform-replay SPEC (the line a workload failure prints)")
+    require(connector, platform, "workload")
+    from conformance.harness.workload_spec import WorkloadSpec
+
+    _run(workload_rig, WorkloadSpec.from_text(text))

@@ -1,0 +1,107 @@
+"""Connectors with bugs that only a lifecycle shows: the round-trip passes them, the workload check must not.
+
+Each is vLLM's ExampleConnector with one bug class (the lines that carry it, and
+nothing else, differ). ``AsyncLoadConnector`` is a correct asynchronous loader,
+so the workload driver's async path (``load_kv_async``, ``WAITING_FOR_REMOTE_KVS``,
+``finished_recving``) is exercised by a connector that must pass.
+"""
+
+from __future__ import annotations
+
+import safetensors.torch
+import torch
+
+from vllm.distributed.kv_transfer.kv_connector.v1.example_connector import ExampleConnector
+
+
+class _Loader(ExampleConnector):
+    """ExampleConnector's load, into the registered caches, at slots a hook picks."""
+
+    def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
+        self._registered = kv_caches
+
+    def _slots(self, path: str, request) -> torch.Tensor:
+        return request.slot_mapping
+
+    def _move(self, requests) -> None:
+        for request in requests:
+            for name, layer in self._registered.items():
+                path = self._generate_filename_debug(name, request.token_ids, request.mm_hashes)
+                kv = safetensors.torch.load_file(path)["kv_cache"].to(layer.device)
+                slots = self._slots(path, request).to(layer.device)
+                layer[slots // self._block_size, :, slots % self._block_size] = kv
+
+    def start_load_kv(self, forward_context, **kwargs) -> None:
+        self._move([r for r in self._get_connector_metadata().requests if not r.is_store])
+
+
+class PartialKeyConnector(ExampleConnector):
+    """Keys stored KV on the prompt's first block only (a hash over part of the prompt): prompts that
+    share their first block and then diverge find, claim and load each other's KV."""
+
+    def _generate_foldername_debug(self, token_ids, mm_hashes, create_folder=False) -> str:
+        return super()._generate_foldername_debug(token_ids[: self._block_size], mm_hashes, create_folder)
+
+
+class SaverSlotsConnector(_Loader):
+    """Loads at the slots the producer saved from (kept beside the KV), not at the consumer's own
+    blocks: right only while both engines happen to hand out the same block ids."""
+
+    def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs) -> None:
+        super().save_kv_layer(layer_name, kv_layer, attn_metadata, **kwargs)
+        for request in self._get_connector_metadata().requests:
+            if request.is_store:
+                path = self._generate_filename_debug(layer_name, request.token_ids, request.mm_hashes)
+                safetensors.torch.save_file({"slots": request.slot_mapping.contiguous()}, path + ".slots")
+
+    def _slots(self, path, request):
+        return safetensors.torch.load_file(path + ".slots")["slots"][: len(request.slot_mapping)]
+
+
+class AsyncLoadConnector(_Loader):
+    """ExampleConnector with asynchronous loads: claimed with ``load_kv_async=True``, posted when the
+    scheduler allocates the blocks, moved at the next step and reported as received after the move."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._allocated: dict[str, tuple[object, list[int]]] = {}
+        self._posted: list = []
+        self._received: set[str] = set()
+
+    def get_num_new_matched_tokens(self, request, num_computed_tokens):
+        tokens, _ = super().get_num_new_matched_tokens(request, num_computed_tokens)
+        return tokens, bool(tokens)
+
+    def update_state_after_alloc(self, request, blocks, num_external_tokens) -> None:
+        if num_external_tokens > 0:
+            self._allocated[request.request_id] = (request, list(blocks.get_block_ids()[0]))
+
+    def build_connector_meta(self, scheduler_output):
+        meta = super().build_connector_meta(scheduler_output)  # the stores; loads are ours
+        for rid, (request, block_ids) in self._allocated.items():
+            meta.add_request(token_ids=list(request.prompt_token_ids), block_ids=block_ids,
+                             block_size=self._block_size, is_store=False, mm_hashes=[])
+            meta.requests[-1].request_id = rid
+        self._allocated = {}
+        return meta
+
+    def start_load_kv(self, forward_context, **kwargs) -> None:
+        posted, self._posted = self._posted, [r for r in self._get_connector_metadata().requests if not r.is_store]
+        self._complete(posted)
+
+    def _complete(self, posted) -> None:
+        self._move(posted)
+        self._received |= {r.request_id for r in posted}
+
+    def get_finished(self, finished_req_ids):
+        received, self._received = self._received, set()
+        return None, received or None
+
+
+class ReportsBeforeBytesConnector(AsyncLoadConnector):
+    """Reports a load as received when it posts the transfer, one step before the bytes arrive."""
+
+    def start_load_kv(self, forward_context, **kwargs) -> None:
+        posted, self._posted = self._posted, [r for r in self._get_connector_metadata().requests if not r.is_store]
+        self._move(posted)
+        self._received |= {r.request_id for r in self._posted}
