@@ -12,9 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-
-from conformance.services import ServiceSpec
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 PROFILES_FILE = Path(__file__).with_name("connectors.yaml")
 
@@ -43,17 +41,6 @@ class ConnectorProfile(BaseModel):
     hybrid: bool = False
     reason: str | None = None
     refusal: str | None = None  # regex: an error at construction matching it is the connector refusing this platform
-    promised_hit: str | None = None  # a name from conformance.claims.PROMISED_HITS: the round-trip checks it exactly
-    services: dict[str, ServiceSpec] = Field(default_factory=dict)  # servers it needs (conformance/services.py)
-
-    @field_validator("promised_hit")
-    @classmethod
-    def _known_promise(cls, name: str | None) -> str | None:
-        from conformance.claims import PROMISED_HITS
-
-        if name is not None and name not in PROMISED_HITS:
-            raise ValueError(f"unknown promised_hit {name!r}; known: {', '.join(PROMISED_HITS)}")
-        return name
 
     def runs(self, check: str) -> bool:
         return check in (self.checks or [])
@@ -61,10 +48,9 @@ class ConnectorProfile(BaseModel):
     def is_pair(self) -> bool:
         return set(self.roles or []) == {"kv_producer", "kv_consumer"}
 
-    def render_extra_config(self, storage: Path, services: dict[str, str] | None = None) -> dict[str, Any]:
-        """The extra config with ``{storage}`` replaced by this test's own folder, and its servers'
-        ``{NAME.port:P}`` / ``{NAME.dir}`` by where they run (``conformance/services.py``)."""
-        return _substitute(copy.deepcopy(self.extra_config), {"storage": str(storage), **(services or {})})
+    def render_extra_config(self, storage: Path) -> dict[str, Any]:
+        """The extra config with ``{storage}`` replaced by this test's own folder."""
+        return _substitute(copy.deepcopy(self.extra_config), {"storage": str(storage)})
 
 
 class Defaults(BaseModel):
