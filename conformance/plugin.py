@@ -19,7 +19,8 @@ from conformance.versions import installed
 from platforms.spec import PlatformSpec, Probe
 
 # Sibling plugin modules, each with one concern; loaded with this one (so their options parse too).
-pytest_plugins = ["conformance.expectations", "conformance.results", "conformance.reliability"]
+pytest_plugins = ["conformance.expectations", "conformance.results", "conformance.reliability",
+                  "conformance.harness.workload_options"]
 
 CONFORMANCE_DIR = Path(__file__).resolve().parent
 
