@@ -10,21 +10,35 @@ three ways, and this module plays each the way vLLM's engine does:
   the consumer's request carries them in ``SamplingParams.extra_args``, as a
   P/D proxy passes them on;
 - the producer's scheduler side serves a handshake that the engine core
-  publishes from the worker side (``set_xfer_handshake_metadata_pp_aware``).
+  publishes from the worker side (``set_xfer_handshake_metadata_pp_aware``),
+  on a port that cannot be taken from under it (``side_channel.py``).
 
-The byte checks are the store-then-load round-trip's own (``verify_roundtrip``).
+A pair passes only when it completes the way vLLM relies on: the consumer's
+bytes are right at the step it first reports ``finished_recving`` (the next
+step computes on them), not only after draining; and each side releases a
+request because the other side said so, not because a lease ran out. The
+producer's lease (``kv_lease_duration`` in its profile) is set well above the
+drain bound, and expiry is also recognised from the connector's own stats, so
+a finish that is really a timeout fails whatever the lease.
+
+The byte checks after draining are the store-then-load round-trip's own (``verify_roundtrip``).
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Iterator
 
-from conformance.harness.distributed import free_port, single_rank_parallel_state
+import torch
+
+from conformance.harness.distributed import single_rank_parallel_state
 from conformance.harness.rig import Rig, Side
 from conformance.harness.roundtrip import RoundTripResult, Scenario, scenario_prompts, verify_roundtrip
+from conformance.harness.side_channel import HOST, HandshakeFailure, PortTaken, reserved_port, serve_handshake
 
 # What a P/D proxy puts on the prefill request: "after this prompt, a remote engine decodes".
 PRODUCER_REQUEST_PARAMS = {"do_remote_decode": True}
@@ -32,8 +46,13 @@ PRODUCER_REQUEST_PARAMS = {"do_remote_decode": True}
 SIDE_CHANNEL_HOST_VAR = "VLLM_NIXL_SIDE_CHANNEL_HOST"
 SIDE_CHANNEL_PORT_VAR = "VLLM_NIXL_SIDE_CHANNEL_PORT"
 # Transfers run on the connectors' own threads: the sides are stepped until this many seconds pass.
+# A producer's lease must be well above it (see connectors.yaml), or a finish by expiry fits inside it.
 DRAIN_TIMEOUT_S = 30.0
 STEP_PAUSE_S = 0.005
+PORT_ATTEMPTS = 3  # fresh side-channel ports tried when another process bound the reserved one first
+# Counters in a connector's get_kv_connector_stats() that count requests released because a lease
+# ran out, not because the other side said it was done (NIXL: "Releasing expired KV blocks ...").
+EXPIRY_COUNTERS = ("num_kv_expired_reqs",)
 
 
 def pair_inapplicable(scenario: Scenario) -> str | None:
@@ -117,51 +136,214 @@ def publish_handshake(side: Side) -> None:
         side.scheduler.connector.set_xfer_handshake_metadata_pp_aware({(0, 0): metadata})
 
 
-def _drained(side: Side) -> bool:
+def expired_requests(connector) -> int:
+    """Requests this connector released on lease expiry since it was last asked (its stats reset, as vLLM's
+    runner has them each step)."""
+    stats = connector.get_kv_connector_stats() if hasattr(connector, "get_kv_connector_stats") else None
+    data = getattr(stats, "data", None) or {}
+    return sum(len(data.get(counter) or ()) for counter in EXPIRY_COUNTERS)
+
+
+@dataclass
+class SideLog:
+    """Stands between a side's scheduler and its worker: what the side told vLLM, step by step.
+
+    Each step's ``KVConnectorOutput`` (received, failed receives, blocks that failed to load)
+    and the connector's stats, which vLLM's runner collects every step. It also keeps the
+    block ids of requests that hold blocks while waiting for remote KV (the scheduler driver
+    records only scheduled requests).
+    """
+
+    side: Side
+    steps: int = 0
+    received: dict[str, int] = field(default_factory=dict)  # request -> step it was first reported received
+    failed_requests: set[str] = field(default_factory=set)
+    invalid_blocks: set[int] = field(default_factory=set)
+    expired: int = 0
+    raised: BaseException | None = None
+    on_received: Callable[[str, int], None] | None = None
+
+    def _note_block_ids(self) -> None:
+        driver = self.side.scheduler
+        manager = driver.scheduler.kv_cache_manager
+        for request_id in driver.scheduler.requests:
+            held = manager.get_block_ids(request_id)
+            if held and held[0]:
+                driver.block_ids.setdefault(request_id, held)
+
+    def step(self, scheduler_output):
+        self._note_block_ids()
+        try:
+            output = self.side.worker.step(scheduler_output)
+        except Exception as exc:
+            self.raised = exc
+            raise
+        self.steps += 1
+        failed = set(output.failed_recving or ())
+        self.failed_requests |= failed
+        self.invalid_blocks |= set(output.invalid_block_ids or ())
+        for request_id in sorted(set(output.finished_recving or ()) - failed - set(self.received)):
+            self.received[request_id] = self.steps
+            if self.on_received is not None:
+                self.on_received(request_id, self.steps)
+        self.expired += expired_requests(self.side.worker.connector)
+        return output
+
+
+def drained(side: Side) -> bool:
     return not side.scheduler.scheduler.has_requests() and not side.scheduler._pending()
 
 
-def _held(sides: dict[str, Side]) -> str:
-    """Which requests each side still holds, e.g. ``consumer holds req-0; producer holds nothing``."""
-    return "; ".join(f"{role} holds {', '.join(sorted(side.scheduler.scheduler.requests)) or 'nothing'}"
-                     for role, side in sides.items())
+@dataclass
+class LivePair:
+    """A serving producer whose requests finished (their params handed over) and a fresh consumer."""
+
+    rig: Rig
+    producer: Side
+    consumer: Side
+    params: dict[str, dict]
+    logs: dict[str, SideLog]
+
+    def add_consumer_requests(self, prompts: dict[str, list[int]]) -> None:
+        for request_id, prompt in prompts.items():
+            add_request(self.consumer, request_id, prompt, self.params[request_id])
+
+    def _held(self) -> str:
+        """Which requests each side still holds, e.g. ``consumer holds req-0; producer holds nothing``."""
+        return "; ".join(f"{role} holds {', '.join(sorted(log.side.scheduler.scheduler.requests)) or 'nothing'}"
+                         for role, log in self.logs.items())
+
+    def step_until(self, done: Callable[[], bool], what: str, roles: tuple[str, ...] = ("consumer", "producer")) -> None:
+        """Step the sides, consumer first, until ``done``; a ``PairFailure`` saying ``what`` after the drain bound."""
+        deadline = time.monotonic() + DRAIN_TIMEOUT_S
+        while not done():
+            if time.monotonic() > deadline:
+                raise PairFailure(f"{what} within {DRAIN_TIMEOUT_S:.0f} s ({self._held()})")
+            for role in roles:
+                log = self.logs[role]
+                log.side.scheduler.step(log)
+            time.sleep(STEP_PAUSE_S)
 
 
-def _step_until(sides: dict[str, Side], done, what: str) -> None:
-    deadline = time.monotonic() + DRAIN_TIMEOUT_S
-    while not done():
-        if time.monotonic() > deadline:
-            raise PairFailure(f"{what} within {DRAIN_TIMEOUT_S:.0f} s ({_held(sides)})")
-        for side in sides.values():
-            side.scheduler.step(side.worker)
-        time.sleep(STEP_PAUSE_S)
+def _serving_producer(rig: Rig, role: str) -> Side:
+    """A producer whose handshake is served on a reserved port; a fresh port when another process took it."""
+    taken = []
+    for _ in range(PORT_ATTEMPTS):
+        with reserved_port() as port:
+            with _environ({SIDE_CHANNEL_HOST_VAR: HOST, SIDE_CHANNEL_PORT_VAR: str(port)}):
+                producer = rig.side(role, fill_seed=1234)
+            try:
+                serve_handshake(lambda: publish_handshake(producer), port)
+                return producer
+            except PortTaken as exc:
+                taken.append(str(exc))
+                producer.close()
+    raise HandshakeFailure(f"{rig.connector.name}: the producer's handshake side channel found each of "
+                           f"{PORT_ATTEMPTS} reserved ports taken by another process: {'; '.join(taken)}")
 
 
-def run_pair_roundtrip(rig: Rig, scenario: Scenario) -> RoundTripResult:
-    """The producer prefills and keeps its pages; the consumer pulls them; the bytes are compared."""
+@contextmanager
+def open_pair(rig: Rig, stored: dict[str, list[int]]) -> Iterator[LivePair]:
+    """The producer prefills ``stored`` and keeps its pages; the consumer is built, with no requests yet.
+
+    Both sides stay open (and the one-rank parallel state with them) until the context closes.
+    """
     producer_role, consumer_role = rig.roles()
-    stored, wanted = scenario_prompts(scenario, rig.shape.block_size)
     name = rig.connector.name
     producer = consumer = None
     with single_rank_parallel_state(rig.vllm_config(producer_role)), _kept_cpu_affinity():
         try:
-            with _environ({SIDE_CHANNEL_HOST_VAR: "127.0.0.1", SIDE_CHANNEL_PORT_VAR: str(free_port())}):
-                producer = rig.side(producer_role, fill_seed=1234)
-            publish_handshake(producer)
+            producer = _serving_producer(rig, producer_role)
             handed_over = TransferParamsLog(producer)
             for request_id, prompt in stored.items():
                 add_request(producer, request_id, prompt, PRODUCER_REQUEST_PARAMS)
-            _step_until({"producer": producer}, lambda: set(handed_over.params) >= set(stored),
-                        f"{name}'s producer did not return kv_transfer_params for every request")
-
+            producer_log = SideLog(producer)
             consumer = rig.side(consumer_role)
-            for request_id, prompt in wanted.items():
-                add_request(consumer, request_id, prompt, handed_over.params[request_id])
-            _step_until({"consumer": consumer, "producer": producer}, lambda: _drained(consumer) and _drained(producer),
-                        f"{name}: the consumer did not finish receiving, or the producer did not release "
-                        f"its pages (finished_sending),")
+            pair = LivePair(rig, producer, consumer, handed_over.params,
+                            {"consumer": SideLog(consumer), "producer": producer_log})
+            pair.step_until(lambda: set(handed_over.params) >= set(stored),
+                            f"{name}'s producer did not return kv_transfer_params for every request",
+                            roles=("producer",))
+            yield pair
         finally:
             for side in (consumer, producer):
                 if side is not None:
                     side.close()
-    return verify_roundtrip(rig, producer, consumer, stored, wanted, whole_blocks=True)
+
+
+def _slot_bytes(view: torch.Tensor, block_ids: list[int], tokens: int, block_size: int) -> torch.Tensor:
+    """The bytes of a request's first ``tokens`` token slots in a standard ``[B, H, N, C]`` view."""
+    positions = torch.arange(tokens)
+    blocks = torch.tensor(block_ids, dtype=torch.long)[positions // block_size].to(view.device)
+    return view[blocks, :, (positions % block_size).to(view.device)].contiguous().view(torch.uint8).flatten(1)
+
+
+@dataclass
+class CompletionWitness:
+    """Compares a request's bytes the moment the consumer first reports it received.
+
+    vLLM schedules the request's compute on the next step, so its KV must be in place
+    then; a consumer that reports a read done when it posts it fails here even when the
+    bytes arrive a few steps later.
+    """
+
+    pair: LivePair
+    wrong: list[str] = field(default_factory=list)
+
+    def __call__(self, request_id: str, step: int) -> None:
+        rig, producer, consumer = self.pair.rig, self.pair.producer, self.pair.consumer
+        tokens = consumer.scheduler.external_tokens(request_id)
+        consumer_blocks = consumer.scheduler.scheduler.kv_cache_manager.get_block_ids(request_id)
+        if tokens <= 0 or not consumer_blocks or not consumer_blocks[0]:
+            return  # no claim: verify_roundtrip reports it
+        block_size = rig.shape.block_size
+        for name, view in consumer.caches.items():
+            saved = _slot_bytes(producer.caches[name], producer.scheduler.block_ids[request_id][0], tokens, block_size)
+            now = _slot_bytes(view, consumer_blocks[0], tokens, block_size)
+            same = (saved.to(now.device) == now).all(dim=1)
+            if not bool(same.all()):
+                self.wrong.append(
+                    f"{rig.connector.name}: the consumer reported {request_id} received (finished_recving) at its "
+                    f"step {step}, when vLLM schedules its compute, but token {int((~same).nonzero()[0])} of "
+                    f"{tokens} (layer {name}) did not yet hold the producer's bytes ({int((~same).sum())} token "
+                    f"slot(s) wrong): it reported the read done before it completed")
+                return
+
+
+def _check_completion(pair: LivePair, witness: CompletionWitness) -> None:
+    """A healthy pair: no failed receive, no finish by expiry, the bytes in place when reported."""
+    name = pair.rig.connector.name
+    consumer = pair.logs["consumer"]
+    if consumer.failed_requests or consumer.invalid_blocks:
+        raise PairFailure(f"{name}: nothing was injected, yet the consumer reported failed receive(s) "
+                          f"{sorted(consumer.failed_requests)} and load-error block(s) {sorted(consumer.invalid_blocks)} "
+                          f"(a failed side-channel handshake also ends this way: see the connector's log)")
+    expired = {role: log.expired for role, log in pair.logs.items() if log.expired}
+    if expired:
+        counts = ", ".join(f"the {role} released {count} request(s)" for role, count in expired.items())
+        raise PairFailure(f"{name}: {counts} when its lease expired, not on the other side's notification "
+                          f"(the connector's stats count them in {', '.join(EXPIRY_COUNTERS)}): the transfer "
+                          f"finished by a timeout")
+    if witness.wrong:
+        raise PairFailure(witness.wrong[0])
+
+
+def run_pair_roundtrip(rig: Rig, scenario: Scenario,
+                       prepare: Callable[[LivePair], None] | None = None) -> RoundTripResult:
+    """The producer prefills and keeps its pages; the consumer pulls them; the bytes are compared.
+
+    ``prepare`` runs on the open pair before the consumer gets its requests (a slow transport goes in there).
+    """
+    stored, wanted = scenario_prompts(scenario, rig.shape.block_size)
+    name = rig.connector.name
+    with open_pair(rig, stored) as pair:
+        if prepare is not None:
+            prepare(pair)
+        witness = CompletionWitness(pair)
+        pair.logs["consumer"].on_received = witness
+        pair.add_consumer_requests(wanted)
+        pair.step_until(lambda: drained(pair.consumer) and drained(pair.producer),
+                        f"{name}: the consumer did not finish receiving, or the producer did not release "
+                        f"its pages (finished_sending),")
+        _check_completion(pair, witness)
+    return verify_roundtrip(rig, pair.producer, pair.consumer, stored, wanted, whole_blocks=True)

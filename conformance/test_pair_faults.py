@@ -1,0 +1,53 @@
+"""Live pairs under faults: a read that fails after the handshake, and a transport that completes late.
+
+``test_load_failure_pair`` is the load_failure check for producer/consumer pairs
+(profiles with roles ``[kv_producer, kv_consumer]``): the consumer's transfer
+fails (``conformance/harness/pair_faults.py``), and the connector must raise, or
+report the request in ``failed_recving`` or its blocks through
+``get_block_ids_with_load_errors()``, under both ``kv_load_failure_policy``
+values, with every slot vLLM keeps as loaded holding the producer's bytes.
+``test_pair_slow_transport`` is the pair round-trip over a transport whose reads
+complete some polls after posting: the bytes must be in place at the step the
+consumer first reports the request received.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.harness.kvcache import CacheShape
+from conformance.harness.load_failure import POLICIES
+from conformance.harness.pair_faults import PAIR_FAULTS, NoTransportHook, run_pair_load_failure, run_pair_slow_roundtrip
+from conformance.harness.roundtrip import SCENARIOS
+from conformance.needs import refusals_skip, require
+
+
+def _require_pair(connector, platform):
+    require(connector, platform, "roundtrip")
+    if not connector.profile.is_pair():
+        pytest.skip(f"{connector.name} is not a producer/consumer pair (its profile's roles): "
+                    f"its load failures are staged on its storage by test_load_failure")
+
+
+@pytest.mark.check("load_failure", needs="roundtrip")
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("fault", list(PAIR_FAULTS))
+def test_load_failure_pair(platform, attn_backend, connector, fault, policy, make_rig, record_property):
+    _require_pair(connector, platform)
+    with refusals_skip():
+        try:
+            answer = run_pair_load_failure(make_rig(CacheShape()), PAIR_FAULTS[fault], policy)
+        except NoTransportHook as exc:
+            pytest.skip(str(exc))
+    # run_pair_load_failure raised LoadFailureViolation if the failure went unreported or a kept slot was wrong
+    record_property("kvconform.load_failure_answer", answer.describe())
+
+
+@pytest.mark.check("roundtrip")
+def test_pair_slow_transport(platform, attn_backend, connector, make_rig):
+    _require_pair(connector, platform)
+    with refusals_skip():
+        try:
+            run_pair_slow_roundtrip(make_rig(CacheShape()), SCENARIOS["multi"])
+        except NoTransportHook as exc:
+            pytest.skip(str(exc))
