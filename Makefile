@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 WORKERS     ?= 2
 STAMP       := $(VENV)/.kvconform-installed
 
-.PHONY: venv test unit conformance conformance-cpu clean
+.PHONY: venv test unit conformance conformance-cpu clean venv-thirdparty test-thirdparty
 
 venv: $(STAMP)
 
@@ -39,12 +39,45 @@ test: venv
 		--junitxml=$(OUT)/test-cpu/junit.xml $(PYTEST_ARGS)
 
 # The main job: the suite on the detected platform, rendered into reports/out/ and printed.
+# The report groups skip reasons per connector x check; PYTEST_ARGS=-rs adds pytest's own list of them.
 conformance: venv
 	mkdir -p $(OUT)
-	$(BIN)/python -m pytest --pyargs conformance --platform=$(PLATFORM) -q -rs -n $(WORKERS) --max-worker-restart=16 \
+	$(BIN)/python -m pytest --pyargs conformance --platform=$(PLATFORM) -q -n $(WORKERS) --max-worker-restart=16 \
 		--junitxml=$(OUT)/junit.xml --kvconform-json=$(OUT)/results-run.json $(PYTEST_ARGS); status=$$?; \
 	$(BIN)/kvconform report $(OUT)/junit.xml $(OUT)/results-run.json --out $(OUT) --print-matrix || status=1; \
 	exit $$status
 
+# LMCache and Mooncake, run for real with their own servers (conformance/services.py), in an
+# environment of their own: their packages must not change the one `make venv` builds for the rest.
+# Mooncake's transfer engine loads the RDMA verbs and netlink libraries even for TCP: Debian's, via apt-get.
+TP_VENV     ?= .venv-thirdparty
+TP_BIN      := $(TP_VENV)/bin
+TP_STAMP    := $(TP_VENV)/.kvconform-installed
+TP_DEBS     ?= libibverbs1 libnl-3-200 libnl-route-3-200
+TP_CONNECTORS ?= LMCacheMPConnector LMCacheConnectorV1 MooncakeStoreConnector MooncakeConnector
+TP_OUT      ?= $(OUT)/thirdparty
+
+venv-thirdparty: $(TP_STAMP)
+
+$(TP_STAMP): pyproject.toml Makefile
+	dpkg -s $(TP_DEBS) >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq $(TP_DEBS); }
+	test -x $(TP_BIN)/python || $(PYTHON) -m venv $(TP_VENV)
+	$(TP_BIN)/pip install --quiet $(VLLM_PKG)
+	$(TP_BIN)/pip uninstall --yes --quiet torchvision torchaudio torchcodec
+	$(TP_BIN)/pip install --quiet -e '.[test,lmcache,mooncake]'
+	touch $(TP_STAMP)
+
+# The suite for those connectors only, with their findings (conformance/expectations/thirdparty/);
+# the report is rendered into $(TP_OUT). Not strict: a run narrowed to four connectors leaves the
+# other connectors' expectations unmatched, which only a full run may call stale.
+test-thirdparty: venv-thirdparty
+	mkdir -p $(TP_OUT)
+	$(TP_BIN)/python -m pytest --pyargs conformance --platform=cpu -q -n 2 --max-worker-restart=16 \
+		$(foreach c,$(TP_CONNECTORS),--connector $(c)) \
+		--kvconform-expectations conformance/expectations --kvconform-expectations conformance/expectations/thirdparty \
+		--junitxml=$(TP_OUT)/junit.xml --kvconform-json=$(TP_OUT)/results-run.json $(PYTEST_ARGS); status=$$?; \
+	$(TP_BIN)/kvconform report $(TP_OUT)/junit.xml $(TP_OUT)/results-run.json --out $(TP_OUT) --print-matrix || status=1; \
+	exit $$status
+
 clean:
-	rm -rf $(VENV) $(OUT) *.egg-info
+	rm -rf $(VENV) $(TP_VENV) $(OUT) *.egg-info

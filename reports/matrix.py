@@ -67,17 +67,14 @@ def build_matrix(results: Results) -> Matrix:
     )
 
 
-def cell_counts(cell: Cell) -> str:
-    """``1 failed · 4 passed``: every outcome in the cell, worst first."""
-    return " · ".join(f"{cell.counts[o]} {o}" for o in ORDER if cell.counts.get(o))
+def cell_counts(cell: Cell, separator: str = " · ") -> str:
+    """``1 failed · 4 passed``: every outcome in the cell, worst first (the same words in every report)."""
+    return separator.join(cell_count_parts(cell))
 
 
-def cell_short(cell: Cell | None) -> str:
-    """``FAIL 1/5``: the cell's worst outcome and how many of its tests had it."""
-    if cell is None:
-        return "-"
-    total = sum(cell.counts.values())
-    return f"{OUTCOMES[cell.status].word} {cell.counts.get(cell.status, 0)}/{total}"
+def cell_count_parts(cell: Cell) -> list[str]:
+    """``["1 failed", "4 passed"]``: one part per outcome in the cell, worst first."""
+    return [f"{cell.counts[o]} {o}" for o in ORDER if cell.counts.get(o)]
 
 
 def failures(results: Results) -> list[CaseResult]:
@@ -86,6 +83,6 @@ def failures(results: Results) -> list[CaseResult]:
                   key=lambda t: (-OUTCOMES[t.outcome].severity, t.platform, t.connector, t.check, t.nodeid))
 
 
-def totals_line(results: Results, emoji: bool = False) -> str:
-    parts = [f"{OUTCOMES[o].emoji + ' ' if emoji else ''}{n} {o}" for o, n in results.totals.items()]
+def totals_line(results: Results) -> str:
+    parts = [f"{n} {o}" for o, n in results.totals.items()]
     return ", ".join(parts) if parts else "no tests"

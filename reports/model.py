@@ -6,6 +6,7 @@ model means a suite run's JSON is already a valid report input and output.
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from typing import Literal
 
@@ -111,9 +112,24 @@ class Results(_Strict):
         return self.model_dump(mode="json", by_alias=True)
 
 
+# A line that names an exception (``KeyError: 'x'``, ``torch.OutOfMemoryError``): the cause in a log tail.
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Iteration)\b(?::|$)")
+
+
 def first_line(text: str | None, limit: int = MESSAGE_LIMIT) -> str:
-    """The first non-empty line of ``text``, cut to ``limit`` characters."""
-    line = next((ln.strip() for ln in (text or "").splitlines() if ln.strip()), "")
+    """The first non-empty line of ``text``, cut to ``limit`` characters.
+
+    A first line that ends with a colon only introduces the cause (``1 lint
+    error(s) in x.py:``, ``exited with status 1:``), so the cause's first line is
+    added: the last exception line among the lines it introduces (a process's
+    stderr ends with its traceback's error), else the first of them.
+    """
+    lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
+    line = lines[0] if lines else ""
+    if line.endswith(":") and len(lines) > 1:
+        introduced = [ln for ln in lines[1:] if not ln.startswith("assert ")] or lines[1:]
+        cause = next((ln for ln in reversed(introduced) if EXCEPTION_LINE.match(ln)), introduced[0])
+        line = f"{line} {cause}"
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 

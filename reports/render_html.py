@@ -8,11 +8,21 @@ failure messages are attacker-controllable (a connector's exception text).
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from html import escape
 
+from reports.findings import findings, where_text
 from reports.matrix import Matrix, build_matrix, cell_counts, failures, totals_line
-from reports.model import CaseResult, Results
+from reports.model import EXCEPTION_LINE, CaseResult, Results
 from reports.outcomes import ORDER, OUTCOMES
+from reports.skips import reasons_by_cell, skip_groups
+from reports.verdict import verdict
+
+# pytest's long tracebacks mark the error's lines with "E   " and end on "path:line: ErrorType".
+_ERROR_LINE = re.compile(r"^E(?:\s|$)")
+_LOCATION_LINE = re.compile(r"^\S+:\d+: \S")
+ERROR_LINES_SHOWN = 12
 
 _CSS = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }
@@ -24,7 +34,12 @@ td.dim { opacity: 0.25; }
 details summary { cursor: pointer; }
 pre { white-space: pre-wrap; max-height: 24em; overflow: auto; background: #fafafa; border: 1px solid #ddd;
       padding: 4px; font-size: 12px; }
-.badge { padding: 0 4px; border-radius: 3px; font-size: 12px; }
+.badge { padding: 0 4px; border-radius: 3px; font-size: 12px; font-weight: bold; border: 1px solid #888; }
+pre.error { border-color: #d88; background: #fff4f4; max-height: 12em; }
+details.trace > summary { color: #555; font-size: 12px; }
+p.message { margin: 0.2em 0; }
+#findings td, #skips td { max-width: 40em; }
+#findings a { word-break: break-all; }
 #filters label { margin-right: 1em; }
 ul.tests { margin: 0.3em 0 0 1em; padding: 0; }
 """
@@ -81,18 +96,50 @@ def _select(ident: str, label: str, values: list[str]) -> str:
     return (f'<label>{escape(label)} <select id="{ident}"><option value="">all</option>{options}</select></label>')
 
 
+def error_text(details: str) -> str:
+    """The error itself from a pytest traceback: its ``E`` lines and the line that says where.
+
+    pytest prints a failing test's arguments and source first and the error last,
+    so the page shows this first and folds the whole traceback below it.
+    """
+    lines = details.splitlines()
+    errors = [ln[1:].strip() for ln in lines if _ERROR_LINE.match(ln)][:ERROR_LINES_SHOWN]
+    if not errors:  # not pytest's format (a plain Python traceback): its last exception line
+        errors = [ln.strip() for ln in lines if EXCEPTION_LINE.match(ln.strip())][-1:]
+    where = next((ln for ln in reversed(lines) if _LOCATION_LINE.match(ln)), "")
+    return "\n".join([*errors, *([where] if where else [])])
+
+
+def _expected(test: CaseResult) -> str:
+    if test.expected is None:
+        return ""
+    e = test.expected
+    link = e.link or ""
+    anchor = (f' (<a href="{escape(link)}">{escape(link)}</a>)' if link.startswith(("http://", "https://")) else "")
+    kind = f"{escape(e.finding_class)} finding, " if e.finding_class else ""
+    return f' <small class="expected">{kind}expected {escape(e.expect)} by {escape(e.where)}{anchor}</small>'
+
+
 def _test_item(test: CaseResult, show_where: bool = False) -> str:
+    """One test: outcome mark, name, its one-line message; then the error, and the traceback folded."""
     name = test.nodeid if show_where else (test.variant or test.nodeid)
-    expected = ""
-    if test.expected is not None:
-        link = test.expected.link or ""
-        expected = (f' <small>expected {escape(test.expected.expect)} by {escape(test.expected.where)}'
-                    + (f' (<a href="{escape(link)}">{escape(link)}</a>)' if link.startswith(("http://", "https://"))
-                       else "") + "</small>")
-    body = f"<pre>{escape(test.details)}</pre>" if test.details else ""
+    body = ""
+    if test.details:
+        error = error_text(test.details)
+        body = ((f'<pre class="error">{escape(error)}</pre>' if error else "")
+                + f'<details class="trace"><summary>full traceback</summary><pre>{escape(test.details)}</pre>'
+                  "</details>")
     return (f'<li data-outcome="{escape(test.outcome)}" data-platform="{escape(test.platform)}" '
-            f'data-check="{escape(test.check)}"><span class="badge o-{escape(test.outcome)}">{escape(test.outcome)}'
-            f'</span> <code>{escape(name)}</code> {escape(test.message)}{expected}{body}</li>')
+            f'data-check="{escape(test.check)}"><span class="badge o-{escape(test.outcome)}">'
+            f'{escape(OUTCOMES[test.outcome].mark)}</span> <code>{escape(name)}</code>{_expected(test)}'
+            f'<p class="message">{escape(test.message)}</p>{body}</li>')
+
+
+def _skipped_item(reason: str, count: int, platform: str, check: str) -> str:
+    """Skipped tests of a cell, one item per distinct reason."""
+    return (f'<li data-outcome="skipped" data-platform="{escape(platform)}" data-check="{escape(check)}">'
+            f'<span class="badge o-skipped">{OUTCOMES["skipped"].mark}</span> {count} test{"s" if count > 1 else ""}: '
+            f"{escape(reason)}</li>")
 
 
 def _cell(matrix: Matrix, platform: str, connector: str, check: str) -> str:
@@ -100,10 +147,13 @@ def _cell(matrix: Matrix, platform: str, connector: str, check: str) -> str:
     cell = matrix.cell(platform, connector, check)
     if cell is None:
         return f'<td class="cell empty" {where}>–</td>'
-    tests = "".join(_test_item(t) for t in matrix.tests.get((platform, connector, check), []))
+    tests = matrix.tests.get((platform, connector, check), [])
+    items = "".join(_test_item(t) for t in tests if t.outcome != "skipped")
+    skipped: Counter = reasons_by_cell(tests).get((platform, connector, check), Counter())
+    items += "".join(_skipped_item(reason, n, platform, check) for reason, n in skipped.most_common())
     return (f'<td class="cell o-{escape(cell.status)}" {where} data-outcomes="{escape(" ".join(cell.counts))}">'
-            f'<details><summary>{OUTCOMES[cell.status].emoji} {escape(cell_counts(cell))}</summary>'
-            f'<ul class="tests">{tests}</ul></details></td>')
+            f'<details><summary><span class="badge o-{escape(cell.status)}">{OUTCOMES[cell.status].mark}</span> '
+            f'{escape(cell_counts(cell))}</summary><ul class="tests">{items}</ul></details></td>')
 
 
 def _matrix(matrix: Matrix) -> str:
@@ -136,6 +186,35 @@ def _stale(results: Results) -> str:
             f"selectors.</p><ul>{items}</ul>")
 
 
+def _findings(results: Results) -> str:
+    found = findings(results)
+    if not found:
+        return ""
+    head = "".join(f"<th>{h}</th>" for h in ("class", "expect", "connector", "checks (tests)", "outcome", "reason",
+                                               "link", "entries"))
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{cell}</td>" for cell in (
+            escape(f.finding_class), escape(f.expect), escape(", ".join(f.connector_names())),
+            escape(f.checks_with_counts()), escape(f.outcome_counts()), escape(f.reason),
+            (f'<a href="{escape(f.link)}">{escape(f.link)}</a>' if f.link.startswith(("http://", "https://"))
+             else escape(f.link)),
+            f"<code>{escape(where_text(f.wheres))}</code>")) + "</tr>" for f in found)
+    return (f"<h2>Known findings ({len(found)})</h2><p>Each finding once, with the tests its expectation entries "
+            f'decided.</p><table id="findings"><tr>{head}</tr>{rows}</table>')
+
+
+def _skips(results: Results, matrix: Matrix) -> str:
+    groups = skip_groups(results, matrix)
+    if not groups:
+        return ""
+    head = "".join(f"<th>{h}</th>" for h in ("platform", "connector", "check", "tests", "reason"))
+    rows = "".join(f"<tr><td>{escape(g.platform)}</td><td>{escape(g.connector)}</td><td>{escape(g.check)}</td>"
+                   f"<td>{g.tests}</td><td>{escape(g.reason)}</td></tr>" for g in groups)
+    total = sum(g.tests for g in groups)
+    return (f"<h2>Skipped ({total})</h2><details><summary>why, by connector x check</summary>"
+            f'<table id="skips"><tr>{head}</tr>{rows}</table></details>')
+
+
 def render(results: Results) -> str:
     matrix = build_matrix(results)
     failing = failures(results)
@@ -146,15 +225,17 @@ def render(results: Results) -> str:
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">
 <title>kvconform results</title><style>{_css()}</style></head>
 <body>
-<h1>kvconform conformance results</h1>
-<p id="totals">{escape(totals_line(results, emoji=True))}</p>
-<h2>Runs</h2>{_runs(results)}
+<h1>kvconform conformance results: {escape(verdict(results).headline)}</h1>
+<p id="totals">{escape(totals_line(results))}</p>
+<h2>Failures ({len(failing)})</h2>
+{f'<ul id="failures">{failure_list}</ul>' if failing else "<p>none</p>"}
+{_findings(results)}
 <h2>Matrix</h2>
 <p id="filters">{filters}</p>
 {_matrix(matrix)}
-<h2>Failures ({len(failing)})</h2>
-{f'<ul id="failures">{failure_list}</ul>' if failing else "<p>none</p>"}
+{_skips(results, matrix)}
 {_stale(results)}
+<h2>Runs</h2>{_runs(results)}
 <script>{_SCRIPT}</script>
 </body></html>
 """

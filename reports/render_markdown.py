@@ -10,10 +10,13 @@ from __future__ import annotations
 import html
 import re
 
+from reports.findings import findings, where_text
 from reports.matrix import build_matrix, cell_counts, failures, totals_line
 from reports.model import Results
 from reports.outcomes import OUTCOMES
 from reports.render_terminal import run_line
+from reports.skips import skip_groups
+from reports.verdict import verdict
 
 FAILURES_SHOWN = 50
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]|#~])")
@@ -25,50 +28,76 @@ def text(value: str) -> str:
     return _MARKDOWN_SPECIAL.sub(r"\\\1", html.escape(one_line, quote=False))
 
 
-def verdict(results: Results) -> tuple[str, str]:
-    """(Buildkite annotation style, headline): a run that tested nothing is not a success."""
-    if any(OUTCOMES[o].failing for o in results.totals):
-        return "error", "❌ failing"
-    if not results.tests:
-        return "warning", "⚠️ no tests ran"
-    if any(r.stale_expectations for r in results.runs):
-        return "warning", "⚠️ passing, with stale expectations"
-    return "success", "✅ passing"
+def _link(url: str) -> str:
+    """A tracking link as a Markdown link when it is a web address; other text stays inert."""
+    if url.startswith(("https://", "http://")) and not any(ch in url for ch in "()<> "):
+        return f"[link]({url})"
+    return text(url) if url else "–"
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(r) + " |" for r in rows)]
 
 
-def render(results: Results) -> str:
-    matrix = build_matrix(results)
-    lines = [f"## kvconform conformance: {verdict(results)[1]}", "", totals_line(results, emoji=True), ""]
-
+def _failures(results: Results) -> list[str]:
     failing = failures(results)
-    if failing:
-        lines += [f"### Failures ({len(failing)})", ""]
-        rows = [[f"{OUTCOMES[t.outcome].emoji} {t.outcome}", text(t.platform), text(t.connector), text(t.check),
-                 text(t.nodeid), text(t.message)] for t in failing[:FAILURES_SHOWN]]
-        lines += _table(["outcome", "platform", "connector", "check", "test", "message"], rows)
-        if len(failing) > FAILURES_SHOWN:
-            lines.append(f"\n… and {len(failing) - FAILURES_SHOWN} more: see index.html")
-        lines.append("")
+    if not failing:
+        return []
+    lines = [f"### Failures ({len(failing)})", ""]
+    rows = [[f"**{OUTCOMES[t.outcome].mark}**", text(t.platform), text(t.connector), text(t.check),
+             text(t.nodeid), text(t.message)] for t in failing[:FAILURES_SHOWN]]
+    lines += _table(["outcome", "platform", "connector", "check", "test", "message"], rows)
+    if len(failing) > FAILURES_SHOWN:
+        lines.append(f"\n… and {len(failing) - FAILURES_SHOWN} more: see index.html")
+    return lines + [""]
 
+
+def _findings(results: Results) -> list[str]:
+    found = findings(results)
+    if not found:
+        return []
+    lines = [f"### Known findings ({len(found)})", "",
+             "Each finding once, with the tests its expectation entries decided.", ""]
+    rows = [[text(f.finding_class), f.expect, text(", ".join(f.connector_names())), text(f.checks_with_counts()),
+             text(f.outcome_counts()), text(f.reason), _link(f.link), text(where_text(f.wheres))] for f in found]
+    lines += _table(["class", "expect", "connector", "checks (tests)", "outcome", "reason", "link", "entries"], rows)
+    return lines + [""]
+
+
+def _matrices(results: Results) -> list[str]:
+    matrix = build_matrix(results)
+    lines: list[str] = []
     for platform in matrix.platforms:
         checks = matrix.checks_on(platform)
         rows = []
         for connector in matrix.connectors_on(platform):
             cells = [matrix.cell(platform, connector, k) for k in checks]
-            rows.append([text(connector),
-                         *(f"{OUTCOMES[c.status].emoji} {cell_counts(c)}" if c else "–" for c in cells)])
-        heading = f"### {text(run_line(platform, results.runs))}"
-        lines += [heading, "", *_table(["connector", *map(text, checks)], rows), ""]
+            rows.append([text(connector), *(cell_counts(c) if c else "–" for c in cells)])
+        lines += [f"### {text(run_line(platform, results.runs))}", "", *_table(["connector", *map(text, checks)], rows),
+                  ""]
+    return lines
 
+
+def _skips(results: Results) -> list[str]:
+    groups = skip_groups(results, build_matrix(results))
+    if not groups:
+        return []
+    total = sum(g.tests for g in groups)
+    rows = [[text(g.platform), text(g.connector), text(g.check), str(g.tests), text(g.reason)] for g in groups]
+    return [f"<details><summary>Skipped: {total} tests, why, by connector x check</summary>", "",
+            *_table(["platform", "connector", "check", "tests", "reason"], rows), "", "</details>", ""]
+
+
+def _stale(results: Results) -> list[str]:
     stale = [(run, s) for run in results.runs for s in run.stale_expectations]
-    if stale:
-        lines += ["### Stale expectations", "",
-                  "These entries matched no test: remove them or fix their selectors.", ""]
-        lines += [f"- {text(s.where)} ({text(run.platform)}): {text(s.expect)} {text(s.selector)}"
-                  for run, s in stale]
-        lines.append("")
+    if not stale:
+        return []
+    return ["### Stale expectations", "", "These entries matched no test: remove them or fix their selectors.", "",
+            *(f"- {text(s.where)} ({text(run.platform)}): {text(s.expect)} {text(s.selector)}" for run, s in stale),
+            ""]
+
+
+def render(results: Results) -> str:
+    lines = [f"## kvconform conformance: {verdict(results).headline}", "", totals_line(results), ""]
+    lines += [*_failures(results), *_findings(results), *_matrices(results), *_skips(results), *_stale(results)]
     return "\n".join(lines)

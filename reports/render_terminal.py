@@ -1,9 +1,19 @@
-"""The matrix as plain text, for ``kvconform report --print-matrix`` (the end of ``make conformance``)."""
+"""The report as plain text, for ``kvconform report --print-matrix`` (the end of ``make conformance``).
+
+It says what summary.md says, in the same words: a cell lists every outcome with
+its count (``4 xfailed``, ``22 passed``, ``7 skipped``), one per line, rather
+than a ratio a reader has to decode; then the failures, the known findings once
+each, why cells were skipped (grouped, where pytest's ``-rs`` lists each source
+line), stale expectations and the verdict.
+"""
 
 from __future__ import annotations
 
-from reports.matrix import build_matrix, cell_short, failures, totals_line
+from reports.findings import findings, where_text
+from reports.matrix import build_matrix, cell_count_parts, failures, totals_line
 from reports.model import Results, RunInfo
+from reports.skips import skip_groups
+from reports.verdict import verdict
 
 FAILURES_SHOWN = 20
 
@@ -25,22 +35,64 @@ def _table(rows: list[list[str]]) -> list[str]:
     return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
 
 
-def render(results: Results) -> str:
+def _stacked(first: str, cells: list[list[str]]) -> list[list[str]]:
+    """One matrix row whose cells hold several lines: as many text rows as its tallest cell."""
+    height = max([1, *(len(c) for c in cells)])
+    return [[first if i == 0 else "", *(c[i] if i < len(c) else "" for c in cells)] for i in range(height)]
+
+
+def _matrix(results: Results) -> list[str]:
     matrix = build_matrix(results)
     lines: list[str] = []
     for platform in matrix.platforms:
         checks = matrix.checks_on(platform)
         rows = [["connector", *checks]]
-        rows += [[c, *(cell_short(matrix.cell(platform, c, k)) for k in checks)]
-                 for c in matrix.connectors_on(platform)]
+        for connector in matrix.connectors_on(platform):
+            cells = [matrix.cell(platform, connector, k) for k in checks]
+            rows += _stacked(connector, [cell_count_parts(c) if c else ["-"] for c in cells])
         lines += [run_line(platform, results.runs), *("  " + row for row in _table(rows)), ""]
+    return lines
+
+
+def _failures(results: Results) -> list[str]:
     failing = failures(results)
-    for t in failing[:FAILURES_SHOWN]:
-        lines.append(f"{t.outcome.upper()} {t.nodeid} [{t.platform}]: {t.message}")
+    lines = [f"{t.outcome.upper()} {t.nodeid} [{t.platform}]: {t.message}" for t in failing[:FAILURES_SHOWN]]
     if len(failing) > FAILURES_SHOWN:
         lines.append(f"... and {len(failing) - FAILURES_SHOWN} more failing tests (see summary.md)")
-    for run in results.runs:
-        for stale in run.stale_expectations:
-            lines.append(f"stale expectation {stale.where}: {stale.expect} {stale.selector} matched no test")
-    lines.append(f"total: {totals_line(results)}")
+    return lines + ([""] if lines else [])
+
+
+def _findings(results: Results) -> list[str]:
+    found = findings(results)
+    if not found:
+        return []
+    lines = [f"known findings ({len(found)}), each once: class, connector, checks (tests), outcome; reason; link"]
+    for f in found:
+        kind = "xfail" if f.expect == "xfail" else "skip"
+        lines.append(f"  [{f.finding_class}] {kind} {', '.join(f.connector_names())}: {f.checks_with_counts()}"
+                     f" ({f.tests} tests: {f.outcome_counts()})")
+        lines.append(f"      {f.reason}")
+        lines.append(f"      {f.link or 'no link'}  ({where_text(f.wheres)})")
+    return lines + [""]
+
+
+def _skips(results: Results) -> list[str]:
+    groups = skip_groups(results, build_matrix(results))
+    if not groups:
+        return []
+    several = len({g.platform for g in groups}) > 1
+    total = sum(g.tests for g in groups)
+    rows = [[*([g.platform] if several else []), g.connector, g.check, str(g.tests), g.reason] for g in groups]
+    header = f"skipped ({total} tests), by connector x check: tests, reason (pytest -rs lists each test)"
+    return [header, *("  " + row for row in _table(rows)), ""]
+
+
+def _stale(results: Results) -> list[str]:
+    return [f"stale expectation {stale.where}: {stale.expect} {stale.selector} matched no test"
+            for run in results.runs for stale in run.stale_expectations]
+
+
+def render(results: Results) -> str:
+    lines = [*_matrix(results), *_failures(results), *_findings(results), *_skips(results), *_stale(results)]
+    lines.append(f"total: {totals_line(results)}; verdict: {verdict(results).headline}")
     return "\n".join(lines)

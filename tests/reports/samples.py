@@ -3,7 +3,7 @@
 # A cpu run whose JUnit carries kvconform's properties (what conformance.results adds).
 CPU_WITH_PROPERTIES = """<?xml version="1.0" encoding="utf-8"?>
 <testsuites name="pytest tests">
- <testsuite name="pytest" errors="0" failures="1" skipped="1" tests="4" time="12.5"
+ <testsuite name="pytest" errors="0" failures="2" skipped="1" tests="5" time="12.5"
             timestamp="2026-01-02T03:04:05+00:00" hostname="ci">
   <testcase classname="conformance.test_roundtrip"
             name="test_roundtrip[cpu-CPU_ATTN-ExampleConnector-float16-bs16]" time="1.5">
@@ -28,6 +28,7 @@ CPU_WITH_PROPERTIES = """<?xml version="1.0" encoding="utf-8"?>
     <property name="kvconform.expect.where" value="conformance/expectations/cpu.yaml:13"/>
     <property name="kvconform.expect.reason" value="loads from the wrong folder"/>
     <property name="kvconform.expect.link" value="https://github.com/vllm-project/vllm/issues"/>
+    <property name="kvconform.expect.class" value="bug"/>
    </properties>
    <skipped type="pytest.xfail" message="loads from the wrong folder"/>
   </testcase>
@@ -39,6 +40,14 @@ CPU_WITH_PROPERTIES = """<?xml version="1.0" encoding="utf-8"?>
    </properties>
    <failure message="AssertionError: second run computed 0 tokens from the connector">def test_engine
 E   AssertionError: second run computed 0 tokens from the connector</failure>
+  </testcase>
+  <testcase classname="conformance.test_lint" name="test_lint[cpu-ExampleConnector]" time="0.3">
+   <properties>
+    <property name="kvconform.check" value="lint"/>
+    <property name="kvconform.connector" value="ExampleConnector"/>
+   </properties>
+   <failure message="ExampleConnector: 1 lint error(s) in /v/example_connector.py:&#10;  example_connector.py:190: KVC001 error: .cuda() hard-codes the device&#10;  example_connector.py:200: KVC009 info: fine">ExampleConnector: 1 lint error(s) in /v/example_connector.py:
+  example_connector.py:190: KVC001 error: .cuda() hard-codes the device</failure>
   </testcase>
   <testcase classname="conformance.test_contract.TestScheduler"
             name="test_claim[cpu-CPU_ATTN-DecodeBenchConnector]" time="0.1">

@@ -32,6 +32,11 @@ def test_junit_with_properties_takes_the_identity_from_them(tmp_path):
     assert known.outcome == "xfailed"
     assert known.expected.where == "conformance/expectations/cpu.yaml:13"
     assert known.expected.link == "https://github.com/vllm-project/vllm/issues"
+    assert known.expected.finding_class == "bug"  # the JUnit property kvconform.expect.class
+    lint = tests["conformance/test_lint.py::test_lint[cpu-ExampleConnector]"]
+    # a message that ends in a colon only introduces its cause: the cause's first line is kept with it
+    assert lint.message == ("ExampleConnector: 1 lint error(s) in /v/example_connector.py: "
+                            "example_connector.py:190: KVC001 error: .cuda() hard-codes the device")
     engine = tests["conformance/test_engine.py::test_engine_generates[cpu-CPU_ATTN]"]
     assert (engine.check, engine.connector, engine.outcome) == ("engine", "ExampleConnector", "failed")
     assert engine.message == "AssertionError: second run computed 0 tokens from the connector"
@@ -43,7 +48,7 @@ def test_junit_with_properties_takes_the_identity_from_them(tmp_path):
                                   "needs two devices")
     (run,) = results.runs
     assert (run.platform, run.started, run.duration) == ("cpu", "2026-01-02T03:04:05+00:00", 12.5)
-    assert results.totals == {"failed": 1, "xfailed": 1, "passed": 1, "skipped": 1}
+    assert results.totals == {"failed": 2, "xfailed": 1, "passed": 1, "skipped": 1}
 
 
 def test_junit_without_properties_parses_platform_backend_connector_and_check_from_ids(tmp_path):
@@ -64,7 +69,7 @@ def test_junit_without_properties_parses_platform_backend_connector_and_check_fr
 def test_several_runs_merge_into_one_matrix(tmp_path):
     results = read_all([_file(tmp_path, "cpu.xml", CPU_WITH_PROPERTIES), _file(tmp_path, "cuda.xml", CUDA_PLAIN)])
     assert [r.id for r in results.runs] == ["cpu", "cuda"]
-    assert len(results.tests) == 9
+    assert len(results.tests) == 10
     assert {t.run for t in results.tests} == {"cpu", "cuda"}
     cells = {(c.platform, c.connector, c.check): (c.status, c.counts) for c in results.cells}
     assert cells[("cuda", "NixlConnector", "roundtrip")] == ("failed", {"failed": 1})
@@ -84,7 +89,7 @@ def test_json_results_win_over_the_junit_of_the_same_run(tmp_path):
         merged = read_all(order)
         assert [r.vllm for r in merged.runs] == ["0.32.0"]  # the JUnit twin is dropped
         assert all(t.message.startswith("from json: ") for t in merged.tests)
-        assert len(merged.tests) == 4
+        assert len(merged.tests) == 5
         assert merged.runs[0].source == str(as_json)
         assert [r.id for r in merged.runs] == ["cpu"] and {t.run for t in merged.tests} == {"cpu"}
 

@@ -1,0 +1,109 @@
+"""Known findings: the tests an expectation entry decided, grouped so each finding is listed once.
+
+A reader of a red or yellow build asks "what is known to be wrong here?" before
+"which of 300 tests failed?". One finding (one cause: its class, reason and
+link) often spans several entries and dozens of tests (a crash hits every check
+that builds the worker), so tests are grouped by the finding, not by the entry
+or the test, and each finding says how many tests it decided and whether all of
+them behaved as expected.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from reports.matrix import CHECK_ORDER
+from reports.model import CaseResult, Results
+from reports.outcomes import ORDER
+
+# What an entry expected -> the outcome a test it decided should have had.
+EXPECTED_OUTCOME = {"xfail": "xfailed", "skip": "skipped"}
+# Order of the sections: known failures first, then deliberate skips.
+EXPECT_ORDER = ("xfail", "skip")
+UNCLASSED = "unclassified"  # a finding whose entries give no class (expectations written before classes)
+
+
+@dataclass
+class Finding:
+    expect: str  # xfail | skip
+    finding_class: str
+    reason: str
+    link: str
+    wheres: list[str] = field(default_factory=list)  # file:line of each entry that decided a test
+    platforms: list[str] = field(default_factory=list)
+    connectors: Counter = field(default_factory=Counter)  # connector -> tests
+    checks: Counter = field(default_factory=Counter)  # check -> tests
+    outcomes: Counter = field(default_factory=Counter)  # outcome -> tests
+
+    @property
+    def tests(self) -> int:
+        return sum(self.outcomes.values())
+
+    @property
+    def as_expected(self) -> int:
+        return self.outcomes[EXPECTED_OUTCOME[self.expect]]
+
+    @property
+    def unexpected(self) -> int:
+        """Tests the entries decided that ran and did not behave as they said (a fixed bug: the xfail passed)."""
+        not_run = self.outcomes["skipped"] if self.expect != "skip" else 0  # skipped for another reason
+        return self.tests - self.as_expected - not_run
+
+    def connector_names(self) -> list[str]:
+        return sorted(self.connectors)
+
+    def check_names(self) -> list[str]:
+        rank = {name: i for i, name in enumerate(CHECK_ORDER)}
+        return sorted(self.checks, key=lambda k: (rank.get(k, len(rank)), k))
+
+    def outcome_counts(self) -> str:
+        """``37 xfailed`` or ``36 xfailed · 1 failed``: what became of the tests, worst first."""
+        return " · ".join(f"{self.outcomes[o]} {o}" for o in ORDER if self.outcomes[o])
+
+    def checks_with_counts(self) -> str:
+        """``roundtrip 26, load_failure 6, contract 5``."""
+        return ", ".join(f"{k} {self.checks[k]}" for k in self.check_names())
+
+
+def _key(test: CaseResult) -> tuple[str, str, str, str]:
+    e = test.expected
+    return (e.expect, e.finding_class or UNCLASSED, e.reason or "", e.link or "")
+
+
+def findings(results: Results) -> list[Finding]:
+    """One ``Finding`` per (expect, class, reason, link) among the tests an xfail or skip entry decided.
+
+    Ordered: xfails before skips, then the finding with the most unexpected tests,
+    then the most tests; ties by reason, so the order is stable between runs.
+    """
+    grouped: dict[tuple[str, str, str, str], Finding] = {}
+    for test in results.tests:
+        if test.expected is None or test.expected.expect not in EXPECTED_OUTCOME:
+            continue
+        key = _key(test)
+        finding = grouped.setdefault(key, Finding(*key))
+        if test.expected.where not in finding.wheres:
+            finding.wheres.append(test.expected.where)
+        if test.platform not in finding.platforms:
+            finding.platforms.append(test.platform)
+        finding.connectors[test.connector] += 1
+        finding.checks[test.check] += 1
+        finding.outcomes[test.outcome] += 1
+    for finding in grouped.values():
+        finding.wheres.sort()
+    return sorted(grouped.values(), key=lambda f: (EXPECT_ORDER.index(f.expect), -f.unexpected, -f.tests, f.reason))
+
+
+def where_text(wheres: list[str]) -> str:
+    """``conformance/expectations/cpu.yaml:38, 41, 42``: the entries' lines, each file named once."""
+    lines: dict[str, list[str]] = {}
+    for where in wheres:
+        path, _, line = where.rpartition(":")
+        if not path or not line.isdigit():
+            path, line = where, ""
+        lines.setdefault(path, [])
+        if line:
+            lines[path].append(line)
+    parts = [f"{path}:{', '.join(sorted(nums, key=int))}" if nums else path for path, nums in lines.items()]
+    return "; ".join(parts)

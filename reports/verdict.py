@@ -1,0 +1,47 @@
+"""What a set of results means, once: the headline, the Buildkite annotation style and the exit status.
+
+``kvconform report``'s exit status is what a CI step keys on, and the headline is
+what a person reads first; both come from this one table so they never disagree.
+The first rule that holds decides.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from reports.model import Results
+from reports.outcomes import is_failing
+
+
+@dataclass(frozen=True)
+class Verdict:
+    headline: str
+    style: str  # buildkite-agent annotate --style
+    exit_status: int  # kvconform report's, unless --exit-zero
+
+
+def _has_failures(results: Results) -> bool:
+    return any(is_failing(outcome) for outcome in results.totals)
+
+
+def _is_empty(results: Results) -> bool:
+    return not results.tests
+
+
+def _has_stale_expectations(results: Results) -> bool:
+    return any(run.stale_expectations for run in results.runs)
+
+
+# (rule, verdict): failures first; a run that tested nothing is not a success; an expectation that
+# matched no test means the expectations no longer describe the suite.
+RULES: tuple[tuple[Callable[[Results], bool], Verdict], ...] = (
+    (_has_failures, Verdict("FAILING", "error", 1)),
+    (_is_empty, Verdict("no tests ran", "warning", 1)),
+    (_has_stale_expectations, Verdict("passing, but expectations matched no test", "warning", 1)),
+)
+PASSING = Verdict("passing", "success", 0)
+
+
+def verdict(results: Results) -> Verdict:
+    return next((v for rule, v in RULES if rule(results)), PASSING)

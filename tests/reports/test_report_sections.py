@@ -1,0 +1,101 @@
+"""The report's parts on their own: a failure's message, findings listed once, skip reasons grouped, the
+error shown before its traceback, and the verdict's exit status."""
+
+from __future__ import annotations
+
+import pytest
+
+from reports.findings import findings, where_text
+from reports.matrix import build_matrix
+from reports.model import CaseResult, Expected, RunInfo, build, first_line
+from reports.render_html import error_text
+from reports.skips import skip_groups
+from reports.verdict import verdict
+
+
+@pytest.mark.parametrize("text, line", [
+    ("plain message\nmore", "plain message"),
+    ("\n\n  padded  \n", "padded"),
+    # an introduction keeps the first line it introduces
+    ("X: 1 lint error(s) in a.py:\n  a.py:3: KVC001 error: .cuda()\n  a.py:9: info", "X: 1 lint error(s) in a.py: a.py:3: KVC001 error: .cuda()"),
+    # a process's stderr tail: its exception line is the cause, not the partial first line of the tail
+    ("AssertionError: the engine with X exited with status 1:\nrtial log line\nTraceback (most recent call last):\n"
+     '  File "x.py", line 1\nRuntimeError: no CPU kernels\nassert (1 == 0)',
+     "AssertionError: the engine with X exited with status 1: RuntimeError: no CPU kernels"),
+    ("ends with a colon:", "ends with a colon:"),
+])
+def test_first_line_is_the_whole_first_line_of_the_cause(text, line):
+    assert first_line(text) == line
+
+
+def test_first_line_is_cut_to_its_limit():
+    assert first_line("a" * 50, limit=10) == "a" * 9 + "…"
+
+
+def _test(nodeid, connector, check, outcome, expected=None, message="", platform="cpu") -> CaseResult:
+    return CaseResult(run=platform, nodeid=nodeid, check=check, platform=platform, backend="CPU_ATTN",
+                      connector=connector, outcome=outcome, message=message, expected=expected)
+
+
+CRASH = dict(expect="xfail", reason="crashes on CPU", link="https://example.org/src#L1", **{"class": "bug"})
+
+
+def _results(*tests, stale=()) -> object:
+    return build([RunInfo(id="cpu", platform="cpu", stale_expectations=list(stale))], list(tests))
+
+
+def test_a_finding_is_listed_once_across_its_entries_checks_and_tests():
+    results = _results(
+        _test("t1", "C", "roundtrip", "xfailed", Expected(where="cpu.yaml:10", **CRASH)),
+        _test("t2", "C", "roundtrip", "xfailed", Expected(where="cpu.yaml:10", **CRASH)),
+        _test("t3", "C", "contract", "xfailed", Expected(where="cpu.yaml:12", **CRASH)),
+        _test("t4", "C", "contract", "failed", Expected(where="cpu.yaml:12", **CRASH), "unexpectedly passing"),
+        _test("t5", "D", "fill", "xfailed", Expected(where="cpu.yaml:20", expect="xfail", reason="other", link="l")),
+        _test("t6", "D", "fill", "skipped", Expected(where="cpu.yaml:30", expect="skip", reason="not here")),
+        _test("t7", "D", "fill", "passed", Expected(where="cpu.yaml:40", expect="pass")),
+        _test("t8", "D", "fill", "passed"),
+    )
+    crash, other, skip = findings(results)
+    assert (crash.finding_class, crash.reason, crash.tests, crash.unexpected) == ("bug", "crashes on CPU", 4, 1)
+    assert crash.checks_with_counts() == "roundtrip 2, contract 2"
+    assert crash.outcome_counts() == "1 failed · 3 xfailed"
+    assert where_text(crash.wheres) == "cpu.yaml:10, 12"
+    assert (other.finding_class, other.tests) == ("unclassified", 1)  # expectations without a class still show
+    assert (skip.expect, skip.tests, skip.unexpected) == ("skip", 1, 0)
+
+
+def test_skip_reasons_are_grouped_per_connector_and_check_without_repeating_the_connector():
+    results = _results(
+        *(_test(f"r{i}", "C", "roundtrip", "skipped", message="C: the roundtrip check does not apply") for i in range(5)),
+        _test("r9", "C", "roundtrip", "skipped", message="needs 2 cpu devices"),
+        _test("f1", "C", "fill", "skipped", message="C: the fill check does not apply"),
+        _test("p1", "C", "fill", "passed"),
+    )
+    groups = [(g.connector, g.check, g.tests, g.reason) for g in skip_groups(results, build_matrix(results))]
+    assert groups == [("C", "roundtrip", 5, "the roundtrip check does not apply"),
+                      ("C", "roundtrip", 1, "needs 2 cpu devices"),
+                      ("C", "fill", 1, "the fill check does not apply")]
+
+
+def test_the_page_shows_a_tracebacks_error_before_the_traceback():
+    details = ("platform = PlatformSpec(name='cpu', ...)\nconnector = ConnectorParam(...)\n\n"
+               "    def test_x():\n>       low, _ = torch.cuda.Stream.priority_range()\n"
+               "E       AttributeError: type object 'Stream' has no attribute 'priority_range'\n\n"
+               "vllm/v1/simple_kv_offload/worker.py:165: AttributeError")
+    assert error_text(details) == ("AttributeError: type object 'Stream' has no attribute 'priority_range'\n"
+                                   "vllm/v1/simple_kv_offload/worker.py:165: AttributeError")
+
+
+@pytest.mark.parametrize("tests, stale, status", [
+    ([("passed", None)], [], 0),
+    ([("passed", None), ("xfailed", "xfail"), ("skipped", None)], [], 0),
+    ([("passed", None), ("failed", None)], [], 1),
+    ([("error", None)], [], 1),
+    ([], [], 1),
+    ([("passed", None)], [{"where": "cpu.yaml:3", "expect": "xfail", "selector": "test=x"}], 1),
+])
+def test_the_verdicts_exit_status(tests, stale, status):
+    cases = [_test(f"t{i}", "C", "roundtrip", outcome,
+                   Expected(where="w:1", expect=kind, reason="r", link="l") if kind else None)
+             for i, (outcome, kind) in enumerate(tests)]
+    assert verdict(_results(*cases, stale=stale)).exit_status == status
