@@ -90,7 +90,8 @@ class EnginePhase:
     def _occupants(self) -> dict[str, RequestSpec]:
         count = self.spec.occupant_count(self.name)
         last = max((r.arrive for r in getattr(self.spec, self.name)), default=0)
-        return {f"{self.name[0]}occ{i}": RequestSpec(family=10_000 + i, length=OCCUPANT_LENGTH,
+        family = {"producer": 10_000, "consumer": 20_000}[self.name]  # prompts of their own: no hits
+        return {f"{self.name[0]}occ{i}": RequestSpec(family=family + i, length=OCCUPANT_LENGTH,
                                                      max_tokens=last + OCCUPANT_TOKENS)
                 for i in range(count)}
 

@@ -91,5 +91,5 @@ class PrefixKV:
 
     def snapshot(self) -> dict[str, torch.Tensor]:
         """Per layer, [B, N, nbytes] bytes of every slot: to see what a step changed."""
-        return {name: view.permute(0, 2, 1, 3).contiguous().view(torch.uint8).reshape(
-            view.shape[0], view.shape[2], -1).cpu().clone() for name, view in self.caches.items()}
+        return {name: view.permute(0, 2, 1, 3).clone(memory_format=torch.contiguous_format).view(torch.uint8)
+                .reshape(view.shape[0], view.shape[2], -1).cpu() for name, view in self.caches.items()}

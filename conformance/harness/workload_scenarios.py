@@ -29,8 +29,9 @@ SCENARIOS: dict[str, WorkloadSpec] = {s.label: s for s in (
     WorkloadSpec(
         label="chunked-prefill",
         # prompts longer than the step's token budget: prefill, saves and loads span steps
-        producer=(R(family=2, length=150), _C), consumer=(R(family=2, length=150), _C),
-        token_budget=48, max_seqs=4),
+        producer=(R(family=2, length=40), R(family=6, length=150)),
+        consumer=(R(family=2, length=40), R(family=6, length=150, arrive=1)),
+        token_budget=16, max_seqs=4),
     WorkloadSpec(
         label="decode-after-hit",
         # the loaded request decodes; a later arrival loads beside it

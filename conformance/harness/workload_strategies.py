@@ -58,8 +58,8 @@ def workload_specs(draw, chunked: bool, block_size: int = 32) -> WorkloadSpec:
     otherwise every prompt fits one step (the two are separate tests, so a connector's chunked-prefill
     bug does not hide everything else)."""
     first = draw(_producer_request(min_length=CHUNKED_MIN_PROMPT if chunked else 2))
-    producer = tuple(_fix_abort(r) for r in (first, *draw(st.lists(_producer_request(), max_size=3))))
-    consumer = tuple(draw(st.lists(_consumer_request(producer), min_size=1, max_size=4)))
+    producer = tuple(_fix_abort(r) for r in (first, *draw(st.lists(_producer_request(), max_size=2))))
+    consumer = tuple(draw(st.lists(_consumer_request(producer), min_size=1, max_size=3)))
     occupants = draw(st.integers(0, 3))
     producer_occupants = draw(st.integers(0, 2))
     max_seqs = draw(st.sampled_from([16, 4]))
