@@ -1,10 +1,13 @@
 """Expected results as data: the conformance tests known to fail, or to be skipped, per platform.
 
-Known bugs live in ``conformance/expectations/*.yaml`` with a reason and a
-tracking link, so a red cell is always news. The xfails are strict: when a bug
-is fixed the test passes, the run fails, and the message names the entry to
-remove. An entry that matches no collected test is stale and is reported, so the
-files cannot silently rot (``--kvconform-strict`` makes that fail the run).
+Known findings live in ``conformance/expectations/*.yaml`` with a reason, a
+specific link and a class (bug, policy, hazard), so a red cell is always news.
+An xfail entry pins the exception and the message it expects: any other failure
+(a harness regression, a setup error) fails the test and names the entry. The
+xfails are strict: when a bug is fixed the test passes, the run fails, and the
+message names the entry to remove. An entry that matches no test of the whole
+suite's collection is stale and is reported, so the files cannot silently rot
+(``--kvconform-strict`` makes that fail the run); a narrowed run judges nothing.
 The format is described in ``conformance/expectations/README.md``.
 
 Registered as a pytest plugin module; its state lives in ``config.stash``.
@@ -14,6 +17,7 @@ controller through ``workeroutput``, and the controller reports what nobody used
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 from dataclasses import dataclass, field
@@ -22,26 +26,57 @@ from typing import Any, Literal
 
 import pytest
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from conformance.profiles import load_yaml_model
 from reports import identity as ident
 
 EXPECTATIONS_DIR = Path(__file__).with_name("expectations")
 SELECTORS = ("test", "connector", "check", "backend")
-# What each kind of entry must say, so a known failure is never an unexplained one.
-REQUIRED = {"pass": (), "xfail": ("reason", "link"), "skip": ("reason",)}
+# What each finding is, so a reader knows whom it concerns (shown in every report).
+FINDING_CLASSES = {
+    "bug": "vLLM's documented contract, or its own behaviour, is broken",
+    "policy": "kvconform asks more than vLLM documents (a stricter situation than vLLM's runner produces)",
+    "hazard": "wrong in a situation the installed vLLM cannot produce (a latent bug)",
+}
+# What each kind of entry must say, so a known failure is never an unexplained one, and an expected
+# failure is exactly that failure: the exception (``raises``) and its message (``match``) are pinned.
+REQUIRED = {"pass": (), "xfail": ("reason", "link", "class", "raises", "match"), "skip": ("reason",)}
+# Exception names too broad to pin one cause: any failure at all would match them.
+TOO_BROAD = frozenset({"BaseException", "Exception", "builtins.BaseException", "builtins.Exception"})
 _WORKER_KEY = "kvconform_expectations"
+
+# A link points at one thing. On GitHub: an issue, a pull request, a commit, or source lines.
+_GITHUB_SPECIFIC = re.compile(
+    r"https://github\.com/[\w.-]+/[\w.-]+/(?:issues/\d+|pull/\d+|discussions/\d+|commit/[0-9a-f]{7,40}"
+    r"|blob/[^/\s]+/\S+#L\d+(?:-L\d+)?)(?:[/?#]\S*)?")
+_DOTTED_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 
 
 class ExpectationError(Exception):
     """A malformed expectations file; the message is ``file:line: key: message``."""
 
 
+def check_link(link: str) -> str:
+    """``link`` when it names one issue, pull request or source line; ValueError for a listing page."""
+    if not re.fullmatch(r"https?://[^\s/]+/\S+", link):
+        raise ValueError("must be an http(s) URL of the issue, pull request or source line behind the finding")
+    if re.match(r"https?://(www\.)?github\.com/", link) and not _GITHUB_SPECIFIC.fullmatch(link):
+        raise ValueError(f"{link} is not specific: link one issue (.../issues/N), pull request (.../pull/N), "
+                         f"commit or source line (.../blob/<ref>/<file>#L<n>), not a listing page")
+    return link
+
+
+def raised_as(error: BaseException, name: str) -> bool:
+    """Whether ``error`` is an instance of the class called ``name`` (bare or module-qualified), as
+    ``pytest.mark.xfail(raises=...)`` would say; by name, so an entry need not import the class."""
+    return any(name in (cls.__name__, f"{cls.__module__}.{cls.__qualname__}") for cls in type(error).__mro__)
+
+
 class Entry(BaseModel):
     """One expectation: which tests (all given selectors must match), and what to expect of them."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
     test: str | None = None  # a node id or parametrize id, exact or with * and ? wildcards
     connector: str | None = None
     check: str | None = None
@@ -49,22 +84,61 @@ class Entry(BaseModel):
     expect: Literal["pass", "xfail", "skip"] = "pass"
     reason: str | None = None
     link: str | None = None
+    finding_class: Literal["bug", "policy", "hazard"] | None = Field(default=None, alias="class")
+    raises: str | None = None  # the exception class a failing test must raise (name or module.name)
+    match: str | None = None  # a regex its message must contain (re.search), as pytest.raises(match=)
 
     @field_validator("link")
     @classmethod
-    def _is_url(cls, link: str | None) -> str | None:
-        if link is not None and not re.fullmatch(r"https?://\S+", link):
-            raise ValueError("must be an http(s) URL of the issue that tracks the failure")
-        return link
+    def _is_specific_url(cls, link: str | None) -> str | None:
+        return None if link is None else check_link(link)
+
+    @field_validator("raises")
+    @classmethod
+    def _is_class_name(cls, name: str | None) -> str | None:
+        if name is None:
+            return None
+        if not _DOTTED_NAME.fullmatch(name):
+            raise ValueError(f"{name!r} is not an exception class name (e.g. KeyError, or module.ClassName)")
+        if name in TOO_BROAD:
+            raise ValueError(f"{name} matches any failure: name the exception class the finding raises")
+        return name
+
+    @field_validator("match")
+    @classmethod
+    def _is_regex(cls, pattern: str | None) -> str | None:
+        if pattern is not None:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"not a regular expression: {exc}") from None
+        return pattern
 
     @model_validator(mode="after")
     def _complete(self) -> "Entry":
         if not any(getattr(self, key) for key in SELECTORS):
             raise ValueError(f"an entry needs at least one of: {', '.join(SELECTORS)}")
-        missing = [key for key in REQUIRED[self.expect] if not getattr(self, key)]
+        missing = [key for key in REQUIRED[self.expect] if not getattr(self, _FIELD_OF.get(key, key))]
         if missing:
             raise ValueError(f"expect: {self.expect} needs {' and '.join(missing)}")
         return self
+
+    def mismatch(self, when: str, error: BaseException) -> str | None:
+        """Why ``error``, raised in test phase ``when``, is not the failure this entry expects; None if it is."""
+        message = str(error)
+        first = message.strip().splitlines()[0] if message.strip() else ""
+        got = f"{type(error).__name__}: {first}" if first else type(error).__name__
+        wanted = f"{self.raises} matching {self.match!r}"
+        if when != "call":
+            return f"it failed in {when}, not in the test itself ({got}); the entry expects {wanted} from the test"
+        if not raised_as(error, self.raises):
+            return f"it raised {got}; the entry expects {wanted}"
+        if not re.search(self.match, message):
+            return f"its {type(error).__name__} message does not match {self.match!r}: {first!r}"
+        return None
+
+
+_FIELD_OF = {"class": "finding_class"}  # YAML key -> Entry field, where they differ
 
 
 # Entries in a file for this "platform" hold on every platform (e.g. static lint findings).
@@ -105,9 +179,10 @@ class Expectation:
         return " ".join(f"{key}={getattr(self.entry, key)}" for key in SELECTORS if getattr(self.entry, key))
 
     def mark(self) -> pytest.MarkDecorator | None:
+        """pytest's strict xfail or skip; which failure an xfail accepts is checked in ``pytest_runtest_makereport``."""
         e = self.entry
         if e.expect == "xfail":
-            return pytest.mark.xfail(reason=f"{e.reason} ({e.link}; {self.where})", strict=True)
+            return pytest.mark.xfail(reason=f"{e.finding_class}: {e.reason} ({e.link}; {self.where})", strict=True)
         if e.expect == "skip":
             return pytest.mark.skip(reason=f"{e.reason} ({self.where})")
         return None
@@ -115,7 +190,10 @@ class Expectation:
     def properties(self) -> list[tuple[str, str]]:
         values = {"expect": self.entry.expect, "where": self.where,
                   "reason": self.entry.reason, "link": self.entry.link}
-        return [(name, values[key]) for key, name in ident.EXPECT_PROPERTIES.items() if values[key]]
+        pairs = [(name, values[key]) for key, name in ident.EXPECT_PROPERTIES.items() if values[key]]
+        if self.entry.finding_class:
+            pairs.append((ident.EXPECT_CLASS_PROPERTY, self.entry.finding_class))
+        return pairs
 
 
 # ---------------------------------------------------------------- loading
@@ -193,6 +271,7 @@ def decide(expectations: list[Expectation], identity: ident.Identity, nodeid: st
 class _State:
     expectations: list[Expectation]
     strict: bool
+    whole_suite: bool  # the run collects everything it would unfiltered: only then can an entry be stale
     decided: set[str] = field(default_factory=set)  # ``where`` of each entry that decided a test
     saw_conformance_tests: bool = False
 
@@ -212,6 +291,38 @@ def _is_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
 
+# Options that collect fewer tests than the full suite for the platform. (``-k``, ``-m`` and
+# ``--deselect`` act after this plugin matched the entries, so they narrow nothing here.)
+NARROWING_OPTIONS = {"connector": "--connector", "attn_backend": "--attn-backend", "lf": "--last-failed"}
+
+
+def _narrowing_arg(config: pytest.Config, arg: str) -> bool:
+    """Whether a positional argument collects part of a folder: a node id, a file, a module."""
+    if "::" in arg:
+        return True
+    path = Path(config.invocation_params.dir, arg)
+    if path.exists():
+        return path.is_file()
+    if config.getoption("pyargs", default=False):
+        try:
+            spec = importlib.util.find_spec(arg)
+        except (ImportError, ValueError):
+            return False
+        return spec is not None and spec.submodule_search_locations is None  # a module, not a package
+    return False
+
+
+def collects_whole_suite(config: pytest.Config) -> bool:
+    """Whether this run collects every test it would unfiltered, so an unused entry is really stale.
+
+    A run narrowed by ``--connector``, ``--attn-backend``, a file or a node id collects
+    fewer tests, and an entry for the others is not stale there (CI group steps, the gate).
+    """
+    if any(config.getoption(name, default=None) for name in NARROWING_OPTIONS):
+        return False
+    return not any(_narrowing_arg(config, arg) for arg in config.args)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("kvconform")
     group.addoption("--kvconform-expectations", action="append", default=[], metavar="PATH",
@@ -229,7 +340,8 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(exc)) from None
     platform = _run_platform(config)
     config.stash[_STATE] = _State([e for e in loaded if e.platform in (platform, ANY_PLATFORM)],
-                                  bool(config.getoption("kvconform_strict", default=False)))
+                                  bool(config.getoption("kvconform_strict", default=False)),
+                                  collects_whole_suite(config))
 
 
 @pytest.hookimpl(tryfirst=True)  # before -k/-m deselect: an entry for a deselected test is not stale
@@ -253,13 +365,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(mark)
 
 
-@pytest.hookimpl(wrapper=True, tryfirst=True)
+@pytest.hookimpl(wrapper=True, tryfirst=True)  # outermost: sees the report after pytest's xfail handling
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
-    """Say which entry to remove when a strict xfail from an expectations file passes."""
+    """An xfail entry accepts only its own failure; a strict xfail that passes names the entry to remove.
+
+    pytest's xfail turns any failure (setup errors too) into "xfailed". An entry pins the
+    exception and message it expects, as ``xfail(raises=...)`` plus ``match``; another
+    failure is reported as a failure that names the entry it did not match.
+    """
     report = yield
     expectation = item.stash.get(_ENTRY, None)
-    if (expectation is not None and expectation.entry.expect == "xfail" and report.when == "call"
-            and report.failed and isinstance(report.longrepr, str)
+    if expectation is None or expectation.entry.expect != "xfail":
+        return report
+    if hasattr(report, "wasxfail") and call.excinfo is not None:
+        why = expectation.entry.mismatch(call.when, call.excinfo.value)
+        if why is not None:
+            del report.wasxfail
+            report.outcome = "failed"
+            report.longrepr = (f"not the expected failure of {expectation.where} "
+                               f"({expectation.entry.finding_class}: {expectation.entry.reason}): {why}\n\n"
+                               f"{report.longrepr}")
+    elif (report.when == "call" and report.failed and isinstance(report.longrepr, str)
             and report.longrepr.startswith("[XPASS(strict)]")):
         report.longrepr = (f"unexpectedly passing: remove the entry {expectation.where} "
                            f"(it expected: {expectation.entry.reason})")
@@ -279,7 +405,7 @@ def pytest_testnodedown(node, error) -> None:
 def stale(config: pytest.Config) -> list[Expectation]:
     """Entries for this run's platform that decided no collected conformance test."""
     state = config.stash.get(_STATE, None)
-    if state is None or not state.saw_conformance_tests:
+    if state is None or not state.saw_conformance_tests or not state.whole_suite:
         return []
     return [e for e in state.expectations if e.where not in state.decided]
 

@@ -33,12 +33,36 @@ def unmet_need(connector, platform, check: str) -> str | None:
     return None
 
 
+def declared_package(connector, module: str | None) -> str | None:
+    """The package of the connector's profile (``requires.packages``) that ``module`` belongs to, if any."""
+    for package in connector.profile.requires.packages:
+        if module and (module == package or module.startswith(package + ".")):
+            return package
+    return None
+
+
+def missing_module_failure(connector, exc: ModuleNotFoundError) -> str:
+    """Why a missing module is the connector's failure: vLLM lacks a module it imports, or it needs an
+    undeclared package (a skip would hide either: a vLLM refactor would turn the connector grey)."""
+    if exc.name and (exc.name == "vllm" or exc.name.startswith("vllm.")):
+        return (f"{connector.name}: importing it failed: it imports {exc.name}, which the installed vLLM "
+                f"does not have ({exc})")
+    return (f"{connector.name}: importing it failed: module {exc.name!r} is missing, and it is not a package "
+            f"the connector's profile declares (requires.packages: "
+            f"{', '.join(connector.profile.requires.packages) or 'none'}) ({exc})")
+
+
 def load_or_skip(connector):
-    """The connector class; a missing import dependency is a skip that quotes it, anything else fails."""
+    """The connector class. A missing module is a skip only when it is a package the connector's
+    profile declares (its optional dependency, quoted); any other missing module, and anything
+    else, is a failure."""
     try:
         return connector.load_class()
     except ModuleNotFoundError as exc:
-        pytest.skip(f"{connector.name}: importing it failed for a missing package: {exc}")
+        package = declared_package(connector, exc.name)
+        if package is None:
+            pytest.fail(missing_module_failure(connector, exc), pytrace=False)
+        pytest.skip(f"{connector.name}: importing it failed for its missing package {package}: {exc}")
 
 
 def require(connector, platform, check: str):

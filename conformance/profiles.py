@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 PROFILES_FILE = Path(__file__).with_name("connectors.yaml")
 
@@ -41,6 +41,17 @@ class ConnectorProfile(BaseModel):
     hybrid: bool = False
     reason: str | None = None
     refusal: str | None = None  # regex: an error at construction matching it is the connector refusing this platform
+    promised_hit: str | None = None  # a name from conformance.claims.PROMISED_HITS: the round-trip checks it exactly
+    services: dict[str, ServiceSpec] = Field(default_factory=dict)  # servers it needs (conformance/services.py)
+
+    @field_validator("promised_hit")
+    @classmethod
+    def _known_promise(cls, name: str | None) -> str | None:
+        from conformance.claims import PROMISED_HITS
+
+        if name is not None and name not in PROMISED_HITS:
+            raise ValueError(f"unknown promised_hit {name!r}; known: {', '.join(PROMISED_HITS)}")
+        return name
 
     def runs(self, check: str) -> bool:
         return check in (self.checks or [])

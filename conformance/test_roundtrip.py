@@ -20,7 +20,7 @@ DTYPES = list(KV_DTYPES)
 BLOCK_SIZES = [16, 32, 64]  # each backend runs those vLLM says its kernels take (CPU_ATTN: multiples of 32)
 
 
-def _roundtrip(make_rig, connector, platform, shape, scenario="unaligned"):
+def _roundtrip(make_rig, connector, platform, shape, scenario="unaligned", record_property=None):
     require(connector, platform, "roundtrip")
     rig = make_rig(shape)
     if reason := rig.block_size_refusal():
@@ -31,24 +31,26 @@ def _roundtrip(make_rig, connector, platform, shape, scenario="unaligned"):
         if reason := pair_inapplicable(SCENARIOS[scenario]):
             pytest.skip(f"{connector.name}: {reason}")
         with refusals_skip():
-            run_pair_roundtrip(rig, SCENARIOS[scenario])
-        return
-    with refusals_skip():
-        run_roundtrip(rig, SCENARIOS[scenario])
+            result = run_pair_roundtrip(rig, SCENARIOS[scenario])
+    else:
+        with refusals_skip():
+            result = run_roundtrip(rig, SCENARIOS[scenario])
+    if record_property is not None:  # claimed against stored (and promised), for the results
+        record_property("kvconform.claim", result.describe())
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_roundtrip(platform, attn_backend, connector, dtype, make_rig):
-    _roundtrip(make_rig, connector, platform, CacheShape(dtype=dtype))
+def test_roundtrip(platform, attn_backend, connector, dtype, make_rig, record_property):
+    _roundtrip(make_rig, connector, platform, CacheShape(dtype=dtype), record_property=record_property)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_roundtrip_mla(platform, attn_backend, connector, dtype, make_rig):
-    _roundtrip(make_rig, connector, platform, CacheShape(dtype=dtype, mla=True))
+def test_roundtrip_mla(platform, attn_backend, connector, dtype, make_rig, record_property):
+    _roundtrip(make_rig, connector, platform, CacheShape(dtype=dtype, mla=True), record_property=record_property)
 
 
 @pytest.mark.parametrize("layout", all_layouts())
-def test_roundtrip_layout(platform, attn_backend, connector, layout, make_rig):
+def test_roundtrip_layout(platform, attn_backend, connector, layout, make_rig, record_property):
     """On CPU every layout runs (the GPU backends' too: index bugs show before a GPU lane does);
     on an accelerator, the layouts the backend under test accepts."""
     if platform.name != "cpu":
@@ -58,13 +60,13 @@ def test_roundtrip_layout(platform, attn_backend, connector, layout, make_rig):
         if accepted and layout not in [a.name for a in accepted]:
             pytest.skip(f"{attn_backend} does not accept the {layout} layout "
                         f"(its supported_kv_cache_layouts: {', '.join(a.name for a in accepted)})")
-    _roundtrip(make_rig, connector, platform, CacheShape(layout=layout))
+    _roundtrip(make_rig, connector, platform, CacheShape(layout=layout), record_property=record_property)
 
 
 @pytest.mark.parametrize("block_size", BLOCK_SIZES, ids=[f"bs{b}" for b in BLOCK_SIZES])
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
-def test_roundtrip_scenario(platform, attn_backend, connector, scenario, block_size, make_rig):
-    _roundtrip(make_rig, connector, platform, CacheShape(block_size=block_size), scenario)
+def test_roundtrip_scenario(platform, attn_backend, connector, scenario, block_size, make_rig, record_property):
+    _roundtrip(make_rig, connector, platform, CacheShape(block_size=block_size), scenario, record_property)
 
 
 @pytest.mark.xdist_group(MULTI_DEVICE_GROUP)

@@ -59,6 +59,44 @@ def _as_bytes(view: torch.Tensor) -> torch.Tensor:
 class RoundTripResult:
     claimed: dict[str, int]
     stored_lengths: dict[str, int]
+    promised: dict[str, int] | None = None  # total hit the profile's ``promised_hit`` requires, when it names one
+
+    def describe(self) -> str:
+        """Claimed against stored per request, for the results (``kvconform.claim``)."""
+        promised = self.promised or {}
+        return "; ".join(f"{rid}: claimed {tokens} of {self.stored_lengths[rid]} stored tokens"
+                         + (f" (promised {promised[rid]})" if rid in promised else "")
+                         for rid, tokens in self.claimed.items())
+
+
+class ClaimMismatch(RoundTripFailure):
+    """The connector's hit differs from the one its profile promises (``promised_hit``)."""
+
+
+def promised_hits(rig: Rig, stored: dict[str, list[int]], wanted: dict[str, list[int]]) -> dict[str, int] | None:
+    """Tokens each request's hit must cover in all (local + external), per the profile's promise; None without one."""
+    from conformance.claims import PROMISED_HITS
+
+    name = rig.connector.profile.promised_hit
+    if name is None:
+        return None
+    tokens = PROMISED_HITS[name].tokens
+    return {rid: tokens(len(stored[rid]), len(wanted[rid]), rig.shape.block_size) for rid in wanted}
+
+
+def check_promise(rig: Rig, consumer: Side, claimed: dict[str, int], promised: dict[str, int] | None) -> None:
+    """A connector with a promised hit claims exactly it: a short claim is lost work vLLM never notices."""
+    from conformance.claims import PROMISED_HITS
+
+    for rid, total in (promised or {}).items():
+        answer = consumer.scheduler.answered_claim(rid)
+        computed = answer.num_computed_tokens if answer is not None else 0
+        if computed + claimed[rid] != total:
+            name = rig.connector.profile.promised_hit
+            raise ClaimMismatch(
+                f"{rig.connector.name} claimed {claimed[rid]} external tokens for {rid} (beyond {computed} computed "
+                f"locally), but its profile promises a hit of {total} tokens in all ({name}: "
+                f"{PROMISED_HITS[name].doc}; block size {rig.shape.block_size})")
 
 
 def scenario_prompts(scenario: Scenario, block_size: int) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
@@ -101,6 +139,8 @@ def verify_roundtrip(rig: Rig, producer: Side, consumer: Side, stored: dict[str,
             raise RoundTripFailure(
                 f"{rig.connector.name} reported no cache hit for {rid} ({len(wanted[rid])} tokens) after the "
                 f"producer stored its {len(stored[rid])}-token prefix: nothing was loaded, so nothing can be checked")
+    promised = promised_hits(rig, stored, wanted)
+    check_promise(rig, consumer, claimed, promised)
 
     expected_touched = {}
     for name, view_b in consumer.caches.items():
@@ -132,4 +172,4 @@ def verify_roundtrip(rig: Rig, producer: Side, consumer: Side, stored: dict[str,
             raise RoundTripFailure(
                 f"{rig.connector.name}: layer {name}: block {block} slot {slot} changed in the consumer's cache "
                 f"but lies outside the slots it loaded ({int(stray.sum())} stray slot(s) in all)")
-    return RoundTripResult(claimed, {rid: len(t) for rid, t in stored.items()})
+    return RoundTripResult(claimed, {rid: len(t) for rid, t in stored.items()}, promised)

@@ -108,7 +108,16 @@ class SchedulerDriver:
         finished = getattr(self.scheduler, "finished_recving_kv_req_ids", None)
         return bool(self.scheduler.requests) or bool(finished)
 
+    def answered_claim(self, request_id: str) -> Claim | None:
+        """The connector's first decided answer for a request, as vLLM's scheduler acts on it.
+
+        ``None`` tokens mean "ask again" (OffloadingConnector answers so while its lookup
+        runs): vLLM's scheduler leaves the request waiting and asks on a later step, so a
+        ``None`` is not a miss; the first answer that is not ``None`` is the claim.
+        """
+        return next((c for c in self.claims.get(request_id) or [] if c.num_external_tokens is not None), None)
+
     def external_tokens(self, request_id: str) -> int:
-        """The external tokens the connector claimed for a request's first lookup."""
-        claims = self.claims.get(request_id) or []
-        return next((c.num_external_tokens or 0 for c in claims), 0)
+        """The external tokens the connector claimed for a request's lookup (0: no answer but "ask again")."""
+        claim = self.answered_claim(request_id)
+        return claim.num_external_tokens if claim is not None else 0

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance.expectations import EXPECTATIONS_DIR, ExpectationError, decide, load_expectations, load_file
+from conformance.expectations import (EXPECTATIONS_DIR, Entry, ExpectationError, check_link, decide,
+                                      load_expectations, load_file, raised_as)
 from reports.identity import Identity
 
 ROUNDTRIP_ID = "conformance/test_roundtrip.py::test_roundtrip[cpu-CPU_ATTN-{connector}-{variant}]"
@@ -26,14 +27,16 @@ def _identity(connector: str, variant: str, check: str = "roundtrip") -> tuple[I
 
 
 def test_shipped_cpu_file_xfails_the_aligned_extend_bug_for_example_and_multi_connector():
-    entries = [e for e in load_expectations([EXPECTATIONS_DIR]) if e.platform == "cpu"]
+    entries = [e for e in load_expectations([EXPECTATIONS_DIR]) if e.platform in ("cpu", "any")]
     for connector, expected in (("ExampleConnector", True), ("MultiConnector", True), ("OffloadingConnector", False)):
-        identity, nodeid = _identity(connector, "aligned-extend")
+        identity, nodeid = _identity(connector, "aligned-extend-bs32")
+        nodeid = nodeid.replace("::test_roundtrip[", "::test_roundtrip_scenario[")
         entry = decide(entries, identity, nodeid)
         assert (entry is not None) is expected, connector
         if entry is not None:
             assert entry.entry.expect == "xfail"
             assert "FileNotFoundError" in entry.entry.reason
+            assert (entry.entry.raises, entry.entry.finding_class, entry.platform) == ("FileNotFoundError", "bug", "any")
             assert entry.entry.link.startswith("https://github.com/vllm-project/vllm/")
     identity, nodeid = _identity("ExampleConnector", "float16-bs16")
     assert decide(entries, identity, nodeid) is None
@@ -51,6 +54,9 @@ def test_entries_point_at_their_own_line(tmp_path):
             expect: xfail
             reason: r
             link: https://example.org/1
+            class: bug
+            raises: KeyError
+            match: layer
     """)
     entries = load_file(path)
     assert [e.where.rsplit(":", 1)[1] for e in entries] == ["3", "7"]
@@ -127,6 +133,9 @@ def test_all_given_selectors_must_match_and_the_first_matching_entry_decides(tmp
             expect: xfail
             reason: broad
             link: https://example.org/1
+            class: policy
+            raises: RuntimeError
+            match: broad
     """)
     entries = load_file(path)
     exempt, nodeid = _identity("ExampleConnector", "float16-bs16")
@@ -135,3 +144,94 @@ def test_all_given_selectors_must_match_and_the_first_matching_entry_decides(tmp
     assert decide(entries, broad, nodeid).entry.expect == "xfail"
     other_check, nodeid = _identity("MultiConnector", "x", check="fill")
     assert decide(entries, other_check, nodeid).entry.reason == "broad"
+
+
+PINNED = "    class: bug\n    raises: KeyError\n    match: layer\n"
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ("  - connector: A\n    expect: xfail\n    reason: r\n    link: https://github.com/vllm-project/vllm/issues\n"
+     + PINNED, "is not specific: link one issue"),
+    ("  - connector: A\n    expect: xfail\n    reason: r\n    link: https://github.com/vllm-project/vllm\n"
+     + PINNED, "is not specific"),
+    ("  - connector: A\n    expect: xfail\n    reason: r\n    link: https://github.com/vllm-project/vllm/pulls\n"
+     + PINNED, "is not specific"),
+    ("  - connector: A\n    expect: xfail\n    reason: r\n    link: https://example.org/\n" + PINNED,
+     "must be an http(s) URL"),
+    ("  - connector: A\n    expect: xfail\n    reason: r\n    link: https://example.org/1\n", "needs class and raises and match"),
+    ("  - connector: A\n    expect: xfail\n    reason: r\n    link: https://example.org/1\n    class: bug\n"
+     "    raises: KeyError\n", "needs match"),
+    ("  - connector: A\n    expect: xfail\n    reason: r\n    link: https://example.org/1\n    class: bad\n"
+     "    raises: KeyError\n    match: x\n", "class: Input should be 'bug', 'policy' or 'hazard'"),
+    ("  - connector: A\n    expect: xfail\n    reason: r\n    link: https://example.org/1\n    class: bug\n"
+     "    raises: Exception\n    match: x\n", "Exception matches any failure"),
+    ("  - connector: A\n    expect: xfail\n    reason: r\n    link: https://example.org/1\n    class: bug\n"
+     "    raises: not a name\n    match: x\n", "is not an exception class name"),
+    ("  - connector: A\n    expect: xfail\n    reason: r\n    link: https://example.org/1\n    class: bug\n"
+     "    raises: KeyError\n    match: '(unclosed'\n", "not a regular expression"),
+], ids=["issues-listing", "repository", "pulls-listing", "bare-host", "unpinned", "no-match", "bad-class",
+        "too-broad", "bad-raises", "bad-regex"])
+def test_an_xfail_must_pin_its_failure_class_and_a_specific_link(tmp_path, body, message):
+    path = _write(tmp_path, "platform: cpu\nexpectations:\n" + body)
+    with pytest.raises(ExpectationError) as info:
+        load_file(path)
+    assert message in str(info.value) and "\n" not in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("link", [
+    "https://github.com/vllm-project/vllm/issues/42924",
+    "https://github.com/vllm-project/vllm/pull/51806",
+    "https://github.com/vllm-project/vllm/pull/51806/files",
+    "https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/v1/simple_kv_offload/worker.py#L165",
+    "https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/a.py#L10-L12",
+    "https://github.com/vllm-project/vllm/commit/0123abc",
+    "https://docs.vllm.ai/en/latest/features/disagg_prefill.html",
+])
+def test_specific_links_are_accepted(link):
+    assert check_link(link) == link
+
+
+def test_source_file_without_a_line_is_not_specific():
+    with pytest.raises(ValueError, match="not specific"):
+        check_link("https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/distributed/kv_transfer/"
+                   "kv_connector/v1/nixl/__init__.py")
+
+
+def _entry(raises: str, match: str) -> Entry:
+    return Entry.model_validate({"connector": "A", "expect": "xfail", "reason": "r", "link": "https://example.org/1",
+                                 "class": "bug", "raises": raises, "match": match})
+
+
+def test_an_attribute_error_entry_does_not_absorb_a_key_error():
+    entry = _entry("AttributeError", "priority_range")
+    assert entry.mismatch("call", AttributeError("type object 'Stream' has no attribute 'priority_range'")) is None
+    why = entry.mismatch("call", KeyError("model.layers.0.self_attn.attn"))
+    assert why is not None and "KeyError" in why and "AttributeError" in why
+
+
+def test_the_message_must_match_too():
+    entry = _entry("AttributeError", "priority_range")
+    why = entry.mismatch("call", AttributeError("'NoneType' object has no attribute 'device'"))
+    assert why is not None and "does not match 'priority_range'" in why
+
+
+def test_a_setup_error_is_never_the_expected_failure():
+    entry = _entry("AttributeError", "priority_range")
+    why = entry.mismatch("setup", AttributeError("type object 'Stream' has no attribute 'priority_range'"))
+    assert why is not None and "failed in setup" in why
+
+
+def test_raises_names_a_class_or_any_base_bare_or_qualified():
+    error = FileNotFoundError("no such file")
+    assert raised_as(error, "FileNotFoundError") and raised_as(error, "OSError")
+    assert raised_as(error, "builtins.FileNotFoundError")
+    assert not raised_as(error, "KeyError")
+
+
+def test_every_shipped_xfail_pins_its_failure_and_has_a_class():
+    entries = load_expectations([EXPECTATIONS_DIR])
+    xfails = [e for e in entries if e.entry.expect == "xfail"]
+    assert xfails
+    for e in xfails:
+        assert e.entry.finding_class in ("bug", "policy", "hazard"), e.where
+        assert e.entry.raises and e.entry.match, e.where

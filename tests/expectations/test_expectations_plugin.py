@@ -33,12 +33,18 @@ XFAIL_EXAMPLE = """
     expect: xfail
     reason: aligned prompts load from the wrong folder
     link: https://github.com/vllm-project/vllm/issues/1
+    class: bug
+    raises: FileNotFoundError
+    match: "never written"
 """
 XFAIL_MULTI = """
   - test: "*test_roundtrip*MultiConnector*aligned-extend*"
     expect: xfail
     reason: inherits the ExampleConnector bug
     link: https://github.com/vllm-project/vllm/issues/2
+    class: bug
+    raises: FileNotFoundError
+    match: "never written"
 """
 STALE = """
   - connector: NoSuchConnector
@@ -71,7 +77,7 @@ def test_xfail_entry_marks_the_known_failure_strict_xfail(pytester):
     result = _run(pytester, "--kvconform-expectations", exp, "-k", "ExampleConnector")
     result.assert_outcomes(xfailed=1, passed=1)
     line = _entry_line(pytester, exp, "ExampleConnector*aligned-extend")
-    result.stdout.fnmatch_lines([f"XFAIL *ExampleConnector-aligned-extend* - aligned prompts load from the wrong "
+    result.stdout.fnmatch_lines([f"XFAIL *ExampleConnector-aligned-extend* - bug: aligned prompts load from the wrong "
                                  f"folder (https://github.com/vllm-project/vllm/issues/1; exp.yaml:{line})"])
     assert result.ret == 0
 
@@ -133,6 +139,7 @@ def test_stale_entries_reach_the_controller_under_xdist(pytester):
         {"where": f"exp.yaml:{line}", "expect": "skip", "selector": "connector=NoSuchConnector"}]
     xfailed = [t for t in data["tests"] if t["outcome"] == "xfailed"]
     assert [t["expected"]["where"] for t in xfailed] == [f"exp.yaml:{used}"]
+    assert [t["expected"]["class"] for t in xfailed] == ["bug"]  # each finding's class reaches the results
 
 
 def test_skip_entry_skips_with_its_reason(pytester):
@@ -177,5 +184,69 @@ def test_malformed_file_stops_the_run_with_one_line(pytester):
     """)
     result = _run(pytester, "--kvconform-expectations", exp)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["ERROR: exp.yaml:3: expectations.0: expect: xfail needs link"])
+    result.stderr.fnmatch_lines(["ERROR: exp.yaml:3: expectations.0: expect: xfail needs link and class and raises "
+                                 "and match"])
     assert "Traceback" not in result.stderr.str() + result.stdout.str()
+
+
+OTHER_FAILURES = """
+import pytest
+
+pytestmark = pytest.mark.check("roundtrip")
+
+IDS = ["cpu-CPU_ATTN-ExampleConnector-key-error", "cpu-CPU_ATTN-ExampleConnector-other-message",
+       "cpu-CPU_ATTN-ExampleConnector-setup-error"]
+
+@pytest.fixture
+def rig(request):
+    if request.node.callspec.id.endswith("setup-error"):
+        raise FileNotFoundError("load looks in a folder that was never written (raised by a fixture)")
+
+@pytest.mark.parametrize("case", IDS, ids=IDS)
+def test_roundtrip(case, rig):
+    if case.endswith("key-error"):
+        raise KeyError("model.layers.0.self_attn.attn")  # a harness regression, not the known bug
+    raise FileNotFoundError("the stored file was deleted")  # the right type, another cause
+"""
+
+
+def test_another_failure_is_not_absorbed_and_names_the_entry_it_did_not_match(pytester):
+    pytester.makepyfile(test_roundtrip=OTHER_FAILURES)
+    exp = _expectations(pytester, XFAIL_EXAMPLE.replace("aligned-extend", "*"))
+    line = _entry_line(pytester, exp, "test_roundtrip")
+    result = _run(pytester, "--kvconform-expectations", exp)
+    result.assert_outcomes(failed=2, errors=1)
+    out = result.stdout.str()
+    assert out.count(f"not the expected failure of exp.yaml:{line} (bug: aligned prompts") == 3, out
+    assert "it raised KeyError: 'model.layers.0.self_attn.attn'; the entry expects FileNotFoundError" in out
+    assert "message does not match 'never written': 'the stored file was deleted'" in out
+    assert "it failed in setup, not in the test itself (FileNotFoundError" in out
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+def test_the_expected_failure_is_still_an_xfail_when_it_matches(pytester):
+    pytester.makepyfile(test_roundtrip=FAKE_SUITE)
+    exp = _expectations(pytester, XFAIL_EXAMPLE)
+    result = _run(pytester, "--kvconform-expectations", exp, "-k", "aligned-extend and Example")
+    result.assert_outcomes(xfailed=1)
+    assert "not the expected failure" not in result.stdout.str()
+
+
+@pytest.mark.parametrize("narrowing", [["test_roundtrip.py"], ["test_roundtrip.py::test_roundtrip"],
+                                       ["--connector", "ExampleConnector"], ["--attn-backend", "CPU_ATTN"]],
+                         ids=["file", "node-id", "connector", "attn-backend"])
+def test_a_narrowed_run_judges_no_entry_stale(pytester, narrowing):
+    pytester.makepyfile(test_roundtrip=FAKE_SUITE)
+    exp = _expectations(pytester, XFAIL_EXAMPLE, STALE)
+    result = _run(pytester, "--kvconform-expectations", exp, "--kvconform-strict", *narrowing)
+    result.assert_outcomes(xfailed=1, passed=2)
+    assert "stale expectation" not in result.stdout.str()
+    assert result.ret == 0
+
+
+def test_the_whole_folder_judges_stale_entries(pytester):
+    pytester.makepyfile(test_roundtrip=FAKE_SUITE)
+    exp = _expectations(pytester, XFAIL_EXAMPLE, STALE)
+    result = _run(pytester, "--kvconform-expectations", exp, "--kvconform-strict", str(pytester.path))
+    result.stdout.fnmatch_lines(["*kvconform: 1 stale expectation*"])
+    assert result.ret == pytest.ExitCode.TESTS_FAILED

@@ -1,0 +1,57 @@
+"""The lint reads what a connector runs inside vLLM, not just its module (issue 13, item 3).
+
+The closure is read from the installed vLLM's files without importing vLLM. The
+last test runs the real lint check for SimpleCPUOffloadConnector, whose only
+device assumptions sit in helper modules outside its own file.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.lint.closure import connector_closure
+from conformance.selection import registry_modules
+
+pytest_plugins = ["pytester"]
+
+
+def _closure(name: str):
+    closure = connector_closure(registry_modules()[name][0])
+    assert closure is not None, f"{name}: no closure in the installed vLLM"
+    return closure
+
+
+def test_simple_cpu_offload_runs_its_helpers_and_its_own_module_comes_first():
+    closure = _closure("SimpleCPUOffloadConnector")
+    assert closure.files[0] == "vllm/distributed/kv_transfer/kv_connector/v1/simple_cpu_offload_connector.py"
+    assert "vllm/v1/simple_kv_offload/worker.py" in closure.files
+    assert not any(f.endswith("kv_connector/v1/base.py") for f in closure.files)  # shared infrastructure
+
+
+def test_findings_in_helpers_are_named_by_their_path_inside_vllm_and_line():
+    findings = _closure("SimpleCPUOffloadConnector").lint()
+    places = {(f.path, f.line, f.rule) for f in findings if f.severity == "error"}
+    assert ("vllm/v1/simple_kv_offload/worker.py", 165, "KVC004") in places  # torch.cuda.Stream.priority_range()
+
+
+def test_the_lint_of_the_registered_module_alone_would_have_passed():
+    from conformance.lint import lint_files
+
+    own = _closure("SimpleCPUOffloadConnector").paths()[0]
+    assert not [f for f in lint_files([own]) if f.severity == "error"]
+
+
+def test_hisparse_and_mooncake_store_helpers_are_linted():
+    assert any(f.startswith("vllm/v1/hisparse/") for f in _closure("HiSparseConnector").files)
+    assert any(f.endswith("mooncake/store/worker.py") for f in _closure("MooncakeStoreConnector").files)
+    assert any("lmcache_integration/" in f for f in _closure("LMCacheConnectorV1").files)
+
+
+def test_the_lint_check_fails_naming_file_and_line(pytester):
+    pytester.makefile(".yaml", empty="platform: cpu\nexpectations: []\n")
+    result = pytester.runpytest("--pyargs", "conformance.test_lint", "--platform=cpu", "-p", "no:cacheprovider",
+                                "--connector", "SimpleCPUOffloadConnector", "-k", "test_lint",
+                                "--kvconform-expectations", "empty.yaml", "-rf")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*SimpleCPUOffloadConnector: 5 lint error(s) in the 9 file(s) of vLLM it runs: "
+                                 "*vllm/v1/simple_kv_offload/worker.py:165 KVC004*"])
