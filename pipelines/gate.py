@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from conformance.factory_source import FACTORY_FILE, FactorySourceError, parse_registrations
@@ -155,6 +155,7 @@ class Selection:
     reasons: dict[str, list[str]]  # connector -> changed files that pulled it in
     files: tuple[FileMatch, ...]
     wrapped: dict[str, tuple[str, ...]]  # wrapper -> the selected connectors it wraps
+    head: str = ""  # the head commit id, once read from a repository
 
     def as_json(self) -> dict:
         return {"changed_files": list(self.changed_files), "connectors": list(self.connectors),
@@ -227,4 +228,5 @@ def select_change(repo: Path, base: str, head: str = "HEAD") -> Selection:
     if FACTORY_FILE not in sources:
         raise GateError(f"{repo} at {head}: no {FACTORY_FILE}; is this a vLLM checkout?")
     registry = parse_factory(sources[FACTORY_FILE], f"{head}:{FACTORY_FILE}")
-    return select(changed_files(repo, base_id, head_id), registry, SourceTree(sources), profile_wraps())
+    selection = select(changed_files(repo, base_id, head_id), registry, SourceTree(sources), profile_wraps())
+    return replace(selection, head=head_id)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -20,8 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import platforms
-from conformance.cli import UserError
+from conformance.cli import UserError, one_line
 from pipelines.gate import GateError, Selection, select_change
+from pipelines.gate_source import CannotTest, WrongVllm, read_imports, tested_vllm
 
 # flag -> the attribute argparse stores it under; exactly one must be given.
 MODES: dict[str, str] = {"--dry-run": "dry_run", "--run": "run_tests", "--emit-pipeline": "emit_pipeline"}
@@ -30,7 +32,6 @@ JUNIT_FILE = "junit.xml"  # the verdict is read from here
 JSON_FILE = "results.json"  # the suite's own results, kept for ``kvconform report``
 
 FAILING = ("failed", "error")
-NOT_EXERCISED = ("skipped",)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -51,6 +52,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, metavar="FILE", help="--emit-pipeline: the lanes config")
     parser.add_argument("--results", type=Path, metavar="DIR",
                         help=f"--run: keep the run's {JUNIT_FILE} and {JSON_FILE} here (default: a temporary folder)")
+    tested = parser.add_argument_group("--run: which vLLM is tested (default: the checkout's head commit, "
+                                       "its Python over the installed build's compiled parts)")
+    tested.add_argument("--vllm-python", type=Path, metavar="PATH",
+                        help="run the tests with this Python, whose vLLM is built from the change (a CI image)")
+    tested.add_argument("--installed", action="store_true",
+                        help="test the vLLM installed here, not the checkout (the verdict says so)")
+    parser.add_argument("-k", dest="keyword", metavar="EXPR",
+                        help="--run: only the selected connectors' tests matching EXPR (pytest -k)")
 
 
 def _mode(args: argparse.Namespace) -> str:
@@ -112,6 +121,25 @@ def dry_run(selection: Selection, args: argparse.Namespace) -> int:
 
 # --- --run -------------------------------------------------------------------------------
 
+# The gate's exit statuses (documented in the README's "PR gate"): a verdict is 0, 1 or 3;
+# 2 and 4 mean no verdict could be given.
+EXIT_PASS = 0  # every selected connector was exercised here and passed (or failed as expected)
+EXIT_FAIL = 1  # a test failed or errored, or pytest itself did
+EXIT_NO_VERDICT = 2  # bad input, or a test process imported another vLLM than the one under test
+EXIT_NOT_EXERCISED = 3  # nothing failed, but a selected connector ran no runtime check here
+EXIT_BUILD_NEEDED = 4  # the change cannot be tested with the installed build (compiled sources, import error)
+
+# Checks that drive the connector at runtime: only these exercise it. ``lint`` reads its source.
+RUNTIME_CHECKS: dict[str, str] = {
+    "roundtrip": "save then load through the connector, byte for byte",
+    "fill": "the connector fills the blocks it was asked to",
+    "contract": "the connector API as vLLM's scheduler and worker call it",
+    "load_failure": "a failed load is reported, never silent",
+    "engine": "vLLM's engine end to end",
+    "workload": "server-like workloads through vLLM's scheduler",
+}
+EXERCISED = ("passed", "xfailed")  # ran, and passed or matched its expectation
+
 
 @dataclass(frozen=True)
 class TestResult:
@@ -121,19 +149,22 @@ class TestResult:
     connector: str | None
     outcome: str  # passed, failed, error, skipped, xfailed, xpassed
     message: str = ""
+    check: str = ""
 
 
 MAX_WORKER_RESTARTS = 16
 
 
-def pytest_command(platform: str, connectors: list[str], results: Path) -> list[str]:
+def pytest_command(platform: str, connectors: list[str], results: Path, python: str = sys.executable,
+                   keyword: str | None = None) -> list[str]:
     """The conformance run for ``connectors`` on ``platform``: an argument list, never a shell line.
 
     Connector names come from the checkout's factory, so they are passed glued to
     their option (``--connector=NAME``) and can never be read as an option themselves.
     """
-    return [sys.executable, "-m", "pytest", "--pyargs", "conformance", f"--platform={platform}",
+    return [python, "-m", "pytest", "--pyargs", "conformance", f"--platform={platform}",
             *(f"--connector={name}" for name in connectors), "-p", "no:cacheprovider", "-rs",
+            *(["-k", keyword] if keyword else []),
             # a worker process, so a connector that crashes it fails its test and the run goes on
             "-n", "1", f"--max-worker-restart={MAX_WORKER_RESTARTS}",
             f"--junitxml={results / JUNIT_FILE}", f"--kvconform-json={results / JSON_FILE}"]
@@ -146,6 +177,7 @@ def _connector_in_id(nodeid: str, connectors: list[str]) -> str | None:
 
 
 MESSAGE_LIMIT = 240  # a verdict line, not a traceback: the run's own output has the rest
+MAX_LISTED = 12  # failing tests listed by name; the rest are counted
 
 
 def _one_line(text: str) -> str:
@@ -158,11 +190,13 @@ CONNECTOR_PROPERTY = "kvconform.connector"  # set by the suite's results plugin;
 
 
 def read_junit(path: Path, connectors: list[str]) -> list[TestResult] | None:
-    """Each test's outcome and connector; None when the file is missing or unreadable.
+    """Each test's outcome, connector and check; None when the file is missing or unreadable.
 
-    The connector is the suite's own label (a JUnit property) when present, else
-    the connector named among the test id's parameters.
+    Connector and check are the suite's own labels (JUnit properties) when present,
+    else read off the test's name the way ``kvconform report`` reads it.
     """
+    from reports.identity import from_test_name
+
     try:
         root = ElementTree.parse(path).getroot()
     except (OSError, ElementTree.ParseError):
@@ -171,8 +205,8 @@ def read_junit(path: Path, connectors: list[str]) -> list[TestResult] | None:
     for case in root.iter("testcase"):
         nodeid = f"{case.get('classname', '')}::{case.get('name', '')}"
         labels = {p.get("name"): p.get("value") for p in case.iter("property")}
-        label = labels.get(CONNECTOR_PROPERTY)
-        connector = label if label in connectors else _connector_in_id(nodeid, connectors)
+        identity = from_test_name(case.get("name", ""), labels)
+        connector = identity.connector if identity.connector in connectors else _connector_in_id(nodeid, connectors)
         outcome, message = "passed", ""
         for child in case:
             kind = _JUNIT_OUTCOME.get(child.tag)
@@ -180,31 +214,82 @@ def read_junit(path: Path, connectors: list[str]) -> list[TestResult] | None:
                 continue
             outcome = "xfailed" if kind == "skipped" and child.get("type") == "pytest.xfail" else kind
             message = _one_line(child.get("message") or "")
-        results.append(TestResult(nodeid, connector, outcome, message))
+        results.append(TestResult(nodeid, connector, outcome, message, identity.check))
     return results
 
 
-def judge(results: list[TestResult] | None, connectors: list[str], platform: str, exit_status: int) -> list[str]:
-    """Why the gate fails; empty when it passes.
+@dataclass
+class Verdict:
+    """What the run showed: failures (exit 1), and connectors it did not exercise (exit 3)."""
 
-    A test may pass, fail as expected (xfail) or be skipped, but each changed
-    connector must be exercised: one whose every test was skipped is a coverage
-    gap on a platform it claims, and fails the gate.
+    failures: list[str]
+    not_exercised: dict[str, str]  # connector -> why (the skip reasons)
+    failing: tuple[str, ...] = ()  # the connectors with a failing test
+
+    @property
+    def status(self) -> int:
+        return EXIT_FAIL if self.failures else EXIT_NOT_EXERCISED if self.not_exercised else EXIT_PASS
+
+
+def judge(results: list[TestResult] | None, connectors: list[str], platform: str, exit_status: int) -> Verdict:
+    """The verdict on ``connectors``, from each test's result.
+
+    A test may pass, fail as expected (xfail) or be skipped; any other outcome
+    fails the gate. A connector passes only when at least one runtime check ran
+    here and passed or failed as expected: lint alone, or only skips, is not
+    exercised, which is neither a pass nor a failure.
     """
     if results is None:
-        return [f"pytest exited with status {exit_status} and wrote no results"]
-    problems = [f"{r.outcome.upper()} {r.nodeid}" + (f": {r.message}" if r.message else "")
+        return Verdict([f"pytest exited with status {exit_status} and wrote no results"], {}, tuple(connectors))
+    failures = [f"{r.outcome.upper()} {r.nodeid}" + (f": {r.message}" if r.message else "")
                 for r in results if r.outcome in FAILING]
+    not_exercised, failing = {}, []
     for name in connectors:
         own = [r for r in results if r.connector == name]
-        if not own:
-            problems.append(f"{name}: no test ran on {platform}")
-        elif all(r.outcome in NOT_EXERCISED for r in own):
-            reasons = sorted({r.message for r in own if r.message}) or ["no reason given"]
-            problems.append(f"{name}: every test skipped on {platform}: {'; '.join(reasons)}")
-    if exit_status not in (0, 5) and not problems:
-        problems.append(f"pytest exited with status {exit_status} (see its output above)")
-    return problems
+        if any(r.outcome in FAILING for r in own):
+            failing.append(name)
+            continue
+        if not any(r.check in RUNTIME_CHECKS and r.outcome in EXERCISED for r in own):
+            not_exercised[name] = _why_not_exercised(own)
+    if exit_status not in (0, 5) and not failures:
+        failures.append(f"pytest exited with status {exit_status} (see its output above)")
+    return Verdict(failures, not_exercised, tuple(failing))
+
+
+def _why_not_exercised(own: list[TestResult]) -> str:
+    if not own:
+        return "no test of it ran"
+    reasons = sorted({r.message for r in own if r.outcome == "skipped" and r.message})
+    ran = sorted({r.check for r in own if r.outcome in EXERCISED})
+    parts = [f"only {', '.join(ran)} ran (no runtime check)"] if ran else []
+    return "; ".join(parts + reasons) or "every test skipped without a reason"
+
+
+def where_it_runs(connector: str) -> str:
+    """The platforms a connector could run on, from its profile, and what it needs there."""
+    from conformance.profiles import profile_for
+
+    profile = profile_for(connector)
+    runtime = [check for check in profile.checks or [] if check in RUNTIME_CHECKS]
+    if not runtime:
+        return f"its profile lists no runtime check on any platform ({profile.reason or 'no reason given'})"
+    needs = f", with {', '.join(profile.requires.packages)} installed" if profile.requires.packages else ""
+    return f"its profile runs {', '.join(runtime)} on {', '.join(claimed_platforms(connector))}{needs}"
+
+
+def _rerun_command(args: argparse.Namespace, platform: str) -> str:
+    words = ["kvconform", "gate", "--repo", str(args.repo), "--base", args.base, "--head", args.head,
+             "--run", f"--platform={platform}"]
+    return " ".join(shlex.quote(word) for word in words)
+
+
+def _report_not_exercised(connector: str, platform: str, why: str, args: argparse.Namespace) -> None:
+    print(f"kvconform gate: {connector}: not exercised on {platform}: {_one_line(why)}")
+    print(f"  {where_it_runs(connector)}")
+    others = [p for p in claimed_platforms(connector) if p != platform]
+    if others:
+        print(f"  run it there: {_rerun_command(args, others[0])}"
+              + (f" (or --platform={', '.join(others[1:])})" if others[1:] else ""))
 
 
 @contextmanager
@@ -223,85 +308,86 @@ def _results_folder(chosen: Path | None):
     yield chosen.resolve()
 
 
+def _source(args: argparse.Namespace) -> str:
+    if args.installed and args.vllm_python:
+        raise UserError("--installed and --vllm-python exclude each other")
+    return "installed" if args.installed else "python" if args.vllm_python else "checkout"
+
+
 def run_tests(selection: Selection, args: argparse.Namespace) -> int:
+    source = _source(args)
     if not selection.connectors:
         print("kvconform gate: nothing to run: the change touches no connector")
-        return 0
+        return EXIT_PASS
     try:
         spec, _ = platforms.resolve(args.platform or "auto")
     except platforms.PlatformError as exc:
         raise UserError(str(exc)) from None
     here = [name for name in selection.connectors if spec.name in claimed_platforms(name)]
-    for name in selection.connectors:
-        if name not in here:
-            print(f"kvconform gate: {name} claims {', '.join(claimed_platforms(name))}; not run on {spec.name}")
+    elsewhere = [name for name in selection.connectors if name not in here]
+    for name in elsewhere:
+        _report_not_exercised(name, spec.name, f"it claims only {', '.join(claimed_platforms(name))}", args)
     if not here:
-        print(f"kvconform gate: nothing to run on {spec.name}")
-        return 0
-    print(f"kvconform gate: testing {', '.join(here)} on {spec.name}", flush=True)
+        return EXIT_NOT_EXERCISED
+    try:
+        with tested_vllm(source, args.repo, selection.head, list(selection.changed_files), args.vllm_python) as vllm:
+            print(f"kvconform gate: testing {', '.join(here)} on {spec.name} ({vllm.label})", flush=True)
+            verdict = _run_and_judge(vllm, spec.name, here, args)
+    except CannotTest as exc:
+        print(f"kvconform gate: BUILD NEEDED: {one_line(str(exc))}")
+        return EXIT_BUILD_NEEDED
+    except WrongVllm as exc:
+        raise UserError(str(exc)) from None
+    except GateError as exc:
+        raise UserError(str(exc)) from None
+    return _print_verdict(verdict, here, elsewhere, spec.name, vllm.label, args)
+
+
+def _run_and_judge(vllm, platform: str, connectors: list[str], args: argparse.Namespace) -> Verdict:
     with _results_folder(args.results) as folder:
         # The results folder is the working directory: nothing from the checkout or
-        # the caller's folder (conftest.py, pytest.ini) can join the run.
-        status = subprocess.run(pytest_command(spec.name, here, folder), cwd=folder, check=False).returncode
-        problems = judge(read_junit(folder / JUNIT_FILE, here), here, spec.name, status)
-    if problems:
-        print(f"kvconform gate: FAIL ({len(problems)} problem(s)):")
-        for line in problems:
+        # the caller's folder (conftest.py, pytest.ini, a vllm/ folder) can join the run.
+        probe = vllm.probe(folder)
+        command = pytest_command(platform, connectors, folder, vllm.python, args.keyword)
+        status = subprocess.run(command, cwd=folder, env=vllm.env, check=False).returncode
+        results = read_junit(folder / JUNIT_FILE, connectors)
+        verdict = judge(results, connectors, platform, status)
+        if results and any(r.outcome in EXERCISED for r in results):
+            vllm.verify(read_imports(folder / JSON_FILE), probe)
+    return verdict
+
+
+def _print_verdict(verdict: Verdict, here: list[str], elsewhere: list[str], platform: str, label: str,
+                   args: argparse.Namespace) -> int:
+    if verdict.failures:
+        print(f"kvconform gate: FAIL on {platform} ({len(verdict.failures)} problem(s); {label}):")
+        for line in verdict.failures[:MAX_LISTED]:
             print(f"  {line}")
-        return 1
-    print(f"kvconform gate: PASS: {', '.join(here)} on {spec.name}")
-    return 0
+        if len(verdict.failures) > MAX_LISTED:
+            print(f"  ... and {len(verdict.failures) - MAX_LISTED} more (see the run's output above)")
+    for name, why in verdict.not_exercised.items():
+        _report_not_exercised(name, platform, why, args)
+    passed = [n for n in here if n not in verdict.not_exercised and n not in verdict.failing]
+    if passed and not verdict.failures:
+        print(f"kvconform gate: PASS: {', '.join(passed)} on {platform} ({label})")
+    status = verdict.status
+    if status == EXIT_PASS and elsewhere:
+        status = EXIT_NOT_EXERCISED
+    return status
 
 
 # --- --emit-pipeline ---------------------------------------------------------------------
 
 
-def _is_wait(step) -> bool:
-    return step == "wait" or (isinstance(step, dict) and "wait" in step)
-
-
-def merge_pipelines(pipelines: list[dict]) -> dict:
-    """One pipeline from per-platform ones, each shaped ``[test steps..., wait, report steps...]``.
-
-    Concatenating them would put one platform's wait before the next platform's
-    tests and serialise the platforms; instead every test step comes first, then
-    one wait, then every report step. Step keys must stay unique.
-    """
-    tests, reports = [], []
-    for pipeline in pipelines:
-        steps = list(pipeline.get("steps", []))
-        cut = next((i for i, step in enumerate(steps) if _is_wait(step)), len(steps))
-        tests += steps[:cut]
-        reports += steps[cut + 1:]
-    wait = next((s for p in pipelines for s in p.get("steps", []) if _is_wait(s)), None)
-    merged = {key: value for key, value in (pipelines[0] if pipelines else {}).items() if key != "steps"}
-    merged["steps"] = [*tests, *([wait] if wait is not None and reports else []), *reports]
-    keys = _step_keys(merged["steps"])
-    duplicates = sorted({key for key in keys if keys.count(key) > 1})
-    if duplicates:
-        raise UserError(f"the merged pipeline repeats step keys: {', '.join(duplicates)}")
-    return merged
-
-
-def _step_keys(steps: list) -> list[str]:
-    keys: list[str] = []
-    for step in steps:
-        if isinstance(step, dict):
-            keys += [step["key"]] if "key" in step else []
-            keys += _step_keys(step.get("steps", []))
-    return keys
-
-
 def pipeline_for(selection: Selection, platform: str | None, config: Path | None) -> dict:
-    """The selected connectors on every platform each claims (or only ``platform``), one build per platform."""
-    from pipelines.generate import build_pipeline
+    """The selected connectors on every platform each claims (or only ``platform``), with one report step."""
+    from pipelines.generate import selected_pipeline
     from pipelines.lanes import LanesError
 
     wanted = [platform] if platform not in (None, "auto") else list(platforms.PLATFORMS)
     per_platform = {p: [c for c in selection.connectors if p in claimed_platforms(c)] for p in wanted}
     try:
-        return merge_pipelines([build_pipeline([p], names, config_path=config)
-                                for p, names in per_platform.items() if names])
+        return selected_pipeline(per_platform, config)
     except LanesError as exc:
         raise UserError(str(exc)) from None
 

@@ -70,6 +70,31 @@ def _check_keys(pipeline: dict[str, Any], source: str) -> None:
         seen.add(key)
 
 
+def _platform_steps(config: LanesConfig, platform: str, wanted: list[str] | None, source: str) -> dict[str, Any]:
+    """The group of ``platform``'s test steps, running ``wanted`` (None: every group)."""
+    lanes = [name for name, _ in config.lanes_of(platform)]
+    if not lanes:
+        raise LanesError(f"{source}: no lane runs on {platform}; add one under `lanes:`")
+    steps, covered = [], set()
+    for name in lanes:
+        for step, ran in _lane_steps(config, name, wanted):
+            steps.append(step)
+            covered.update(ran)
+    missing = [c for c in (wanted or []) if c not in covered]
+    if missing:
+        verb = "is" if len(missing) == 1 else "are"
+        raise LanesError(f"{source}: {', '.join(missing)} {verb} in no connector group that a {platform} lane runs")
+    return platform_group(PLATFORMS[platform], steps)
+
+
+def _with_report(config: LanesConfig, groups: list[dict[str, Any]], platforms: list[str], source: str) -> dict:
+    """The test groups, then one wait, then one report step for every platform."""
+    test_keys = [step["key"] for group in groups for step in group["steps"]]
+    pipeline = {"steps": [*groups, wait_step(), report_step(config, platforms, test_keys)]}
+    _check_keys(pipeline, source)
+    return pipeline
+
+
 def pipeline_from(config: LanesConfig, platforms: list[str], connectors: list[str] | None = None,
                   source: str = str(LANES_FILE)) -> dict[str, Any]:
     """The pipeline for an already-loaded lanes config (``source`` names it in errors)."""
@@ -77,25 +102,22 @@ def pipeline_from(config: LanesConfig, platforms: list[str], connectors: list[st
     wanted = None if connectors is None else list(dict.fromkeys(connectors))
     if wanted == []:
         raise LanesError("no connectors selected: a pipeline needs at least one")
-    groups = []
-    for platform in chosen:
-        lanes = [name for name, _ in config.lanes_of(platform)]
-        if not lanes:
-            raise LanesError(f"{source}: no lane runs on {platform}; add one under `lanes:`")
-        steps, covered = [], set()
-        for name in lanes:
-            for step, ran in _lane_steps(config, name, wanted):
-                steps.append(step)
-                covered.update(ran)
-        missing = [c for c in (wanted or []) if c not in covered]
-        if missing:
-            verb = "is" if len(missing) == 1 else "are"
-            raise LanesError(f"{source}: {', '.join(missing)} {verb} in no connector group that a {platform} lane runs")
-        groups.append(platform_group(PLATFORMS[platform], steps))
-    test_keys = [step["key"] for group in groups for step in group["steps"]]
-    pipeline = {"steps": [*groups, wait_step(), report_step(config, chosen, test_keys)]}
-    _check_keys(pipeline, source)
-    return pipeline
+    groups = [_platform_steps(config, platform, wanted, source) for platform in chosen]
+    return _with_report(config, groups, chosen, source)
+
+
+def selected_pipeline(per_platform: dict[str, list[str]], config_path: Path | None = None) -> dict[str, Any]:
+    """The PR gate's pipeline: each platform runs its own connectors, then one report covers them all.
+
+    Platforms with no connector are left out; none at all is an empty pipeline.
+    """
+    config = load_lanes(config_path)
+    source = str(config_path or LANES_FILE)
+    chosen = [p for p in resolve_platforms(list(per_platform)) if per_platform[p]]
+    if not chosen:
+        return {"steps": []}
+    groups = [_platform_steps(config, p, list(dict.fromkeys(per_platform[p])), source) for p in chosen]
+    return _with_report(config, groups, chosen, source)
 
 
 def build_pipeline(platforms: list[str], connectors: list[str] | None = None,

@@ -70,6 +70,18 @@ class Wrapper(_Strict):
     command_as: Literal["arguments", "string"] = "arguments"
 
 
+class Container(_Strict):
+    """The test command runs in ``image`` through ``docker run`` on the agent, written out in the step.
+
+    Written into the step rather than a script: the step runs in the checkout of a
+    vLLM pull request, which holds no kvconform file, on an agent that has docker
+    and nothing of kvconform's.
+    """
+
+    image: str = Field(min_length=1)  # pipeline upload interpolates it (e.g. from $BUILDKITE_COMMIT)
+    options: list[str] = Field(default_factory=list)  # docker run options: devices, groups, shm size
+
+
 PluginEntry = str | dict[str, Any]
 
 
@@ -80,7 +92,14 @@ class RunSpec(_Strict):
     env: dict[EnvName, str] = Field(default_factory=dict)
     plugins: list[PluginEntry] = Field(default_factory=list)
     wrapper: Wrapper | None = None
+    container: Container | None = None
     timeout_in_minutes: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _one_way_to_run(self) -> "RunSpec":
+        if self.wrapper is not None and self.container is not None:
+            raise ValueError("give a wrapper or a container, not both")
+        return self
 
     @field_validator("plugins")
     @classmethod

@@ -21,8 +21,15 @@ from platforms.spec import PlatformSpec
 KEY_PREFIX = "kvconform"
 JUNIT_ROOT = "reports/out/junit"
 REPORT_OUT = "reports/out"
-# A wrapper that starts a container is told which variables to pass in (pipelines/wrappers/in-container.sh).
+# A wrapper that starts a container is told which variables to pass in.
 FORWARD_ENV = "KVCONFORM_FORWARD_ENV"
+# A lane's container image, in the step's env so pipeline upload fills it in and the command reads it.
+IMAGE_ENV = "KVCONFORM_IMAGE"
+# The conformance run, as every step writes it: the installed kvconform's checks by package name, never
+# a path (a vLLM checkout has no conformance/ folder, and an image with kvconform installed beside a
+# source copy would load two). ``-P``: the step's folder is a vLLM checkout, whose own ``vllm/`` must
+# not shadow the vLLM built into the image (Python 3.11+, as vLLM's images have).
+PYTEST = ["python3", "-P", "-m", "pytest", "--pyargs", "conformance"]
 
 
 @dataclass(frozen=True)
@@ -55,7 +62,25 @@ def _env(run: RunSpec, also_forward: tuple[str, ...] = ()) -> dict[str, str]:
     forwarded = sorted(set(run.env) | set(also_forward))
     if run.wrapper is not None and forwarded:
         env[FORWARD_ENV] = " ".join(forwarded)
+    if run.container is not None:
+        env[IMAGE_ENV] = run.container.image
     return env
+
+
+def command_line(words: list[Word], run: RunSpec, also_forward: tuple[str, ...] = ()) -> str:
+    """``words`` as the step runs them: as they are, through the lane's wrapper, or in its container.
+
+    The container is ``docker run`` written out: the checkout mounted at the same
+    path as the working folder (so the JUnit file lands where artifact_paths looks),
+    the step's env and the platform's device-visibility variables passed in.
+    """
+    if run.container is None:
+        return wrap(words, run.wrapper)
+    names = sorted(set(run.env) | set(also_forward))
+    docker: list[Word] = ["docker", "run", "--rm", "--init", "--volume", Raw('"$PWD:$PWD"'), "--workdir",
+                          Raw('"$PWD"'), *[f"--env={name}" for name in names], *run.container.options,
+                          Raw(f'"${IMAGE_ENV}"')]
+    return join([*docker, *words])
 
 
 def _placement(run: RunSpec, timeout: int, retry: list[RetryRule], forward: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -74,7 +99,7 @@ def _placement(run: RunSpec, timeout: int, retry: list[RetryRule], forward: tupl
 
 def pytest_words(run: LaneRun, connectors: list[str], junit: str) -> list[Word]:
     """The conformance run of ``connectors`` on the lane's platform; ``--opt=value`` so no value reads as an option."""
-    words: list[Word] = ["pytest", "conformance", f"--platform={run.spec.name}"]
+    words: list[Word] = [*PYTEST, f"--platform={run.spec.name}"]
     words += [f"--connector={name}" for name in connectors]
     words += [f"--attn-backend={backend}" for backend in run.lane.attn_backends]
     # always under xdist: a worker that a connector crashes is replaced and its test fails, naming it
@@ -99,7 +124,7 @@ def group_step(run: LaneRun, group: str | None, connectors: list[str]) -> dict[s
     junit = f"{run.junit_dir()}/{key}.xml"
     step = _test_step(run, key, run.label(group))
     step["commands"] = [for_upload(join(["rm", "-f", "--", junit])),
-                        for_upload(wrap(pytest_words(run, connectors, junit), run.lane.wrapper))]
+                        for_upload(command_line(pytest_words(run, connectors, junit), run.lane, run.spec.visibility_vars))]
     step["artifact_paths"] = [junit]
     return step
 
@@ -113,7 +138,8 @@ def sharded_step(run: LaneRun, connectors: list[str]) -> dict[str, Any]:
     junits = [f"{run.junit_dir()}/{key}-{job}.xml" for job in range(jobs)]
     step = _test_step(run, key, run.label())
     step["parallelism"] = jobs
-    branches = [f"{job}) " + wrap(pytest_words(run, connectors[job::jobs], junits[job]), run.lane.wrapper) + " ;;"
+    branches = [f"{job}) " + command_line(pytest_words(run, connectors[job::jobs], junits[job]), run.lane,
+                                          run.spec.visibility_vars) + " ;;"
                 for job in range(jobs)]
     job_index = Raw('"$BUILDKITE_PARALLEL_JOB"')
     no_shard = join(["echo", f"kvconform: {key} has {jobs} jobs; no connectors for job", job_index])
@@ -143,16 +169,20 @@ def report_step(config: LanesConfig, platforms: list[str], test_keys: list[str])
     ``kvconform report`` exits non-zero only when it cannot write the report, so the
     annotation's style comes from Buildkite's own outcome of each test step: error
     if any failed or never finished (a crash that wrote no JUnit counts too), warning
-    if one soft-failed, else success. The step fails only if the report does.
+    if one soft-failed, else success. A platform whose steps uploaded no JUnit file
+    is named in the annotation (and makes it an error) instead of stopping the step
+    before it annotates. The step fails only if the report does.
     """
     suffix = "-".join(platforms)
-    junit_dirs = [f"{JUNIT_ROOT}/{platform}" for platform in platforms]
-    report = wrap(["kvconform", "report", *[Raw(join([d]) + "/*.xml") for d in junit_dirs], "--out", REPORT_OUT],
-                  config.report.wrapper)
+    report = command_line(["kvconform", "report", Raw(f"{JUNIT_ROOT}/*/*.xml"), "--out", REPORT_OUT], config.report)
     annotate = join(["buildkite-agent", "annotate", "--style", Raw('"$style"'), "--context", f"{KEY_PREFIX}-{suffix}"])
+    summary = join([f"{REPORT_OUT}/summary.md"])
+    every_platform_missing = join(["".join(f" {platform}" for platform in platforms)])
     lines = [
         join(["rm", "-rf", "--", REPORT_OUT]),
-        *[join(["buildkite-agent", "artifact", "download", f"{d}/*.xml", "."]) for d in junit_dirs],
+        "missing=",
+        *[f"{join(['buildkite-agent', 'artifact', 'download', f'{JUNIT_ROOT}/{platform}/*.xml', '.'])}"
+          f' || missing="$missing {platform}"' for platform in platforms],
         "style=success",
         f"for key in {join(test_keys)}; do",
         '  case "$(buildkite-agent step get outcome --step "$key")" in',
@@ -161,8 +191,17 @@ def report_step(config: LanesConfig, platforms: list[str], test_keys: list[str])
         "    *) style=error ;;",
         "  esac",
         "done",
-        report,
-        f"{annotate} < {join([REPORT_OUT + '/summary.md'])}",
+        'if [ -n "$missing" ]; then style=error; fi',
+        f'if [ "$missing" != {every_platform_missing} ]; then',
+        f"  {report}",
+        "else",
+        f"  mkdir -p {join([REPORT_OUT])} && echo '## kvconform: no results' > {summary}",
+        "fi",
+        'if [ -n "$missing" ]; then',
+        "  printf '\\n**kvconform: no JUnit results from:%s** (those test steps wrote or uploaded none; "
+        f"see their logs)\\n' \"$missing\" >> {summary}",
+        "fi",
+        f"{annotate} < {summary}",
     ]
     step: dict[str, Any] = {"label": ":memo: kvconform report", "key": f"{KEY_PREFIX}-report-{suffix}"}
     step.update(_placement(config.report, config.timeout_of(config.report), config.retry_of(None)))

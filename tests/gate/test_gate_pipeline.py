@@ -40,6 +40,7 @@ def test_a_connector_change_runs_on_every_platform_it_claims(gate, vllm_repo, tm
     assert groups(pipeline) == ["kvconform-cuda", "kvconform-rocm", "kvconform-xpu", "kvconform-cpu"]
     named = {name for line in pytest_lines(pipeline) for name in re.findall(r"--connector=(\S+)", line)}
     assert named == {"ExampleConnector", "MultiConnector"}
+    assert all("python3 -P -m pytest --pyargs conformance " in line for line in pytest_lines(pipeline))
     schema = subprocess.run([str(Path(sys.executable).with_name("check-jsonschema")), "--builtin-schema",
                              "vendor.buildkite", str(out)], capture_output=True, text=True, check=False)
     assert schema.returncode == 0, schema.stdout + schema.stderr
@@ -49,7 +50,10 @@ def test_tests_run_in_parallel_then_one_wait_then_the_reports(gate, vllm_repo):
     head = vllm_repo.touch(f"{V1}/example_connector.py", f"{V1}/moriio/moriio_common.py")
     _, pipeline = emitted(gate, vllm_repo, head)
     kinds = ["group" if "group" in s else "wait" if "wait" in s else "report" for s in pipeline["steps"]]
-    assert kinds == ["group"] * 4 + ["wait"] + ["report"] * 4
+    assert kinds == ["group"] * 4 + ["wait", "report"]  # one report for every platform
+    [report] = [s for s in pipeline["steps"] if s.get("key", "").startswith("kvconform-report")]
+    assert report["key"] == "kvconform-report-cuda-rocm-xpu-cpu"
+    assert all(f"junit/{platform}/*.xml" in "".join(report["commands"]) for platform in ("cuda", "rocm", "xpu", "cpu"))
     keys = [s["key"] for s in pipeline["steps"] if "key" in s]
     assert len(keys) == len(set(keys))
 

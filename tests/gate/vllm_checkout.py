@@ -1,4 +1,9 @@
-"""A throwaway vLLM checkout for the gate's tests: the installed vLLM's real ``kv_transfer`` tree in git."""
+"""A throwaway vLLM checkout for the gate's tests: the installed vLLM's Python sources in git.
+
+As a git clone of vLLM has them: every ``.py`` file of the package and nothing the
+build makes (compiled extensions, data files it ships, ``_version.py``), so the
+gate's overlay has to borrow those from the installed build, as it must for a real checkout.
+"""
 
 from __future__ import annotations
 
@@ -15,8 +20,8 @@ VLLM_SOURCE = Path(importlib.util.find_spec("vllm").submodule_search_locations[0
 KV_TRANSFER = "vllm/distributed/kv_transfer"
 CONNECTORS = f"{KV_TRANSFER}/kv_connector"
 FACTORY = f"{CONNECTORS}/factory.py"
-# Files outside kv_transfer the tests change, copied from the installed vLLM.
-EXTRA_FILES = ("vllm/v1/kv_cache_layout.py", "vllm/v1/attention/backends/cpu_attn.py")
+# What a test clone checks out (with the files of every folder above them).
+SPARSE_FOLDERS = (KV_TRANSFER, "vllm/v1/attention/backends")
 
 # Git that ignores the machine's own configuration (signing, hooks, identity).
 GIT_ENV = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1",
@@ -45,17 +50,23 @@ class VllmRepo:
         for name, text in files.items():
             target = self.path / name
             if text is None:
-                target.unlink()
+                git(self.path, "rm", "-q", "--cached", "--sparse", "--", name)
+                target.unlink(missing_ok=True)
             else:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(text)
-        git(self.path, "add", "-A")
+        git(self.path, "add", "-A", "--sparse")
         git(self.path, "commit", "-q", "-m", message)
         return git(self.path, "rev-parse", "HEAD")
 
     def touch(self, *paths: str) -> str:
         """Append a comment to existing files and commit."""
-        return self.commit({p: (self.path / p).read_text() + "\n# touched\n" for p in paths})
+        return self.commit({p: self.text(p) + "\n# touched\n" for p in paths})
+
+    def text(self, path: str) -> str:
+        """A file's content at HEAD (the clone checks out only part of the tree)."""
+        return subprocess.run(["git", "show", f"HEAD:{path}"], cwd=self.path, env=GIT_ENV, check=True,
+                              capture_output=True, text=True).stdout
 
 
 @dataclass
@@ -68,13 +79,23 @@ class GateResult:
         return json.loads(self.out)
 
 
-def build_template(root: Path, extra_files: tuple[str, ...] = EXTRA_FILES) -> Path:
-    """A git repository at ``root`` laid out like vLLM: the installed kv_transfer tree plus ``extra_files``."""
-    shutil.copytree(VLLM_SOURCE / "distributed" / "kv_transfer", root / KV_TRANSFER,
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    for name in extra_files:
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(VLLM_SOURCE.parent / name, root / name)
+def _as_in_git(path: Path) -> bool:
+    """Whether a git clone of vLLM has this installed file: Python sources the build did not generate."""
+    from pipelines.overlay import GENERATED
+    from pipelines.gate import compile_glob
+
+    relative = path.relative_to(VLLM_SOURCE.parent).as_posix()
+    return (path.suffix == ".py" and "__pycache__" not in path.parts
+            and not any(compile_glob(pattern).fullmatch(relative) for pattern in GENERATED))
+
+
+def build_template(root: Path) -> Path:
+    """A git repository at ``root`` laid out like vLLM: the installed package's Python sources, as git has them."""
+    for source in VLLM_SOURCE.rglob("*.py"):
+        if _as_in_git(source):
+            target = root / source.relative_to(VLLM_SOURCE.parent)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
     (root / "README.md").write_text("# vLLM (a test copy)\n")
     git(root, "init", "-q", "-b", "main")
     git(root, "add", "-A")
@@ -83,7 +104,13 @@ def build_template(root: Path, extra_files: tuple[str, ...] = EXTRA_FILES) -> Pa
 
 
 def clone_template(template: Path, tmp_path: Path) -> VllmRepo:
-    """A private clone of ``template``, so a test can commit without others seeing it."""
+    """A private clone of ``template``, so a test can commit without others seeing it.
+
+    Only the folders tests edit are checked out (writing all 2600 files costs seconds
+    a test); commits still hold the whole tree, which is all the gate reads.
+    """
     path = tmp_path / "vllm"
-    git(tmp_path, "clone", "-q", str(template), str(path))
+    git(tmp_path, "clone", "-q", "--no-checkout", str(template), str(path))
+    git(path, "sparse-checkout", "set", "--cone", *SPARSE_FOLDERS)
+    git(path, "checkout", "-q", "main")
     return VllmRepo(path, git(path, "rev-parse", "HEAD"))

@@ -1,7 +1,8 @@
 """Helpers for the pipeline generator's tests (a uniquely named module: tests import it by name).
 
-``FakeBin`` puts recording stand-ins for the programs a step runs (pytest,
-kvconform, buildkite-agent, docker, rm, a wrapper) first on PATH, so a generated
+``FakeBin`` puts recording stand-ins for the programs a step runs (python3, recorded
+as ``pytest`` when it runs ``-P -m pytest``, kvconform, buildkite-agent, docker, rm, a
+wrapper) first on PATH, so a generated
 step's commands can be *executed* by bash and what each program received checked
 word for word, without running any of them for real (a fake ``rm`` also means an
 injected ``rm -rf`` could delete nothing).
@@ -19,6 +20,7 @@ from pathlib import Path
 # appends one record to $FAKE_LOG: its name and arguments, NUL-separated, ended by \x1e.
 RECORDER = r"""#!/usr/bin/env bash
 prog=$(basename "$0")
+if [ "$prog" = python3 ] && [ "${1:-} ${2:-} ${3:-}" = "-P -m pytest" ]; then prog=pytest; shift 3; fi
 { printf '%s\0' "$prog" "$@"; printf '\036'; } >> "$FAKE_LOG"
 if [ "$prog" = buildkite-agent ] && [ "${1:-}" = annotate ]; then cat > "$FAKE_LOG.annotation"; fi
 if [ "$prog" = buildkite-agent ] && [ "${1:-} ${2:-} ${3:-} ${4:-}" = "step get outcome --step" ]; then
@@ -33,7 +35,7 @@ status_var="FAKE_$(printf '%s' "$prog" | tr 'a-z-' 'A-Z_')_STATUS"
 exit "${!status_var:-0}"
 """
 
-FAKE_PROGRAMS = ("pytest", "kvconform", "buildkite-agent", "docker", "rm", "wrap")
+FAKE_PROGRAMS = ("python3", "kvconform", "buildkite-agent", "docker", "rm", "wrap")
 
 
 class FakeBin:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.lanes import LANES_FILE, Lane, LanesConfig, RunSpec, Wrapper
+from pipelines.lanes import Container, Lane, LanesConfig, RunSpec, Wrapper
 from pipelines.shell import Raw, join, wrap
 from pipelines.steps import FORWARD_ENV, LaneRun, group_step, report_step, sharded_step
 from platforms import PLATFORMS
@@ -35,7 +35,6 @@ HOSTILE = [
     "&& touch pwned &",
     "|| true",
 ]
-IN_CONTAINER = LANES_FILE.parent / "wrappers" / "in-container.sh"
 
 
 def lane_run(wrapper: Wrapper | None = None, **fields) -> LaneRun:
@@ -44,7 +43,7 @@ def lane_run(wrapper: Wrapper | None = None, **fields) -> LaneRun:
 
 
 def expected_pytest(connectors: list[str], junit: str, workers: int = 1) -> list[str]:
-    return ["conformance", "--platform=xpu", *[f"--connector={c}" for c in connectors],
+    return ["--pyargs", "conformance", "--platform=xpu", *[f"--connector={c}" for c in connectors],
             "-n", str(workers), "--max-worker-restart=16", "-rs", f"--junitxml={junit}"]
 
 
@@ -150,10 +149,34 @@ def test_report_step_annotates_in_the_style_of_the_test_steps_outcomes(outcomes,
                                ["artifact", "download", "reports/out/junit/cpu/*.xml", "."]]
     assert agent_calls[2:4] == [["step", "get", "outcome", "--step", "t-a"], ["step", "get", "outcome", "--step", "t-b"]]
     [report] = fake_bin.calls("kvconform")
-    assert report["argv"] == ["report", "reports/out/junit/xpu/a.xml", "reports/out/junit/xpu/b.xml",
-                              "reports/out/junit/cpu/c.xml", "--out", "reports/out"]
+    assert report["argv"] == ["report", "reports/out/junit/cpu/c.xml", "reports/out/junit/xpu/a.xml",
+                              "reports/out/junit/xpu/b.xml", "--out", "reports/out"]
     assert agent_calls[4:] == [["annotate", "--style", style, "--context", "kvconform-xpu-cpu"]]
     assert fake_bin.annotation() == "## kvconform: 3 passed\n"
+
+
+@pytest.mark.parametrize("missing", [["cpu"], ["xpu", "cpu"]])
+def test_report_step_annotates_naming_a_platform_that_uploaded_no_junit(missing, fake_bin):
+    step = report_step(_report_config(), ["xpu", "cpu"], ["t-a", "t-b"])
+    _report_checkout(fake_bin)
+    for platform in missing:  # as if the download found nothing to fetch
+        for junit in (fake_bin.cwd / "reports/out/junit" / platform).glob("*.xml"):
+            junit.unlink()
+    fake_bin.set_outcomes({"t-a": "passed", "t-b": "passed"})
+    recorder = fake_bin.dir / "buildkite-agent"
+    recorder.write_text(recorder.read_text().replace(
+        'status_var=', f'case "$*" in *junit/{missing[0]}/*|*junit/{missing[-1]}/*) exit 1 ;; esac\nstatus_var='))
+
+    result = fake_bin.run_commands(step["commands"])
+    assert result.returncode == 0, result.stderr
+    annotate = [c["argv"] for c in fake_bin.calls("buildkite-agent") if c["argv"][0] == "annotate"]
+    assert annotate == [["annotate", "--style", "error", "--context", "kvconform-xpu-cpu"]]
+    assert f"no JUnit results from: {' '.join(missing)}**" in fake_bin.annotation()
+    if missing == ["cpu"]:
+        [report] = fake_bin.calls("kvconform")
+        assert report["argv"][1:3] == ["reports/out/junit/xpu/a.xml", "reports/out/junit/xpu/b.xml"]
+    else:
+        assert fake_bin.calls("kvconform") == []
 
 
 def test_report_step_fails_without_annotating_when_the_report_fails(fake_bin):
@@ -176,41 +199,47 @@ def test_join_quotes_data_and_keeps_raw_syntax():
     assert wrap(["pytest", "a b"], Wrapper(argv=["w", "--"], command_as="string")) == "w -- 'pytest '\"'\"'a b'\"'\"''"
 
 
-# ---- the XPU/ROCm run wrapper -------------------------------------------------------------------
+# ---- the XPU/ROCm container, written into the step ---------------------------------------------
 
 
-def test_in_container_runs_the_command_in_the_image_with_the_lane_env(fake_bin):
-    result = subprocess.run(
-        [str(IN_CONTAINER), "--device", "/dev/dri", "--", "pytest", "a b", "$(touch pwned)"],
-        cwd=fake_bin.cwd, env=fake_bin.env(KVCONFORM_IMAGE="img:1", KVCONFORM_FORWARD_ENV="ZE_AFFINITY_MASK B"),
-        capture_output=True, text=True, timeout=30)
+def container_run(**fields) -> LaneRun:
+    container = Container(image="img:1", options=["--device", "/dev/dri", "--shm-size", "16g"])
+    lane = Lane(platform="xpu", agents={"queue": "q"}, container=container, **fields)
+    return LaneRun("xpu", lane, PLATFORMS["xpu"], 5, [])
+
+
+def test_a_container_lane_runs_pytest_in_the_image_with_the_lane_env(fake_bin):
+    step = group_step(container_run(env={"B": "x"}), "g", HOSTILE)
+    assert step["env"] == {"B": "x", "KVCONFORM_IMAGE": "img:1"}
+    result = fake_bin.run_commands(step["commands"], **step["env"])
     assert result.returncode == 0, result.stderr
     [docker] = fake_bin.calls("docker")
     cwd = str(fake_bin.cwd)
+    junit = "reports/out/junit/xpu/kvconform-test-xpu-g.xml"
     assert docker["argv"] == ["run", "--rm", "--init", "--volume", f"{cwd}:{cwd}", "--workdir", cwd,
-                              "--device", "/dev/dri", "--env", "ZE_AFFINITY_MASK", "--env", "B",
-                              "img:1", "pytest", "a b", "$(touch pwned)"]
+                              "--env=B", "--env=ZE_AFFINITY_MASK", "--device", "/dev/dri", "--shm-size", "16g",
+                              "img:1", "python3", "-P", "-m", "pytest", *expected_pytest(HOSTILE, junit)]
     assert not list(fake_bin.cwd.rglob("pwned"))
 
 
-def test_in_container_passes_the_commands_exit_status(fake_bin):
-    result = subprocess.run([str(IN_CONTAINER), "--", "pytest"], cwd=fake_bin.cwd,
-                            env=fake_bin.env(KVCONFORM_IMAGE="img", FAKE_DOCKER_STATUS="7"),
-                            capture_output=True, text=True, timeout=30)
+def test_a_container_step_fails_with_the_commands_exit_status(fake_bin):
+    step = group_step(container_run(), "g", ["ExampleConnector"])
+    result = fake_bin.run_commands(step["commands"], FAKE_DOCKER_STATUS="7", **step["env"])
     assert result.returncode == 7
 
 
-@pytest.mark.parametrize("argv, env, message", [
-    (["--device", "/dev/dri", "pytest"], {"KVCONFORM_IMAGE": "img"}, "usage: in-container.sh"),
-    (["--"], {"KVCONFORM_IMAGE": "img"}, "usage: in-container.sh"),
-    (["--", "pytest"], {}, "set KVCONFORM_IMAGE"),
-])
-def test_in_container_refuses_bad_calls(argv, env, message, fake_bin):
-    result = subprocess.run([str(IN_CONTAINER), *argv], cwd=fake_bin.cwd, env=fake_bin.env(**env),
-                            capture_output=True, text=True, timeout=30)
-    assert result.returncode != 0 and message in result.stderr
-    assert fake_bin.calls("docker") == []
+def test_shipped_steps_call_nothing_from_a_kvconform_checkout():
+    """Steps run in a vLLM pull request's checkout: no script path of ours, and the suite by package name."""
+    from pipelines.generate import build_pipeline
+
+    pipeline = build_pipeline(["all"])
+    commands = [command for step in pipeline["steps"] for inner in step.get("steps", [step])
+                for command in inner.get("commands", [])]
+    assert commands and not [c for c in commands if "pipelines/" in c or "wrappers" in c]
+    runs = [c for c in commands if "pytest" in c]
+    assert runs and all("python3 -P -m pytest --pyargs conformance " in c for c in runs)
 
 
-def test_in_container_is_executable():
-    assert Path(IN_CONTAINER).stat().st_mode & 0o111
+def test_a_lane_gives_a_container_or_a_wrapper_not_both():
+    with pytest.raises(ValueError, match="a wrapper or a container, not both"):
+        Lane(platform="xpu", agents={"queue": "q"}, wrapper=Wrapper(argv=["w"]), container=Container(image="i"))

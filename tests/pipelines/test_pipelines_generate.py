@@ -53,7 +53,8 @@ def variant(data: dict) -> None:
     data["lanes"]["xpu-nixl"] = {"platform": "xpu", "agents": {"queue": "intel_gpu"}, "groups": ["nixl"],
                                  "experimental": True, "soft_fail": [1], "reason": "NIXL's XPU backend is new"}
     data["lanes"]["cuda"].update(attn_backends=["FLASH_ATTN"], xdist_workers=2, depends_on=["image-build"])
-    data["lanes"]["rocm"]["wrapper"]["command_as"] = "string"
+    data["lanes"]["rocm"].pop("container")
+    data["lanes"]["rocm"]["wrapper"] = {"argv": ["run-in-rocm-container", "--"], "command_as": "string"}
     data["lanes"]["cpu"]["soft_fail"] = True
     data["lanes"]["cpu"]["experimental"] = True
     data["lanes"]["cpu"]["reason"] = "bringing the CPU lane up"
@@ -155,7 +156,7 @@ def test_each_platform_runs_every_connector_once_with_its_platform_flag(platform
     pipeline = generated(platform)
     ran = []
     for step in conformance_steps(pipeline):
-        pytest_lines = [c for c in step["commands"] if "pytest conformance" in c]
+        pytest_lines = [c for c in step["commands"] if "-m pytest --pyargs conformance" in c]
         assert pytest_lines, step["key"]
         for line in pytest_lines:
             assert f"--platform={platform}" in line and "--platform=" not in line.replace(f"--platform={platform}", "")
@@ -168,7 +169,7 @@ def test_xpu_pipeline_runs_the_example_connector_on_xpu():
     steps = conformance_steps(generated("xpu"))
     lines = [c for s in steps for c in s["commands"] if "--connector=ExampleConnector" in c]
     assert len(lines) == 1
-    assert "pytest conformance --platform=xpu" in lines[0] and "--junitxml=reports/out/junit/xpu/" in lines[0]
+    assert "python3 -P -m pytest --pyargs conformance --platform=xpu" in lines[0] and "--junitxml=reports/out/junit/xpu/" in lines[0]
     assert all(step["agents"] == {"queue": "intel_gpu"} for step in steps)
     assert all(step["env"]["ZE_AFFINITY_MASK"] == "0,1" for step in steps)
     assert all("soft_fail" not in step for step in steps)

