@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-NORMAL_EXAMPLES = 6  # generated workloads per connector in a normal run (fixed, derandomized)
+NORMAL_EXAMPLES = 4  # generated workloads per connector and prefill mode in a normal run (fixed, derandomized)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

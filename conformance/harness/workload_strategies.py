@@ -23,7 +23,7 @@ FAMILIES = 3
 def _producer_request(draw, min_length: int = 2) -> RequestSpec:
     length = draw(st.integers(min_length, MAX_PROMPT))
     return RequestSpec(family=draw(st.integers(0, FAMILIES - 1)), shared=draw(st.integers(0, length)),
-                       length=length, tail=draw(st.integers(0, 2)), arrive=draw(st.integers(0, 4)),
+                       length=length, tail=draw(st.integers(0, 2)), arrive=draw(st.integers(0, 3)),
                        max_tokens=draw(st.integers(1, 6)), abort=draw(_abort()))
 
 
@@ -41,7 +41,7 @@ def _consumer_request(draw, producer: tuple[RequestSpec, ...]) -> RequestSpec:
     length = min(length, MAX_PROMPT + 40)
     family = FAMILIES + draw(st.integers(0, 2)) if kind == "fresh" else base.family
     tail = base.tail + 10 if kind == "sibling" else base.tail
-    arrive = draw(st.integers(0, 4))
+    arrive = draw(st.integers(0, 3))
     abort = draw(_abort())
     return RequestSpec(family=family, shared=min(base.shared, length) if kind != "fresh" else 0, length=length,
                        tail=tail, arrive=arrive, max_tokens=draw(st.integers(1, 6)),
@@ -63,7 +63,7 @@ def workload_specs(draw, chunked: bool, block_size: int = 32) -> WorkloadSpec:
     occupants = draw(st.integers(0, 3))
     producer_occupants = draw(st.integers(0, 2))
     max_seqs = draw(st.sampled_from([16, 4]))
-    token_budget = draw(st.sampled_from([64, 48, 16])) if chunked else 2048
+    token_budget = draw(st.sampled_from([64, 48, 32])) if chunked else 2048
     token_budget = max(token_budget, max_seqs)
     requests = producer + consumer
     longest = max(-(-(r.length + r.max_tokens) // block_size) for r in requests)
