@@ -112,7 +112,7 @@ def serve_handshake(publish: Callable[[], None], port: int, host: str = HOST,
         raise HandshakeFailure(f"the producer's handshake listener died while binding {host}:{port}: "
                                f"{type(error).__name__}: {error}")
     if not in_time:
-        raise HandshakeFailure(f"waited {timeout_s:.0f} s for the producer's handshake listener to bind {host}:{port} "
+        raise HandshakeFailure(f"waited {timeout_s:g} s for the producer's handshake listener to bind {host}:{port} "
                                f"and report ready (vLLM's set_xfer_handshake_metadata waits for it without a "
                                f"timeout); it never did")
     if raised:
