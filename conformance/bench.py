@@ -5,10 +5,17 @@ check and its needs are met; otherwise it is listed as skipped, with the reason)
 and each request size, the bench times the connector's worker-side save and load
 (``conformance.harness.timing``), then a baseline moving the same blocks of the
 same caches: plain files in the same storage folder for storage connectors, a
-device/host copy for the rest. It prints a table and, with ``--json``, writes:
+device/host copy for the rest. It runs as the suite does: in a tensor-parallel
+group of one (some connectors ask vLLM for their rank), at the block size vLLM
+prefers for the backend, and with the suite's expectations
+(``conformance/expectations``): a connector whose round-trip is a known failure
+here is listed with that finding, not as an error (``conformance.bench_expected``).
+vLLM logs only errors unless VLLM_LOGGING_LEVEL says otherwise, so the output is
+the table and the findings. It prints a table and, with ``--json``, writes:
 
   kvconform_bench       format version (1)
-  platform, device, device_name, attn_backend, kv_dtype, block_size
+  platform, device, device_name, attn_backend, kv_dtype
+  block_size            tokens per block: --block-size, else the backend's preferred size
   kv_shape              {name, layers, kv_heads, head_size, bytes_per_token}
   sizes, repeat         KV tokens per request; timed repeats per size (medians are reported)
   torch_threads         torch's intra-op threads during the run (--threads)
@@ -23,24 +30,26 @@ device/host copy for the rest. It prints a table and, with ``--json``, writes:
     baseline_seconds, baseline_samples_s, baseline_gbps
     ratio                 gbps / baseline_gbps
   skipped[]             {connector, reason}
-  errors[]              {connector, error}: connectors that could not be measured
+  known_failures[]      {connector, error, class, reason, link, where}: failed as an expectation entry says
+  errors[]              {connector, error}: connectors that could not be measured, for no known reason
   below_min_ratio[]     {connector, op, size_tokens, ratio}
 
-Exit status: 0; 1 when a connector could not be measured or a ratio is below
-``--min-ratio``; 2 on bad input.
+Exit status: 0; 1 when a connector could not be measured (other than as a known
+failure says) or a ratio is below ``--min-ratio``; 2 on bad input.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import os
 import platform as host
 import statistics
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import platforms
@@ -49,13 +58,34 @@ from conformance.cli import UserError
 DEFAULT_SIZES = (256, 1024, 4096)
 DEFAULT_REPEAT = 5
 BLOCK_SIZES = (16, 32, 64, 128)
+VLLM_DEFAULT_BLOCK_SIZE = 16  # CacheConfig's default, which a backend turns into its preferred size
 MAX_SIZE = 1 << 17
 FORMAT_VERSION = 1
-# vLLM logs at INFO to stdout by default: keep stdout for the table or the JSON (a user's setting wins).
-VLLM_ENVIRONMENT = {"VLLM_LOGGING_LEVEL": "WARNING", "VLLM_LOGGING_STREAM": "ext://sys.stderr"}
+# vLLM logs at INFO to stdout by default; the bench's output is its table and findings, so vLLM says only
+# errors, on stderr (a user's own setting wins). Set before anything imports vLLM, which reads them once.
+VLLM_ENVIRONMENT = {"VLLM_LOGGING_LEVEL": "ERROR", "VLLM_LOGGING_STREAM": "ext://sys.stderr"}
+
+
+def quiet_vllm() -> None:
+    """vLLM's logging settings for the bench, before vLLM is first imported (the option defaults import it).
+
+    A vLLM that configures its logging at import reads the environment; vLLM 0.32
+    configures it only from its engine's arguments, so its loggers have no handler
+    here and Python's last-resort handler would print every warning: the ``vllm``
+    logger gets the level and a stderr handler of its own.
+    """
+    for name, value in VLLM_ENVIRONMENT.items():
+        os.environ.setdefault(name, value)
+    logger = logging.getLogger("vllm")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s [%(name)s] %(message)s"))
+        logger.addHandler(handler)
+    logger.setLevel(os.environ["VLLM_LOGGING_LEVEL"].upper())
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    quiet_vllm()
     from conformance.harness.kvcache import KV_DTYPES
     from conformance.harness.timing import GEOMETRIES
 
@@ -76,8 +106,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                             f"{g.name}: {g.layers} layers x {g.kv_heads} KV heads x {g.head_size}"
                             for g in GEOMETRIES.values()) + " (default: small)")
     parser.add_argument("--dtype", choices=list(KV_DTYPES), default="float16", help="KV cache dtype (default: float16)")
-    parser.add_argument("--block-size", type=int, choices=BLOCK_SIZES, default=16,
-                        help="tokens per block (default: 16)")
+    parser.add_argument("--block-size", type=int, choices=BLOCK_SIZES, default=None,
+                        help="tokens per block (default: the size vLLM prefers for the backend, as the suite uses)")
     parser.add_argument("--threads", type=int, metavar="N",
                         help="torch's intra-op threads for the run (default: torch's own choice); on a shared "
                              "host 1 gives steadier numbers, since a thread pool waiting on busy cores dominates")
@@ -93,7 +123,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 # ----------------------------------------------------------------------------- input
 
 
-def parse_sizes(text: str, block_size: int) -> list[int]:
+def parse_sizes(text: str) -> list[int]:
+    """The sizes as numbers, in order, each once; whether they fit the block size is ``check_sizes``'s."""
     sizes = []
     for part in text.split(","):
         part = part.strip()
@@ -101,12 +132,31 @@ def parse_sizes(text: str, block_size: int) -> list[int]:
             size = int(part)
         except ValueError:
             raise UserError(f"--sizes: {part!r} is not a whole number of tokens") from None
-        if not 0 < size <= MAX_SIZE or size % block_size:
-            raise UserError(f"--sizes: {size} must be a positive multiple of the block size ({block_size}) "
-                            f"up to {MAX_SIZE}")
+        if not 0 < size <= MAX_SIZE:
+            raise UserError(f"--sizes: {size} must be a positive number of tokens up to {MAX_SIZE}")
         if size not in sizes:
             sizes.append(size)
     return sizes
+
+
+def check_sizes(sizes: list[int], block_size: int) -> None:
+    for size in sizes:
+        if size % block_size:
+            raise UserError(f"--sizes: {size} must be a multiple of the block size ({block_size})")
+
+
+def block_size_for(backend: str, asked: int | None) -> int:
+    """``asked``, or the size vLLM's config picks for ``backend``; a size its kernels refuse is a UserError."""
+    from conformance.harness.backends import backend_class
+
+    cls = backend_class(backend)
+    if asked is None:
+        return cls.get_preferred_block_size(VLLM_DEFAULT_BLOCK_SIZE)
+    if not cls.supports_block_size(asked):
+        sizes = ", ".join(str(s) for s in cls.get_supported_kernel_block_sizes())
+        raise UserError(f"--block-size: {backend} does not run block size {asked} "
+                        f"(vLLM: its kernel block sizes are {sizes})")
+    return asked
 
 
 def check_numbers(args: argparse.Namespace) -> None:
@@ -184,26 +234,53 @@ class Outcome:
     rows: list[Row]
     skipped: list[dict]
     errors: list[dict]
+    known_failures: list[dict] = field(default_factory=list)
 
 
-def bench_all(args, spec, backend, sizes: list[int], chosen: list) -> Outcome:
+def _progress(message: str) -> None:
+    """A line for a person watching a terminal; piped output (CI, a file) keeps only the table and findings."""
+    if sys.stderr.isatty():
+        print(message, file=sys.stderr, flush=True)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(f"{type(exc).__name__}: {exc}".split())
+
+
+def _not_benched(connector, spec, known) -> str | None:
+    """Why a connector is not measured here, before anything is built: its profile, or a skip entry."""
+    from conformance.needs import unmet_need
+
+    reason = unmet_need(connector, spec, "roundtrip")
+    if reason:
+        return reason
+    if connector.profile.is_pair():
+        return (f"{connector.name} moves KV between a live producer and consumer (a P/D pair); the bench times "
+                f"store-then-load connectors, and the conformance suite checks this pair's round-trip")
+    return known.skip_reason(connector.name)
+
+
+def bench_all(args, spec, backend, block_size: int, sizes: list[int], chosen: list, known) -> Outcome:
+    from vllm.config import VllmConfig
+
+    from conformance.harness.distributed import single_rank_parallel_state
     from conformance.harness.kvcache import CacheShape
     from conformance.harness.rig import ConnectorRefused
     from conformance.harness.timing import GEOMETRIES, BenchRig, measure, write_model
-    from conformance.needs import unmet_need
 
     outcome = Outcome([], [], [])
     geometry = GEOMETRIES[args.kv_shape]
-    max_model_len = max(sizes) + 2 * args.block_size
-    shape = CacheShape(dtype=args.dtype, block_size=args.block_size)
-    with tempfile.TemporaryDirectory(prefix="kvconform-bench-", dir=args.storage_dir) as scratch:
+    max_model_len = max(sizes) + 2 * block_size
+    shape = CacheShape(dtype=args.dtype, block_size=block_size)
+    with (tempfile.TemporaryDirectory(prefix="kvconform-bench-", dir=args.storage_dir) as scratch,
+          single_rank_parallel_state(VllmConfig())):  # as the suite's worker_process fixture, once per process
         model_dir = write_model(Path(scratch) / "model", geometry, max_model_len)
         for connector in chosen:
-            reason = unmet_need(connector, spec, "roundtrip")
+            reason = _not_benched(connector, spec, known)
             if reason:
                 outcome.skipped.append({"connector": connector.name, "reason": reason})
                 continue
-            print(f"kvconform bench: measuring {connector.name} ...", file=sys.stderr, flush=True)
+            _progress(f"kvconform bench: measuring {connector.name} ...")
             with tempfile.TemporaryDirectory(prefix=f"{connector.name}-", dir=scratch) as storage:
                 rig = BenchRig(connector, spec, backend, shape, model_dir, Path(storage), spec.device(0),
                                geometry=geometry, max_model_len=max_model_len)
@@ -216,8 +293,13 @@ def bench_all(args, spec, backend, sizes: list[int], chosen: list) -> Outcome:
                 except ConnectorRefused as exc:
                     outcome.skipped.append({"connector": connector.name, "reason": str(exc)})
                 except Exception as exc:  # noqa: BLE001 - a connector's crash is its result, reported in full
-                    message = " ".join(f"{type(exc).__name__}: {exc}".split())
-                    outcome.errors.append({"connector": connector.name, "error": message})
+                    finding, mismatch = known.failure(connector.name, exc)
+                    if finding is not None:
+                        outcome.known_failures.append({"connector": connector.name, "error": _one_line(exc),
+                                                       **finding})
+                    else:
+                        outcome.errors.append({"connector": connector.name,
+                                               "error": _one_line(exc) + (f" ({mismatch})" if mismatch else "")})
                 else:
                     outcome.rows.extend(rows_for(connector.name, baseline, samples))
     return outcome
@@ -232,7 +314,7 @@ def exit_status(outcome: Outcome, min_ratio: float | None) -> int:
     return 1 if outcome.errors or below(outcome.rows, min_ratio) else 0
 
 
-def document(args, spec, backend, sizes, outcome: Outcome, load_before, load_after) -> dict:
+def document(args, spec, backend, block_size, sizes, outcome: Outcome, load_before, load_after) -> dict:
     import torch
     import vllm
 
@@ -243,7 +325,7 @@ def document(args, spec, backend, sizes, outcome: Outcome, load_before, load_aft
     return {
         "kvconform_bench": FORMAT_VERSION,
         "platform": spec.name, "device": spec.device(0), "device_name": spec.device_name(0),
-        "attn_backend": backend, "kv_dtype": args.dtype, "block_size": args.block_size,
+        "attn_backend": backend, "kv_dtype": args.dtype, "block_size": block_size,
         "kv_shape": {"name": geometry.name, "layers": geometry.layers, "kv_heads": geometry.kv_heads,
                      "head_size": geometry.head_size,
                      "bytes_per_token": geometry.bytes_per_token(KV_DTYPES[args.dtype][0])},
@@ -253,6 +335,7 @@ def document(args, spec, backend, sizes, outcome: Outcome, load_before, load_aft
         "min_ratio": args.min_ratio,
         "results": [asdict(row) for row in outcome.rows],
         "skipped": outcome.skipped,
+        "known_failures": outcome.known_failures,
         "errors": outcome.errors,
         "below_min_ratio": [{"connector": r.connector, "op": r.op, "size_tokens": r.size_tokens, "ratio": r.ratio}
                             for r in below(outcome.rows, args.min_ratio)],
@@ -295,6 +378,9 @@ def report(doc: dict, rows: list[Row], out=sys.stdout) -> None:
         print(table(rows), file=out)
     else:
         print("no connector was measured", file=out)
+    for entry in doc["known_failures"]:
+        print(f"known   {entry['connector']}: [{entry['class'] or 'unclassified'}] {entry['reason']} "
+              f"({entry['link']}; {entry['where']})", file=out)
     for entry in doc["skipped"]:
         print(f"skipped {entry['connector']}: {entry['reason']}", file=out)
     for entry in doc["errors"]:
@@ -313,20 +399,24 @@ def write_json(doc: dict, destination: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    sizes = parse_sizes(args.sizes, args.block_size)
+    from conformance.bench_expected import KnownResults
+
+    quiet_vllm()
+    sizes = parse_sizes(args.sizes)
     check_numbers(args)
     check_output(args.json)
     spec, backend = target(args)
-    for name, value in VLLM_ENVIRONMENT.items():
-        os.environ.setdefault(name, value)
+    block_size = block_size_for(backend, args.block_size)
+    check_sizes(sizes, block_size)
     chosen = connectors(args)
+    known = KnownResults.load(spec.name, backend, args.dtype)
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
     load_before = os.getloadavg()
-    outcome = bench_all(args, spec, backend, sizes, chosen)
-    doc = document(args, spec, backend, sizes, outcome, load_before, os.getloadavg())
+    outcome = bench_all(args, spec, backend, block_size, sizes, chosen, known)
+    doc = document(args, spec, backend, block_size, sizes, outcome, load_before, os.getloadavg())
     if args.json != "-":
         report(doc, outcome.rows)
     if args.json:

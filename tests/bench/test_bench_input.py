@@ -28,7 +28,17 @@ def test_every_option_parses():
 def test_defaults_measure_every_connector_at_three_sizes_without_a_gate():
     args = parse()
     assert args.connector == [] and args.json is None and args.min_ratio is None
-    assert bench_module.parse_sizes(args.sizes, args.block_size) == [256, 1024, 4096]
+    assert args.block_size is None  # the backend's preferred size
+    assert bench_module.parse_sizes(args.sizes) == [256, 1024, 4096]
+
+
+def test_the_block_size_follows_the_backend_as_the_suite_does():
+    """vLLM's CPU_ATTN prefers 32 and its kernels refuse 16 (multiples of 32 only)."""
+    assert bench_module.block_size_for("CPU_ATTN", None) == 32
+    assert bench_module.block_size_for("CPU_ATTN", 64) == 64
+    with pytest.raises(UserError, match=re.escape("--block-size: CPU_ATTN does not run block size 16 (vLLM: its "
+                                                  "kernel block sizes are")):
+        bench_module.block_size_for("CPU_ATTN", 16)
 
 
 def test_json_without_a_file_means_stdout():
@@ -37,17 +47,22 @@ def test_json_without_a_file_means_stdout():
 
 
 def test_sizes_are_deduplicated_in_order():
-    assert bench_module.parse_sizes(" 64, 32,64 ", 16) == [64, 32]
+    assert bench_module.parse_sizes(" 64, 32,64 ") == [64, 32]
 
 
 @pytest.mark.parametrize("sizes, says", [
     ("abc", "not a whole number"), ("", "not a whole number"), ("32,,64", "not a whole number"),
-    ("0", "positive multiple"), ("-16", "positive multiple"), ("24", "multiple of the block size (16)"),
-    (str(1 << 20), "up to"),
+    ("0", "positive number"), ("-16", "positive number"), (str(1 << 20), "up to"),
 ])
 def test_bad_sizes(sizes, says):
     with pytest.raises(UserError, match=re.escape(says)):
-        bench_module.parse_sizes(sizes, 16)
+        bench_module.parse_sizes(sizes)
+
+
+def test_sizes_must_be_whole_blocks():
+    bench_module.check_sizes([32, 64], 32)
+    with pytest.raises(UserError, match=re.escape("--sizes: 48 must be a multiple of the block size (32)")):
+        bench_module.check_sizes([32, 48], 32)
 
 
 def assert_one_line_error(result, *fragments: str) -> None:
@@ -60,8 +75,9 @@ def assert_one_line_error(result, *fragments: str) -> None:
 
 @pytest.mark.parametrize("args, says", [
     (("--sizes", "256,abc"), "--sizes: 'abc'"),
-    (("--sizes", "100"), "--sizes: 100 must be a positive multiple of the block size (16)"),
-    (("--sizes", "16", "--block-size", "32"), "block size (32)"),
+    (("--platform", "cpu", "--sizes", "100"), "--sizes: 100 must be a multiple of the block size (32)"),
+    (("--platform", "cpu", "--sizes", "32", "--block-size", "64"), "block size (64)"),
+    (("--platform", "cpu", "--block-size", "16"), "--block-size: CPU_ATTN does not run block size 16"),
     (("--repeat", "0"), "--repeat: 0 must be at least 1"),
     (("--threads", "0"), "--threads: 0 must be at least 1"),
     (("--min-ratio", "-1"), "--min-ratio: -1.0 must be a positive number"),
@@ -104,13 +120,18 @@ def _row(ratio: float) -> bench_module.Row:
     return bench_module.Row("C", "storage", "save", 16, 1000, 1.0, [1.0], 1e-6, 1.0, [1.0], 1e-6 / ratio, ratio)
 
 
-@pytest.mark.parametrize("ratios, min_ratio, errors, status", [
-    ([0.5, 2.0], None, [], 0),
-    ([0.5, 2.0], 0.5, [], 0),
-    ([0.5, 2.0], 0.6, [], 1),
-    ([2.0], None, [{"connector": "X", "error": "boom"}], 1),
-    ([], 10.0, [], 0),
+KNOWN = {"connector": "Y", "error": "AttributeError: x", "class": "bug", "reason": "crashes", "link": "l",
+         "where": "cpu.yaml:3"}
+
+
+@pytest.mark.parametrize("ratios, min_ratio, errors, known, status", [
+    ([0.5, 2.0], None, [], [], 0),
+    ([0.5, 2.0], 0.5, [], [], 0),
+    ([0.5, 2.0], 0.6, [], [], 1),
+    ([2.0], None, [{"connector": "X", "error": "boom"}], [], 1),
+    ([2.0], None, [], [KNOWN], 0),  # a failure an expectation names is its finding, not an error
+    ([], 10.0, [], [], 0),
 ])
-def test_exit_status(ratios, min_ratio, errors, status):
-    outcome = bench_module.Outcome([_row(r) for r in ratios], [], errors)
+def test_exit_status(ratios, min_ratio, errors, known, status):
+    outcome = bench_module.Outcome([_row(r) for r in ratios], [], errors, known)
     assert bench_module.exit_status(outcome, min_ratio) == status

@@ -1,10 +1,12 @@
 """A real ``kvconform bench`` run, small enough for the test suite: one size, one repeat, the tiny model.
 
 One run in a fresh interpreter (as a CI step runs it) measures ExampleConnector,
-lists DecodeBenchConnector as skipped, reports a connector that claims KV but
-loads nothing as an error instead of timing it, and gates with an impossible
-``--min-ratio``. It is one test so that xdist runs it once; each ``check_*``
-below reads one aspect of the run.
+lists DecodeBenchConnector and the NixlConnector pair as skipped, shows
+SimpleCPUOffloadConnector's known crash as its finding (the suite's expectation),
+reports a connector that claims KV but loads nothing as an error instead of
+timing it, and gates with an impossible ``--min-ratio``; its output is the table
+and the findings, without vLLM's log lines. It is one test so that xdist runs it
+once; each ``check_*`` below reads one aspect of the run.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ def test_a_tiny_bench_run(tmp_path):
     out = tmp_path / "bench.json"
     command = [sys.executable, "-m", "conformance.cli", "bench", "--platform", "cpu",
                "--connector", "ExampleConnector", "--connector", "DecodeBenchConnector", "--connector", SILENT,
+               "--connector", "SimpleCPUOffloadConnector", "--connector", "NixlConnector",
                "--sizes", str(SIZE), "--repeat", "1", "--kv-shape", "tiny", "--threads", "1",
                "--json", str(out), "--min-ratio", "1e9"]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -33,7 +36,8 @@ def test_a_tiny_bench_run(tmp_path):
     run = done, json.loads(out.read_text())
     for check in (check_the_documented_fields, check_save_and_load_beside_the_storage_baseline,
                   check_a_connector_without_a_round_trip_is_skipped, check_a_load_that_moves_nothing_is_an_error,
-                  check_an_impossible_min_ratio_exits_1_naming_the_connector, check_the_table_shows_each_measurement):
+                  check_an_impossible_min_ratio_exits_1_naming_the_connector, check_the_table_shows_each_measurement,
+                  check_a_known_failure_is_its_finding, check_the_output_is_the_table_and_the_findings):
         check(run)
 
 
@@ -41,7 +45,8 @@ def check_the_documented_fields(run):
     _, doc = run
     assert doc["kvconform_bench"] == 1
     assert (doc["platform"], doc["device"], doc["attn_backend"]) == ("cpu", "cpu", "CPU_ATTN")
-    assert (doc["sizes"], doc["repeat"], doc["kv_dtype"], doc["block_size"]) == ([SIZE], 1, "float16", 16)
+    # the block size vLLM prefers for CPU_ATTN (whose kernels refuse 16), as the suite uses
+    assert (doc["sizes"], doc["repeat"], doc["kv_dtype"], doc["block_size"]) == ([SIZE], 1, "float16", 32)
     assert doc["torch_threads"] == 1
     assert doc["kv_shape"] == {"name": "tiny", "layers": 2, "kv_heads": 2, "head_size": 32,
                                "bytes_per_token": TINY_BYTES_PER_TOKEN}
@@ -67,9 +72,28 @@ def check_save_and_load_beside_the_storage_baseline(run):
 
 def check_a_connector_without_a_round_trip_is_skipped(run):
     done, doc = run
-    [skipped] = doc["skipped"]
-    assert skipped["connector"] == "DecodeBenchConnector" and "roundtrip check does not apply" in skipped["reason"]
-    assert "skipped DecodeBenchConnector: " in done.stdout
+    skipped = {entry["connector"]: entry["reason"] for entry in doc["skipped"]}
+    assert sorted(skipped) == ["DecodeBenchConnector", "NixlConnector"]
+    assert "roundtrip check does not apply" in skipped["DecodeBenchConnector"]
+    assert "live producer and consumer (a P/D pair)" in skipped["NixlConnector"]
+    assert "skipped DecodeBenchConnector: " in done.stdout and "skipped NixlConnector: " in done.stdout
+
+
+def check_a_known_failure_is_its_finding(run):
+    done, doc = run
+    [known] = doc["known_failures"]
+    assert known["connector"] == "SimpleCPUOffloadConnector"
+    assert "priority_range" in known["error"] and known["where"].startswith("conformance/expectations/cpu.yaml:")
+    assert known["link"].startswith("https://") and known["reason"]
+    assert "SimpleCPUOffloadConnector" not in {e["connector"] for e in doc["errors"]}
+    assert f"known   SimpleCPUOffloadConnector: [{known['class'] or 'unclassified'}] {known['reason']}" in done.stdout
+
+
+def check_the_output_is_the_table_and_the_findings(run):
+    done, _ = run
+    prefixes = ("kvconform bench on ", "connector ", "ExampleConnector ", "known ", "skipped ", "error ")
+    assert [line for line in done.stdout.splitlines() if not line.startswith(prefixes)] == []
+    assert [line for line in done.stderr.splitlines() if not line.startswith("kvconform bench: ")] == []
 
 
 def check_a_load_that_moves_nothing_is_an_error(run):
