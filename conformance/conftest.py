@@ -49,10 +49,11 @@ def worker_process():
 
 
 @pytest.fixture
-def make_rig(platform, attn_backend, connector, tiny_model, storage, device, worker_process):
+def make_rig(platform, attn_backend, connector, tiny_model, storage, device, worker_process, connector_services):
     from conformance.harness.rig import Rig
 
     def make(shape):
-        return Rig(connector, platform, attn_backend, shape, tiny_model, storage, device)
+        return Rig(connector, platform, attn_backend, shape, tiny_model, storage, device,
+                   services=connector_services(connector))
 
     return make

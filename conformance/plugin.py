@@ -20,7 +20,7 @@ from platforms.spec import PlatformSpec, Probe
 
 # Sibling plugin modules, each with one concern; loaded with this one (so their options parse too).
 pytest_plugins = ["conformance.expectations", "conformance.results", "conformance.reliability",
-                  "conformance.harness.workload_options"]
+                  "conformance.harness.workload_options", "conformance.services"]
 
 CONFORMANCE_DIR = Path(__file__).resolve().parent
 

@@ -14,6 +14,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from conformance.services import ServiceSpec
+
 PROFILES_FILE = Path(__file__).with_name("connectors.yaml")
 
 Check = Literal["roundtrip", "fill", "contract", "lint", "engine", "workload"]
@@ -59,9 +61,10 @@ class ConnectorProfile(BaseModel):
     def is_pair(self) -> bool:
         return set(self.roles or []) == {"kv_producer", "kv_consumer"}
 
-    def render_extra_config(self, storage: Path) -> dict[str, Any]:
-        """The extra config with ``{storage}`` replaced by this test's own folder."""
-        return _substitute(copy.deepcopy(self.extra_config), {"storage": str(storage)})
+    def render_extra_config(self, storage: Path, services: dict[str, str] | None = None) -> dict[str, Any]:
+        """The extra config with ``{storage}`` replaced by this test's own folder, and its servers'
+        ``{NAME.port:P}`` / ``{NAME.dir}`` by where they run (``conformance/services.py``)."""
+        return _substitute(copy.deepcopy(self.extra_config), {"storage": str(storage), **(services or {})})
 
 
 class Defaults(BaseModel):

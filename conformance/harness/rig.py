@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import ClassVar
 
@@ -71,6 +71,7 @@ class Rig:
     storage: Path
     device: str
     max_model_len: int = MAX_MODEL_LEN
+    services: dict = field(default_factory=dict)  # the connector's servers' placeholders (conformance/services.py)
     # the worker-side stand-in to build (the bench swaps in a timed one)
     worker_class: ClassVar[type[WorkerStandIn]] = WorkerStandIn
 
@@ -117,7 +118,7 @@ class Rig:
         profile = self.connector.profile
         transfer = KVTransferConfig(
             kv_role=role,
-            kv_connector_extra_config=profile.render_extra_config(self.storage),
+            kv_connector_extra_config=profile.render_extra_config(self.storage, self.services),
             **({"kv_buffer_device": profile.kv_buffer_device.replace("{device}", self.platform.torch_device_type)}
                if profile.kv_buffer_device else {}),
             **self.connector.transfer_config_fields(),

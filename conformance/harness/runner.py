@@ -50,6 +50,17 @@ def finished_transfers(connector, finished_req_ids: set[str]) -> tuple[set | Non
     return sending, recving, set()
 
 
+def worker_metadata(connector) -> dict:
+    """The worker's report to the scheduler side, built where vLLM's runner builds it (before clearing).
+
+    ``KVConnectorOutput.kv_connector_worker_meta`` carries it to the scheduler's
+    ``update_connector_output``: MooncakeStoreConnector's finished stores reach its
+    scheduler side only this way. Empty for a vLLM without the hook.
+    """
+    build = getattr(connector, "build_connector_worker_meta", None)
+    return {"kv_connector_worker_meta": build()} if build is not None else {}
+
+
 @dataclass
 class StepRecord:
     finished_sending: set | None
@@ -112,10 +123,11 @@ class WorkerStandIn:
             connector.wait_for_save()
             sending, recving, failed = finished_transfers(connector, scheduler_output.finished_req_ids)
             load_errors = connector.get_block_ids_with_load_errors()
+            worker_meta = worker_metadata(connector)
             connector.clear_connector_metadata()
         self.records.append(StepRecord(sending, recving, load_errors))
         return KVConnectorOutput(finished_sending=sending, finished_recving=recving, failed_recving=failed,
-                                 invalid_block_ids=set(load_errors or ()))
+                                 invalid_block_ids=set(load_errors or ()), **worker_meta)
 
     def shutdown(self) -> None:
         self.connector.shutdown()

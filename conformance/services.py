@@ -1,0 +1,302 @@
+"""Servers a connector needs (LMCache's server, Mooncake's master), run as session fixtures.
+
+LMCache and Mooncake do not keep KV in the process that asks for it: a server
+holds it. A connector profile declares those servers under ``services:``; this
+module starts each one the first time a test of that connector builds a rig,
+keeps it for the rest of the session (one per xdist worker), and stops it at
+the end. Why each piece is the way it is:
+
+* Loopback ports come from the kernel (bind to port 0), so parallel workers never
+  collide; the small window between closing that socket and the server binding
+  it is closed by retrying on a fresh port when the server dies before it is ready.
+* No test may see another's data: ``per_test: reset`` calls the server's own
+  "clear everything" endpoint before each test (LMCache's ``POST /cache/clear``),
+  ``per_test: restart`` gives each test a fresh instance (Mooncake's master has no
+  such call); a reset that fails falls back to a restart, never to shared data.
+* A server that cannot start is a skip quoting why (its exit status and the end of
+  its log), decided once: every later test of that connector skips with the same words.
+* A failed test carries the end of each server's log in its report, since a
+  connector's error often only says "timed out" while the server says why.
+* A connector that hangs on its server is bounded by the service's ``timeout_s``,
+  applied as the test's timeout when it is shorter than the per-test one.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import pytest
+from pydantic import BaseModel, ConfigDict, Field
+
+LOG_TAIL_LINES = 40
+START_ATTEMPTS = 3  # a fresh port each time: another process may take the one we picked first
+STOP_GRACE_S = 10.0
+RESET_TIMEOUT_S = 30.0
+LOOPBACK = "127.0.0.1"
+
+
+class HttpReset(BaseModel):
+    """The server's own "forget everything" call: ``POST http://127.0.0.1:{port}{path}`` with ``body``."""
+
+    model_config = ConfigDict(extra="forbid")
+    port: str  # a name from the service's ``ports``
+    path: str
+    body: str = ""  # JSON
+
+
+class ServiceSpec(BaseModel):
+    """One server, as data in a connector profile (``connectors.yaml``, key ``services``).
+
+    Placeholders in ``command``, ``files`` and ``env``: ``{python}`` (this interpreter),
+    ``{dir}`` (the service's own folder), ``{port:NAME}`` (a loopback port chosen for it).
+    The connector's ``extra_config`` and ``env`` name them as ``{SERVICE.port:NAME}`` and
+    ``{SERVICE.dir}``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    command: list[str]  # argv; the first word is looked up on PATH, then beside the interpreter
+    ports: list[str] = Field(default_factory=lambda: ["main"])
+    ready: str = "main"  # the port that accepts a TCP connection once the server is ready
+    files: dict[str, str] = Field(default_factory=dict)  # written into {dir} before the start
+    env: dict[str, str] = Field(default_factory=dict)  # set for the connector while a test runs
+    per_test: Literal["restart", "reset", "shared"] = "restart"  # how no test sees another's data
+    reset: HttpReset | None = None  # with per_test: reset
+    start_timeout_s: float = 90.0
+    timeout_s: float | None = None  # the test's timeout when it is shorter than the per-test one
+
+
+class ServiceUnavailable(Exception):
+    """A server did not come up; the message says why, in the server's words where it gave any."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        return sock.getsockname()[1]
+
+
+def _accepts(port: int) -> bool:
+    try:
+        with socket.create_connection((LOOPBACK, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _substitute(text: str, mapping: dict[str, str]) -> str:
+    for key, value in mapping.items():
+        text = text.replace("{" + key + "}", value)
+    return text
+
+
+def _executable(word: str) -> str:
+    """A command's first word: on PATH, else beside this interpreter (a venv's scripts are not on PATH)."""
+    if os.sep in word:
+        return word
+    beside = Path(sys.executable).parent / word
+    return shutil.which(word) or (str(beside) if beside.exists() else word)
+
+
+def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+@dataclass
+class RunningService:
+    """One started server: its ports, folder, log, and process (which this module started and stops)."""
+
+    name: str
+    spec: ServiceSpec
+    folder: Path
+    ports: dict[str, int]
+    process: subprocess.Popen
+    log: Path
+
+    def placeholders(self) -> dict[str, str]:
+        """What the connector's extra config and environment may name: ``{NAME.port:P}``, ``{NAME.dir}``."""
+        found = {f"{self.name}.port:{p}": str(n) for p, n in self.ports.items()}
+        found[f"{self.name}.dir"] = str(self.folder)
+        return found
+
+    def log_tail(self) -> str:
+        return tail(self.log)
+
+    def reset(self) -> str | None:
+        """Empty the server through its ``reset`` call; the reason when that did not work, else None."""
+        call = self.spec.reset
+        if call is None:
+            return "no reset call is declared"
+        url = f"http://{LOOPBACK}:{self.ports[call.port]}{call.path}"
+        request = urllib.request.Request(url, data=call.body.encode(), method="POST",
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=RESET_TIMEOUT_S) as answer:
+                return None if 200 <= answer.status < 300 else f"POST {url} answered {answer.status}"
+        except OSError as exc:  # URLError, HTTPError, timeouts
+            return f"POST {url} failed: {exc}"
+
+    def stop(self) -> None:
+        if self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)  # its own session: the server and its children
+        try:
+            self.process.wait(STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+
+def start(name: str, spec: ServiceSpec, folder: Path) -> RunningService:
+    """Start ``spec`` on fresh loopback ports and wait until it is ready; retry if it loses its port."""
+    folder.mkdir(parents=True, exist_ok=True)
+    failure = ""
+    for attempt in range(1, START_ATTEMPTS + 1):
+        ports = {p: free_port() for p in spec.ports}
+        mapping = {"python": sys.executable, "dir": str(folder), **{f"port:{p}": str(n) for p, n in ports.items()}}
+        for file_name, content in spec.files.items():
+            (folder / file_name).write_text(_substitute(content, mapping))
+        argv = [_substitute(word, mapping) for word in spec.command]
+        argv[0] = _executable(argv[0])
+        log = folder / f"{name}-{attempt}.log"
+        with log.open("wb") as sink:
+            try:
+                process = subprocess.Popen(argv, cwd=folder, stdout=sink, stderr=subprocess.STDOUT,
+                                           stdin=subprocess.DEVNULL, start_new_session=True)
+            except OSError as exc:
+                raise ServiceUnavailable(f"service {name}: cannot run {argv[0]}: {exc.strerror}") from None
+        service = RunningService(name, spec, folder, ports, process, log)
+        deadline = time.monotonic() + spec.start_timeout_s
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                break
+            if _accepts(ports[spec.ready]):
+                return service
+            time.sleep(0.2)
+        if process.poll() is None:
+            service.stop()
+            raise ServiceUnavailable(f"service {name} did not accept connections on port {ports[spec.ready]} "
+                                     f"within {spec.start_timeout_s:g} s; its log ends:\n{service.log_tail()}")
+        failure = (f"service {name} exited with status {process.returncode} before it was ready "
+                   f"(attempt {attempt} of {START_ATTEMPTS}); its log ends:\n{service.log_tail()}")
+    raise ServiceUnavailable(failure)
+
+
+@dataclass
+class ServicePool:
+    """The servers of one test session, by (connector, service) name; a failed start is remembered."""
+
+    root: Path
+    running: dict[str, RunningService] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+
+    def acquire(self, connector: str, name: str, spec: ServiceSpec) -> RunningService:
+        key = f"{connector}.{name}"
+        if key in self.failed:
+            raise ServiceUnavailable(self.failed[key])
+        current = self.running.get(key)
+        if current is not None and current.process.poll() is None and spec.per_test == "reset":
+            if current.reset() is None:
+                return current
+        if current is not None and (spec.per_test != "shared" or current.process.poll() is not None):
+            current.stop()  # a fresh instance: asked for, or the reset did not work, or it died
+            current = None
+        if current is None:
+            try:
+                current = start(name, spec, self.root / key)
+            except ServiceUnavailable as exc:
+                self.failed[key] = str(exc)
+                raise
+            self.running[key] = current
+        return current
+
+    def close(self) -> None:
+        for service in self.running.values():
+            service.stop()
+        self.running.clear()
+
+
+SERVICES_USED = pytest.StashKey[list[RunningService]]()
+
+
+@pytest.fixture(scope="session")
+def service_pool(tmp_path_factory):
+    pool = ServicePool(tmp_path_factory.mktemp("services"))
+    yield pool
+    pool.close()
+
+
+@pytest.fixture
+def connector_services(request, service_pool, monkeypatch):
+    """``use(connector) -> placeholders``: the connector's servers, fresh for this test where declared.
+
+    Lazy (called when a rig is built, after the test's own skips), and once per test however
+    many rigs it builds. A server that cannot start skips the test, quoting why.
+    """
+    used: dict[str, RunningService] = {}
+
+    def use(connector) -> dict[str, str]:
+        placeholders: dict[str, str] = {}
+        for name, spec in connector.profile.services.items():
+            if name not in used:
+                try:
+                    used[name] = service_pool.acquire(connector.name, name, spec)
+                except ServiceUnavailable as exc:
+                    pytest.skip(f"{connector.name}: {exc}")
+                request.node.stash.setdefault(SERVICES_USED, []).append(used[name])
+                for key, value in spec.env.items():
+                    mapping = {"dir": str(used[name].folder),
+                               **{f"port:{p}": str(n) for p, n in used[name].ports.items()}}
+                    monkeypatch.setenv(key, _substitute(value, mapping))
+            placeholders.update(used[name].placeholders())
+        return placeholders
+
+    return use
+
+
+def service_timeout(connector, per_test: float | None) -> float | None:
+    """The test's timeout for a connector with servers: the shortest service ``timeout_s``, if below ``per_test``."""
+    limits = [s.timeout_s for s in connector.profile.services.values() if s.timeout_s]
+    if not limits or not per_test:
+        return None
+    return min(limits) if min(limits) < per_test else None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Before the per-test timeout is set: a connector with servers gets its shorter bound."""
+    from conformance.reliability.items import connector_of
+    from conformance.reliability.timeouts import effective_timeout
+
+    per_test = effective_timeout(config)
+    for item in items:
+        connector = connector_of(item)
+        if getattr(connector, "profile", None) is None or item.get_closest_marker("timeout") is not None:
+            continue  # not a conformance test (another project's ``connector`` parameter), or timed already
+        limit = service_timeout(connector, per_test)
+        if limit:
+            item.add_marker(pytest.mark.timeout(limit))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A failed test shows the end of each server's log: the server often says why the connector failed."""
+    report = yield
+    if report.failed:
+        for service in item.stash.get(SERVICES_USED, []):
+            report.sections.append((f"kvconform service {service.name} log (last {LOG_TAIL_LINES} lines)",
+                                    service.log_tail() or "(empty)"))
+    return report
