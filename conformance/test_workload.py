@@ -17,7 +17,7 @@ from __future__ import annotations
 import pytest
 
 from conformance.harness.kvcache import CacheShape
-from conformance.harness.workload_scenarios import SCENARIOS
+from conformance.harness.workload_scenarios import EXERCISES, SCENARIOS
 from conformance.needs import refusals_skip, require
 
 pytestmark = pytest.mark.check("workload")
@@ -57,6 +57,10 @@ def test_workload_scenario(platform, attn_backend, connector, scenario, workload
     assert report.verified_loaded_tokens > 0, (
         f"{connector.name}: the {scenario} workload gave the consumer no verified load "
         f"({report.claimed_tokens} external tokens claimed): nothing was checked\n  workload: {spec.to_text()}")
+    if scenario in EXERCISES:
+        assert getattr(report, EXERCISES[scenario]) > 0, (
+            f"{connector.name}: the {scenario} workload ran without {EXERCISES[scenario].replace('_', ' ')}: "
+            f"its feature was not exercised ({report})\n  workload: {spec.to_text()}")
 
 
 @pytest.mark.parametrize("prefill", ["whole", "chunked"])

@@ -83,6 +83,7 @@ class EnginePhase:
         self.held: dict[str, set[int]] = {}  # finished requests whose blocks the connector kept
         self.loaders: set[str] = set()  # requests that claimed external tokens
         self.verified: set[str] = set()  # loaders whose loaded bytes were checked
+        self.preempted: set[str] = set()
         self._plan: list[tuple[str, list[int], list[int], range]] = []
         side.worker.forward = self._forward
         self._watch_request_finished()
@@ -184,11 +185,8 @@ class EnginePhase:
         for rid, req in self.scheduler.requests.items():
             if req.num_computed_tokens:
                 self.ledger.record(self.name, rid, list(req.all_token_ids[:req.num_computed_tokens]))
-        self.report.preemptions = max(self.report.preemptions, self._preemptions())
-
-    def _preemptions(self) -> int:
-        return sum(req.num_preemptions for req in self.scheduler.requests.values()
-                   if hasattr(req, "num_preemptions"))
+        self.preempted |= {rid for rid, req in self.scheduler.requests.items() if getattr(req, "num_preemptions", 0)}
+        self.report.preemptions = max(self.report.preemptions, len(self.preempted))
 
     # -- the forward ----------------------------------------------------------------------------------
 

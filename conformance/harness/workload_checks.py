@@ -10,8 +10,8 @@ workload, so a generated workload needs no expected result of its own:
   prefix's KV in the slot its block table maps it to;
 * ``stray_writes``: nothing changed outside the slots the forward wrote and the
   slots of requests loading external KV (whole blocks for page movers);
-* ``claim_within_known``: a claim never exceeds the longest prefix some engine
-  over this storage had computed;
+* ``claim_within_known``: a claim is never negative and never exceeds the
+  longest prefix some engine over this storage had computed;
 * ``finished_in_flight``: every id reported as received was waiting for an
   async load, every id reported as sent was kept by ``request_finished``;
 * ``no_reuse_before_release``: blocks a connector still holds are not handed
@@ -92,6 +92,10 @@ def claim_within_known(rid: str, prompt: list[int], num_computed: int, external:
                        known: list[tuple[int, ...]]) -> str | None:
     if not external:
         return None
+    if external < 0:
+        return (f"request {rid} ({len(prompt)}-token prompt): the connector claimed {external} external tokens "
+                f"after {num_computed} computed ones; a claim counts tokens to load beyond those and is never "
+                f"negative (vLLM's scheduler adds it to the computed count unchecked)")
     limit = longest_prefix(prompt, known)
     if num_computed + external > limit:
         return (f"request {rid} ({len(prompt)}-token prompt): the connector claimed {external} external tokens "

@@ -15,6 +15,10 @@ _A = R(family=0, shared=40, length=70, tail=1)
 _B = R(family=0, shared=40, length=90, tail=2)
 _C = R(family=1, shared=0, length=75, tail=3)
 
+# what each scenario must have exercised (a WorkloadReport field > 0), so it cannot pass on nothing
+EXERCISES: dict[str, str] = {"chunked-prefill": "chunked_steps", "memory-pressure": "preemptions",
+                             "abort": "aborts"}
+
 SCENARIOS: dict[str, WorkloadSpec] = {s.label: s for s in (
     WorkloadSpec(
         label="shared-prefix",
@@ -39,11 +43,13 @@ SCENARIOS: dict[str, WorkloadSpec] = {s.label: s for s in (
                                      R(family=1, length=75, tail=3, arrive=3, max_tokens=3))),
     WorkloadSpec(
         label="memory-pressure",
-        # 10 blocks for four decoding requests: they wait, get preempted, and blocks are recycled
-        producer=(_A, _B, _C, R(family=3, length=60, max_tokens=8)),
-        consumer=(R(family=0, shared=40, length=70, tail=1, max_tokens=8), R(family=1, length=75, tail=3,
-                  max_tokens=8), _B),
-        num_blocks=10, max_seqs=4, token_budget=64),
+        # 8 blocks for three decoding requests that each cross into a third block: they wait, get
+        # preempted and resumed, and freed blocks are recycled
+        producer=(R(family=0, shared=40, length=62, tail=1, max_tokens=8),
+                  R(family=0, shared=40, length=62, tail=2, max_tokens=8), R(family=1, length=62, max_tokens=8)),
+        consumer=(R(family=0, shared=40, length=62, tail=1, max_tokens=8), R(family=1, length=62, max_tokens=8),
+                  R(family=0, shared=40, length=62, tail=2, max_tokens=8)),
+        num_blocks=8, max_seqs=4, token_budget=128),
     WorkloadSpec(
         label="abort",
         # the producer aborts one request before it runs and one mid-decode; the consumer aborts one
