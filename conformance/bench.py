@@ -382,7 +382,8 @@ def report(doc: dict, rows: list[Row], out=sys.stdout) -> None:
         print(f"known   {entry['connector']}: [{entry['class'] or 'unclassified'}] {entry['reason']} "
               f"({entry['link']}; {entry['where']})", file=out)
     for entry in doc["skipped"]:
-        print(f"skipped {entry['connector']}: {entry['reason']}", file=out)
+        reason = entry["reason"].removeprefix(f"{entry['connector']}: ")  # the line names the connector already
+        print(f"skipped {entry['connector']}: {reason}", file=out)
     for entry in doc["errors"]:
         print(f"error   {entry['connector']}: {entry['error']}", file=out)
 
