@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 WORKERS     ?= 2
 STAMP       := $(VENV)/.kvconform-installed
 
-.PHONY: venv test unit conformance conformance-cpu clean venv-thirdparty test-thirdparty
+.PHONY: venv test unit conformance conformance-cpu clean venv-thirdparty test-thirdparty smoke-accelerator
 
 venv: $(STAMP)
 
@@ -78,6 +78,16 @@ test-thirdparty: venv-thirdparty
 		--junitxml=$(TP_OUT)/junit.xml --kvconform-json=$(TP_OUT)/results-run.json $(PYTEST_ARGS); status=$$?; \
 	$(TP_BIN)/kvconform report $(TP_OUT)/junit.xml $(TP_OUT)/results-run.json --out $(TP_OUT) --print-matrix || status=1; \
 	exit $$status
+
+# First run on an accelerator machine whose Python already has that platform's torch and vLLM
+# (SMOKE_PYTHON): install kvconform into it, then torch-only checks and a bounded suite run
+# (conformance/smoke/), all results in $(OUT)/smoke. SMOKE_ARGS: e.g. --torch-only.
+SMOKE_PYTHON ?= python3
+SMOKE_ARGS   ?=
+smoke-accelerator:
+	$(SMOKE_PYTHON) -m pip install --quiet .
+	mkdir -p $(OUT)/smoke
+	$(SMOKE_PYTHON) -P -m conformance.smoke --out $(OUT)/smoke $(SMOKE_ARGS)
 
 clean:
 	rm -rf $(VENV) $(TP_VENV) $(OUT) *.egg-info

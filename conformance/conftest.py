@@ -25,12 +25,6 @@ def storage(tmp_path):
     return path
 
 
-@pytest.fixture
-def device(platform):
-    """The device the caches go on: not the default one when two or more are visible."""
-    return platform.device(1 if _device_count(platform) >= 2 else 0)
-
-
 def _device_count(platform) -> int:
     from platforms import probe
 
@@ -38,14 +32,39 @@ def _device_count(platform) -> int:
 
 
 @pytest.fixture(scope="session")
-def worker_process():
-    """vLLM's tensor-parallel group of one, set up once per test process as a vLLM worker has it."""
+def worker_rank(platform) -> int:
+    """The local rank this test process plays: the index of its cache device (see ``worker_device_index``)."""
+    from conformance.harness.devices import worker_device_index
+
+    return worker_device_index(_device_count(platform))
+
+
+@pytest.fixture(scope="session")
+def worker_process(platform, worker_rank):
+    """A faithful vLLM worker of rank k, once per test process: device k current, local rank k, a TP group of one."""
     from vllm.config import VllmConfig
 
+    from conformance.harness.devices import make_current
     from conformance.harness.distributed import single_rank_parallel_state
 
-    with single_rank_parallel_state(VllmConfig()):
+    make_current(platform.device(worker_rank))
+    with single_rank_parallel_state(VllmConfig(), local_rank=worker_rank):
         yield
+
+
+@pytest.fixture
+def device(platform, worker_rank, worker_process):
+    """The device the caches go on: the worker's current device, as in vLLM (device 1 when two or more are visible)."""
+    return platform.device(worker_rank)
+
+
+@pytest.fixture
+def off_current_device(platform, worker_rank, worker_process):
+    """A device that is not the current one (kvconform's stricter policy case); needs two visible devices."""
+    from conformance.workers import require_devices
+
+    require_devices(platform, 2)
+    return platform.device((worker_rank + 1) % _device_count(platform))
 
 
 @pytest.fixture

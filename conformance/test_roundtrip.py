@@ -12,7 +12,7 @@ import pytest
 from conformance.harness.kvcache import KV_DTYPES, CacheShape, all_layouts
 from conformance.harness.roundtrip import SCENARIOS, run_roundtrip
 from conformance.needs import refusals_skip, require
-from conformance.workers import MULTI_DEVICE_GROUP, require_devices
+from conformance.workers import MULTI_DEVICE_GROUP
 
 pytestmark = pytest.mark.check("roundtrip")
 
@@ -44,6 +44,7 @@ def test_roundtrip(platform, attn_backend, connector, dtype, make_rig, record_pr
     _roundtrip(make_rig, connector, platform, CacheShape(dtype=dtype), record_property=record_property)
 
 
+@pytest.mark.mla  # attn_backend: the platform's MLA backends (an MLA layer never runs on another)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_roundtrip_mla(platform, attn_backend, connector, dtype, make_rig, record_property):
     _roundtrip(make_rig, connector, platform, CacheShape(dtype=dtype, mla=True), record_property=record_property)
@@ -69,9 +70,27 @@ def test_roundtrip_scenario(platform, attn_backend, connector, scenario, block_s
     _roundtrip(make_rig, connector, platform, CacheShape(block_size=block_size), scenario, record_property)
 
 
+POLICY_OFF_CURRENT = ("kvconform policy, stricter than vLLM (whose worker makes its cache device current): "
+                      "the caches sit on a device that is not the current one")
+
+
 @pytest.mark.xdist_group(MULTI_DEVICE_GROUP)
-def test_roundtrip_other_device(platform, attn_backend, connector, make_rig, device):
-    """Caches on a device other than the default one: catches "cuda", current_platform.device_type, the current device."""
-    require_devices(platform, 2)
-    assert device != platform.device(0), f"the caches must not sit on the default device ({device})"
-    _roundtrip(make_rig, connector, platform, CacheShape())
+@pytest.mark.policy(POLICY_OFF_CURRENT)
+def test_roundtrip_other_device(platform, attn_backend, connector, make_rig, off_current_device, record_property):
+    """Caches off the current device: catches ``"cuda"``, ``current_platform.device_type``, the current device.
+
+    vLLM never does this, so a failure here is a finding of kvconform's policy, not a crash
+    vLLM's worker would see; its message says so.
+    """
+    from dataclasses import replace
+
+    from conformance.harness.devices import DeviceMismatch, current_device
+
+    record_property("kvconform.policy", POLICY_OFF_CURRENT)
+    current = current_device(platform.torch_device_type)
+    assert off_current_device != str(current), f"{off_current_device} is the current device; the case needs another"
+    try:
+        _roundtrip(lambda shape: replace(make_rig(shape), device=off_current_device), connector, platform, CacheShape())
+    except DeviceMismatch as exc:
+        raise DeviceMismatch(f"{POLICY_OFF_CURRENT} (caches on {off_current_device}, current device {current}): "
+                             f"{exc}") from exc

@@ -53,18 +53,38 @@ def resolve(name: str = "auto") -> tuple[PlatformSpec, Probe]:
     return spec, found
 
 
-def check_backends(spec: PlatformSpec, requested: list[str] | None) -> tuple[str, ...]:
-    """The backends to run: the requested ones, each checked against the platform's table."""
-    if not requested:
-        return spec.backends
-    unknown = [b for b in requested if b not in spec.backends]
+def _reject_unknown(spec: PlatformSpec, requested: list[str]) -> None:
+    known = (*spec.backends, *spec.mla_backends)
+    unknown = [b for b in requested if b not in known]
     if unknown:
         raise PlatformError(
             f"attention backend(s) {', '.join(unknown)} cannot serve KV connectors on {spec.name}; "
-            f"choose from: {', '.join(spec.backends)}"
+            f"choose from: {', '.join(known)}"
         )
-    return tuple(dict.fromkeys(requested))
+
+
+def check_backends(spec: PlatformSpec, requested: list[str] | None) -> tuple[str, ...]:
+    """The (non-MLA) backends to run: the requested ones, each checked against the platform's table.
+
+    Naming only MLA backends leaves this axis at the platform's full list (see ``check_mla_backends``).
+    """
+    if not requested:
+        return spec.backends
+    _reject_unknown(spec, requested)
+    return tuple(dict.fromkeys(b for b in requested if b in spec.backends)) or spec.backends
+
+
+def check_mla_backends(spec: PlatformSpec, requested: list[str] | None) -> tuple[str, ...]:
+    """The MLA backends the MLA checks run on: those requested, else all the platform's.
+
+    MLA layers never run on a non-MLA backend, so naming only non-MLA backends
+    does not empty this axis: the MLA checks still run, on the platform's MLA backends.
+    """
+    if not requested:
+        return spec.mla_backends
+    _reject_unknown(spec, requested)
+    return tuple(dict.fromkeys(b for b in requested if b in spec.mla_backends)) or spec.mla_backends
 
 
 __all__ = ["PLATFORMS", "CHOICES", "AUTO_ORDER", "PlatformSpec", "Probe", "PlatformError",
-           "get", "probe", "resolve", "check_backends"]
+           "get", "probe", "resolve", "check_backends", "check_mla_backends"]

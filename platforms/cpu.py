@@ -25,4 +25,5 @@ SPEC = PlatformSpec(
     device_name=_device_name,
     emoji=":computer:",
     vllm_platform="cpu",
+    mla_backends=("CPU_MLA",),
 )

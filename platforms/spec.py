@@ -37,6 +37,8 @@ class PlatformSpec:
     device_name: Callable[[int], str]
     emoji: str = ""
     vllm_platform: str = ""
+    # MLA layers run on their own backends; the MLA checks run once per backend here, not per ``backends``.
+    mla_backends: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def device(self, index: int = 0) -> str:

@@ -54,4 +54,5 @@ SPEC = PlatformSpec(
     device_name=_device_name,
     emoji=":intel:",
     vllm_platform="xpu",
+    mla_backends=("FLASH_ATTN_MLA", "TRITON_MLA"),
 )

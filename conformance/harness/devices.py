@@ -11,6 +11,9 @@ staging and allowed. This observes the real connector; it replaces nothing.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from typing import Iterator
+
 import torch
 from torch.overrides import TorchFunctionMode
 
@@ -22,6 +25,50 @@ _DEVICE_ARG_TYPES = (str, torch.device, int)
 
 class DeviceMismatch(AssertionError):
     """A connector put KV on a device other than the cache's."""
+
+
+def worker_device_index(device_count: int) -> int:
+    """The device (and local rank) a test process plays vLLM's worker on.
+
+    Device 1 when two or more are visible, so a connector that names device 0
+    (``"cuda:0"``, ``.cuda(0)``) shows; it is made current, as vLLM's worker makes its own.
+    Under xdist each worker sees one device (``conformance.workers``): index 0.
+    """
+    return 1 if device_count >= 2 else 0
+
+
+def make_current(device: str | torch.device) -> None:
+    """Make ``device`` the current device of its type, as vLLM's worker does before it builds a connector."""
+    device = torch.device(device)
+    if device.type in ("cpu", "meta"):
+        return
+    getattr(torch, device.type).set_device(device.index or 0)
+
+
+@contextmanager
+def forked_rng(device: str | torch.device) -> Iterator[None]:
+    """Like ``torch.random.fork_rng``, over the CPU and every generator of the cache device's type.
+
+    ``torch.manual_seed`` reseeds every device, so a check that seeds inside
+    ``fork_rng(devices=[])`` leaves an accelerator's generators reseeded for the
+    tests after it; this restores them too. (The accelerator's states are saved
+    through ``torch.<type>`` itself: ``fork_rng`` caches the device module it finds.)
+    """
+    device = torch.device(device)
+    module = None if device.type in ("cpu", "meta") else getattr(torch, device.type)
+    with torch.random.fork_rng(devices=[]):
+        saved = [module.get_rng_state(index) for index in range(module.device_count())] if module else []
+        try:
+            yield
+        finally:
+            for index, state in enumerate(saved):
+                module.set_rng_state(state, index)
+
+
+def current_device(device_type: str) -> torch.device | None:
+    """The current device of ``device_type`` (None on the CPU, or when torch cannot say)."""
+    index = _current_index(device_type)
+    return None if index is None or device_type == "cpu" else torch.device(device_type, index)
 
 
 def _current_index(device_type: str) -> int | None:

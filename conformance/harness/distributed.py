@@ -3,7 +3,9 @@
 Every vLLM worker initialises its tensor-parallel group before it builds the KV
 connector, and some connectors ask it (NIXL: ``get_tensor_model_parallel_rank()``).
 The suite sets up a world of one (gloo) once per test process and keeps it, as a
-worker process does; a context already inside a group leaves it as it is.
+worker process does; a context already inside a group leaves it as it is. The local
+rank is the index of the device the worker's caches sit on, which is its current
+device, as in vLLM's worker of that rank (vLLM's groups take their device from it).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ def free_port() -> int:
 
 
 @contextmanager
-def single_rank_parallel_state(vllm_config) -> Iterator[None]:
+def single_rank_parallel_state(vllm_config, local_rank: int = 0) -> Iterator[None]:
     """vLLM's tensor-parallel group for a one-process world (gloo) while the context is open.
 
     Inside an existing group (the test session's, see conformance/conftest.py) it changes nothing.
@@ -34,7 +36,7 @@ def single_rank_parallel_state(vllm_config) -> Iterator[None]:
         yield
         return
     with set_current_vllm_config(vllm_config):
-        init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
+        init_distributed_environment(world_size=1, rank=0, local_rank=local_rank, backend="gloo",
                                      distributed_init_method=f"tcp://127.0.0.1:{free_port()}")
         ensure_model_parallel_initialized(1, 1)
     try:

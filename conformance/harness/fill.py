@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 import torch
 
 from conformance.harness import kvcache
+from conformance.harness.devices import forked_rng
 from conformance.harness.hybrid import REGISTRATIONS, HybridCaches, hybrid_side
 from conformance.harness.rig import Rig, Side
 
@@ -490,7 +491,7 @@ def run_fill(rig: Rig, kinds: tuple[str, ...], registration: str, mode: str = "c
     run = _FillRun(name, side, caches, float(profile_config["fill_mean"]), fill_mode)
     result = FillResult()
     try:
-        with captured_warnings() as records, torch.random.fork_rng(devices=[]):
+        with captured_warnings() as records, forked_rng(rig.device):  # the accelerator's generators too
             torch.manual_seed(seed)  # random fills draw from the default generators: reproducible runs
             for number, phase in enumerate(SCENARIOS[scenario].phases, 1):
                 run.phase(phase, f"phase {number} of {scenario!r}", result, seed + number)

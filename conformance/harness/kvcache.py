@@ -92,11 +92,34 @@ def build_kv_cache_config(vllm_config, groups: list[tuple[list[str], object]], n
 
 
 def allocate(kv_cache_config, vllm_config, device: str) -> dict[str, torch.Tensor]:
-    """Per-layer cache views, as the runner allocates them, on ``device``."""
+    """Per-layer cache views, as the runner allocates them (kernel block sizes included), on ``device``."""
     from vllm.v1.worker.utils import allocate_kv_cache
+def kernel_block_sizes(kv_cache_config, vllm_config) -> list[int] | None:
+    """Per cache group, the kernel block size vLLM's GPU runner allocates with.
+
+    The runner splits a manager block into the kernel's blocks when the backend's
+    kernels take smaller ones (CPU_MLA: 16 under a 32-token block); connectors then
+    see views of kernel blocks. Asked of vLLM's own ``prepare_kernel_block_sizes``,
+    with the config's attention backend standing for each group's attention layers.
+    None (no splitting) when the config names no backend.
+    """
+    from types import SimpleNamespace
+
+    from vllm.v1.worker.utils import prepare_kernel_block_sizes
+
+    chosen = vllm_config.attention_config.backend
+    if chosen is None:
+        return None
+    backend = chosen.get_class()
+    groups = [[SimpleNamespace(backend=backend, kv_cache_spec=group.kv_cache_spec)]
+              for group in kv_cache_config.kv_cache_groups]
+    return prepare_kernel_block_sizes(kv_cache_config, groups)
+
+
 
     layout = vllm_config.cache_config.get_resolved_kv_cache_layout()
-    return allocate_kv_cache(kv_cache_config, torch.device(device), layout)
+    return allocate_kv_cache(kv_cache_config, torch.device(device), layout,
+                             kernel_block_sizes(kv_cache_config, vllm_config))
 
 
 def backing_bytes(caches: dict[str, torch.Tensor]) -> list[torch.Tensor]:

@@ -106,14 +106,19 @@ class Rig:
 
     @property
     def effective_backend(self) -> str:
-        return MLA_BACKENDS[self.platform.name] if self.shape.mla else self.backend
+        """The backend the caches are built for: an MLA shape needs an MLA backend (the platform's default one
+        unless the test's backend is one of its MLA backends, as in the ``mla``-marked checks)."""
+        if self.shape.mla and self.backend not in self.platform.mla_backends:
+            return MLA_BACKENDS[self.platform.name]
+        return self.backend
 
     def layout(self) -> str:
         return self.shape.layout or kvcache.preferred_layout(backend_class(self.effective_backend))
 
     def vllm_config(self, role: str):
-        from vllm.config import (CacheConfig, DeviceConfig, KVTransferConfig, ModelConfig, SchedulerConfig,
-                                 VllmConfig)
+        from vllm.config import (AttentionConfig, CacheConfig, DeviceConfig, KVTransferConfig, ModelConfig,
+                                 SchedulerConfig, VllmConfig)
+        from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
         profile = self.connector.profile
         transfer = KVTransferConfig(
@@ -127,6 +132,8 @@ class Rig:
                             seed=0, max_model_len=self.max_model_len)
         max_num_seqs, max_num_batched_tokens = self.scheduler_limits()
         config = VllmConfig(
+            # the backend under test, so what a connector asks vLLM (get_current_attn_backends) is that backend
+            attention_config=AttentionConfig(backend=AttentionBackendEnum[self.effective_backend]),
             model_config=model,
             device_config=DeviceConfig(self.platform.torch_device_type),
             scheduler_config=SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,

@@ -36,6 +36,56 @@ class AttentionLayerStandIn:
         return self._kv_cache
 
 
+class BackendLayerStandIn(AttentionLayerStandIn):
+    """An attention layer to vLLM: ``get_current_attn_backends`` finds it and reads its backend.
+
+    vLLM's worker builds the connector after the model, so a connector that asks which
+    backend runs (NixlConnector does) is answered by the layers. These answer with the
+    backend under test and the layer's own spec. Registered as a virtual subclass of
+    vLLM's ``AttentionLayerBase`` when a worker is built, so importing this module needs no vLLM.
+    """
+
+    def __init__(self, layer_name: str, kv_cache: object, guard: DeviceGuard, backend: type, spec: object):
+        super().__init__(layer_name, kv_cache, guard)
+        self._backend = backend
+        self._spec = spec
+
+    def get_attn_backend(self) -> type:
+        return self._backend
+
+    def get_kv_cache_spec(self, vllm_config) -> object:
+        return self._spec
+
+
+def layer_spec(kv_cache_config, layer_name: str):
+    """The KV cache spec of one layer, as its group declares it."""
+    for group in kv_cache_config.kv_cache_groups:
+        if layer_name in group.layer_names:
+            specs = getattr(group.kv_cache_spec, "kv_cache_specs", None)  # UniformTypeKVCacheSpecs
+            return specs[layer_name] if specs else group.kv_cache_spec
+    return None
+
+
+def layer_stand_ins(vllm_config, kv_cache_config, caches: dict, guard: DeviceGuard) -> dict[str, AttentionLayerStandIn]:
+    """What the forward context holds per layer: attention layers answer with the config's backend.
+
+    Layers that are not attention (Mamba state) stay plain holders of ``kv_cache``.
+    """
+    from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+    from vllm.v1.kv_cache_interface import AttentionSpec
+
+    AttentionLayerBase.register(BackendLayerStandIn)
+    chosen = vllm_config.attention_config.backend
+    out: dict[str, AttentionLayerStandIn] = {}
+    for name, cache in caches.items():
+        spec = layer_spec(kv_cache_config, name)
+        if chosen is not None and isinstance(spec, AttentionSpec):
+            out[name] = BackendLayerStandIn(name, cache, guard, chosen.get_class(), spec)
+        else:
+            out[name] = AttentionLayerStandIn(name, cache, guard)
+    return out
+
+
 def finished_transfers(connector, finished_req_ids: set[str]) -> tuple[set | None, set | None, set]:
     """Completed sends, receives and failed receives, asked the way the installed vLLM's runner asks.
 
@@ -88,11 +138,11 @@ class WorkerStandIn:
         from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
 
         self.guard = DeviceGuard(self.connector_name, self.caches, torch.device(self.device))
+        # the layers first, as vLLM loads the model before it builds the connector
+        self.vllm_config.compilation_config.static_forward_context.update(
+            layer_stand_ins(self.vllm_config, self.kv_cache_config, self.caches, self.guard))
         self.connector = KVConnectorFactory.create_connector(self.vllm_config, KVConnectorRole.WORKER,
                                                              self.kv_cache_config)
-        static = self.vllm_config.compilation_config.static_forward_context
-        for name, cache in self.caches.items():
-            static[name] = AttentionLayerStandIn(name, cache, self.guard)
         if self.register:
             with self.guard:
                 self.connector.register_kv_caches(self.caches)

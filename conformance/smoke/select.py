@@ -1,0 +1,29 @@
+"""A pytest plugin for the smoke run: one case per check and connector (``-p conformance.smoke.select``).
+
+The first collected case of each test function for each connector is kept: the
+suite's own first value of every axis (dtype, layout, scenario, block size, ...),
+so the run stays bounded whatever the axes hold, and no test id is parsed here.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+
+def _key(item: pytest.Item) -> tuple[str, str]:
+    callspec = getattr(item, "callspec", None)
+    connector = callspec.params.get("connector") if callspec else None
+    return item.originalname if hasattr(item, "originalname") else item.name, getattr(connector, "name", "")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    seen: set[tuple[str, str]] = set()
+    kept, dropped = [], []
+    for item in items:
+        key = _key(item)
+        (dropped if key in seen else kept).append(item)
+        seen.add(key)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept

@@ -1,0 +1,69 @@
+"""The attention-backend axis (issue 12, item 3): backends confirmed through vLLM's registry when
+the run starts, an unusable one skipped in vLLM's words, and MLA checks run once per MLA backend."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import platforms
+import platforms.vllm_backends
+from conformance import plugin
+
+
+class _Config:
+    """What ``_backend_param`` reads of a pytest config: its stash."""
+
+    def __init__(self):
+        self.stash = pytest.Stash()
+
+
+def test_a_backend_vllm_cannot_load_is_skipped_quoting_vllm():
+    pytest.importorskip("vllm")
+    if platforms.vllm_backends.confirm("FLASHINFER").confirmed is not False:
+        pytest.skip("flashinfer imports here; the case needs a backend whose class does not")
+    param = plugin._backend_param(_Config(), "FLASHINFER")
+    (mark,) = param.marks
+    assert mark.name == "skip"
+    assert mark.kwargs["reason"].startswith("FLASHINFER is not usable here: vLLM says its class does not import here")
+    assert "flashinfer" in mark.kwargs["reason"]  # the import error itself
+
+
+def test_a_usable_backend_runs():
+    pytest.importorskip("vllm")
+    assert plugin._backend_param(_Config(), "CPU_ATTN").marks == ()
+
+
+def test_mla_backends_are_their_own_axis():
+    cuda = platforms.get("cuda")
+    assert "TRITON_MLA" in cuda.mla_backends and not set(cuda.mla_backends) & set(cuda.backends)
+    # naming only standard backends keeps every MLA backend for the MLA checks, and the other way round
+    assert platforms.check_mla_backends(cuda, ["FLASH_ATTN"]) == cuda.mla_backends
+    assert platforms.check_backends(cuda, ["TRITON_MLA"]) == cuda.backends
+    assert platforms.check_mla_backends(cuda, ["FLASH_ATTN", "TRITON_MLA"]) == ("TRITON_MLA",)
+    assert platforms.check_backends(cuda, ["FLASH_ATTN", "TRITON_MLA"]) == ("FLASH_ATTN",)
+    with pytest.raises(platforms.PlatformError, match="CPU_MLA cannot serve KV connectors on cuda"):
+        platforms.check_mla_backends(cuda, ["CPU_MLA"])
+
+
+def test_mla_marked_tests_take_the_mla_backends(tmp_path):
+    """Collected for real: an ``mla`` test runs on CPU_MLA, once, not once per standard backend."""
+    (tmp_path / "test_axis.py").write_text(textwrap.dedent('''
+        import pytest
+
+        def test_standard(attn_backend):
+            pass
+
+        @pytest.mark.mla
+        def test_latent(attn_backend):
+            pass
+    '''))
+    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--platform=cpu",
+                          "--collect-only", "-q", str(tmp_path)], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    ids = sorted(line.split("::")[-1] for line in out.stdout.splitlines() if "::" in line)
+    assert ids == ["test_latent[CPU_MLA]", "test_standard[CPU_ATTN]"]
