@@ -23,24 +23,43 @@ pytestmark = [pytest.mark.check("engine"), pytest.mark.engine]
 ENGINE_TIMEOUT_S = 300
 
 
-def _run_engine(tiny_model, transfer: dict, name: str) -> list[dict]:
+# Model dtypes in order of preference: float32 where the backend takes it (exact on CPU), else half precision.
+ENGINE_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def engine_options(attn_backend: str) -> dict:
+    """The engine's dtype, block size and backend: the backend under test, with what it takes.
+
+    FlashAttention refuses float32, so the dtype is the first of ``ENGINE_DTYPES`` the backend
+    supports; the block size is the one vLLM prefers for it (CPU_ATTN: 32).
+    """
+    import torch
+
+    from conformance.harness.backends import backend_class
+
+    backend = backend_class(attn_backend)
+    dtype = next(name for name in ENGINE_DTYPES if getattr(torch, name) in backend.supported_dtypes)
+    return {"dtype": dtype, "block_size": backend.get_preferred_block_size(16), "attention_backend": attn_backend}
+
+
+def _run_engine(tiny_model, transfer: dict, name: str, engine: dict) -> list[dict]:
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     proc = subprocess.run(
-        [sys.executable, "-m", "conformance.harness.engine_run", str(tiny_model), json.dumps(transfer)],
+        [sys.executable, "-m", "conformance.harness.engine_run", str(tiny_model), json.dumps(transfer),
+         json.dumps(engine)],
         capture_output=True, text=True, timeout=ENGINE_TIMEOUT_S, env=env)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("KVCONFORM-RESULT ")]
     assert proc.returncode == 0 and lines, f"the engine with {name} exited with status {proc.returncode}:\n{proc.stderr[-4000:]}"
     return json.loads(lines[-1].split(" ", 1)[1])
 
 
-def test_engine_external_hit(platform, connector, tiny_model, storage):
+def test_engine_external_hit(platform, attn_backend, connector, tiny_model, storage):
     require(connector, platform, "engine")
-    if platform.name != "cpu":
-        pytest.skip(f"the engine tier runs the CPU build of vLLM; this run is on {platform.name}")
+    engine = engine_options(attn_backend)
     transfer = {"kv_role": "kv_both", "kv_connector_extra_config": connector.profile.render_extra_config(storage),
                 **connector.transfer_config_fields()}
-    first = _run_engine(tiny_model, transfer, connector.name)
-    second = _run_engine(tiny_model, transfer, connector.name)
+    first = _run_engine(tiny_model, transfer, connector.name, engine)
+    second = _run_engine(tiny_model, transfer, connector.name, engine)
     assert all(r["cached"] == 0 for r in first), f"the first, fresh engine already had cached tokens: {first}"
     for before, after in zip(first, second):
         assert after["cached"] > 0, f"no external cache hit in the second engine: {after} (first run: {before})"

@@ -1,7 +1,8 @@
 """One fresh vLLM engine, the tiny dummy model, one connector: run prompts, print JSON.
 
-Run as ``python -m conformance.harness.engine_run MODEL_DIR TRANSFER_JSON`` (the
-``KVTransferConfig`` fields as JSON). Each
+Run as ``python -m conformance.harness.engine_run MODEL_DIR TRANSFER_JSON [ENGINE_JSON]`` (the
+``KVTransferConfig`` fields as JSON; ENGINE_JSON: ``dtype``, ``block_size`` and
+``attention_backend``, which the engine tier picks per platform and backend). Each
 invocation is a new process, hence a truly fresh engine: the second run can only
 hit the cache through the connector's storage. The engine runs in-process
 (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so a crash is this process's exit status.
@@ -20,15 +21,21 @@ ENGINE_BLOCK_SIZE = 32  # vLLM's CPU attention kernels want a multiple of 32
 PROMPT_LENGTHS = (77, 45)
 
 
-def main(model_dir: str, transfer_json: str) -> int:
+# What the engine runs with when the caller says nothing: the CPU build's float32 and 32-token blocks.
+DEFAULT_ENGINE = {"dtype": "float32", "block_size": ENGINE_BLOCK_SIZE, "attention_backend": None}
+
+
+def main(model_dir: str, transfer_json: str, engine_json: str = "{}") -> int:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     from vllm import LLM, SamplingParams
     from vllm.config import KVTransferConfig
     from vllm.inputs import TokensPrompt
 
+    engine = {**DEFAULT_ENGINE, **json.loads(engine_json)}
     llm = LLM(
-        model=model_dir, skip_tokenizer_init=True, load_format="dummy", dtype="float32", seed=0,
-        max_model_len=MAX_MODEL_LEN, block_size=ENGINE_BLOCK_SIZE, enforce_eager=True,
+        model=model_dir, skip_tokenizer_init=True, load_format="dummy", dtype=engine["dtype"], seed=0,
+        max_model_len=MAX_MODEL_LEN, block_size=engine["block_size"], enforce_eager=True,
+        attention_backend=engine["attention_backend"],
         kv_cache_memory_bytes=64 << 20, enable_prefix_caching=True,
         kv_transfer_config=KVTransferConfig(**json.loads(transfer_json)),
     )
@@ -42,4 +49,4 @@ def main(model_dir: str, transfer_json: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:3]))
+    sys.exit(main(*sys.argv[1:4]))
