@@ -27,7 +27,8 @@ def known(tmp_path, dtype="float16") -> KnownResults:
 def test_the_expected_failure_is_its_finding(tmp_path):
     finding, why = known(tmp_path).failure("Crashing", AttributeError("no attribute 'priority_range'"))
     assert why is None
-    assert (finding["class"], finding["reason"], finding["where"]) == ("bug", "crashes on CPU", f"{tmp_path}/cpu.yaml:3")
+    assert (finding["class"], finding["reason"]) == ("bug", "crashes on CPU")
+    assert finding["where"] == f"{tmp_path}/cpu.yaml:3"
 
 
 def test_another_failure_stays_an_error_naming_the_entry(tmp_path):

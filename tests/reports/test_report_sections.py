@@ -17,7 +17,8 @@ from reports.verdict import verdict
     ("plain message\nmore", "plain message"),
     ("\n\n  padded  \n", "padded"),
     # an introduction keeps the first line it introduces
-    ("X: 1 lint error(s) in a.py:\n  a.py:3: KVC001 error: .cuda()\n  a.py:9: info", "X: 1 lint error(s) in a.py: a.py:3: KVC001 error: .cuda()"),
+    ("X: 1 lint error(s) in a.py:\n  a.py:3: KVC001 error: .cuda()\n  a.py:9: info",
+     "X: 1 lint error(s) in a.py: a.py:3: KVC001 error: .cuda()"),
     # a process's stderr tail: its exception line is the cause, not the partial first line of the tail
     ("AssertionError: the engine with X exited with status 1:\nrtial log line\nTraceback (most recent call last):\n"
      '  File "x.py", line 1\nRuntimeError: no CPU kernels\nassert (1 == 0)',
@@ -66,7 +67,8 @@ def test_a_finding_is_listed_once_across_its_entries_checks_and_tests():
 
 def test_skip_reasons_are_grouped_per_connector_and_check_without_repeating_the_connector():
     results = _results(
-        *(_test(f"r{i}", "C", "roundtrip", "skipped", message="C: the roundtrip check does not apply") for i in range(5)),
+        *(_test(f"r{i}", "C", "roundtrip", "skipped", message="C: the roundtrip check does not apply")
+          for i in range(5)),
         _test("r9", "C", "roundtrip", "skipped", message="needs 2 cpu devices"),
         _test("f1", "C", "fill", "skipped", message="C: the fill check does not apply"),
         _test("p1", "C", "fill", "passed"),
