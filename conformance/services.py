@@ -23,6 +23,7 @@ the end. Why each piece is the way it is:
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import signal
@@ -43,6 +44,7 @@ START_ATTEMPTS = 3  # a fresh port each time: another process may take the one w
 STOP_GRACE_S = 10.0
 RESET_TIMEOUT_S = 30.0
 LOOPBACK = "127.0.0.1"
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 class HttpReset(BaseModel):
@@ -105,6 +107,14 @@ def _executable(word: str) -> str:
         return word
     beside = Path(sys.executable).parent / word
     return shutil.which(word) or (str(beside) if beside.exists() else word)
+
+
+def _die_with_parent() -> None:
+    """In the server's process before it runs: a crashed or killed test worker takes its servers along (Linux)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass  # not Linux: stop() at session end is then the only cleanup
 
 
 def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
@@ -175,7 +185,8 @@ def start(name: str, spec: ServiceSpec, folder: Path) -> RunningService:
         with log.open("wb") as sink:
             try:
                 process = subprocess.Popen(argv, cwd=folder, stdout=sink, stderr=subprocess.STDOUT,
-                                           stdin=subprocess.DEVNULL, start_new_session=True)
+                                           stdin=subprocess.DEVNULL, start_new_session=True,
+                                           preexec_fn=_die_with_parent)
             except OSError as exc:
                 raise ServiceUnavailable(f"service {name}: cannot run {argv[0]}: {exc.strerror}") from None
         service = RunningService(name, spec, folder, ports, process, log)

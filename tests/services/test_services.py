@@ -1,0 +1,113 @@
+"""The service fixtures' own machinery (conformance/services.py), with small real servers.
+
+Python's http.server stands in for LMCache's and Mooncake's servers: it binds a
+loopback port, answers HTTP, and refuses POST (501), which is what a reset call
+that does not work looks like.
+"""
+
+from __future__ import annotations
+
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from conformance.profiles import ConnectorProfile, ProfileError, load_profiles
+from conformance.services import ServicePool, ServiceSpec, ServiceUnavailable, service_timeout, start
+
+HTTP_SERVER = ["{python}", "-m", "http.server", "--bind", "127.0.0.1", "{port:main}"]
+
+
+def _spec(**fields) -> ServiceSpec:
+    return ServiceSpec(command=HTTP_SERVER, start_timeout_s=60, **fields)
+
+
+def test_a_server_starts_on_a_loopback_port_and_names_it(tmp_path):
+    service = start("web", _spec(files={"config.json": '{"port": {port:main}}'}), tmp_path / "web")
+    try:
+        port = service.ports["main"]
+        assert service.placeholders() == {"web.port:main": str(port), "web.dir": str(tmp_path / "web")}
+        assert (tmp_path / "web" / "config.json").read_text() == f'{{"port": {port}}}'
+        assert service.process.poll() is None
+    finally:
+        service.stop()
+    assert service.process.poll() is not None
+
+
+def test_a_server_that_exits_is_unavailable_quoting_its_log(tmp_path):
+    spec = ServiceSpec(command=[sys.executable, "-c", "print('cannot open the segment'); raise SystemExit(3)"],
+                       start_timeout_s=30)
+    with pytest.raises(ServiceUnavailable, match=r"exited with status 3 .*\n.*cannot open the segment"):
+        start("broken", spec, tmp_path / "broken")
+
+
+def test_a_server_that_never_listens_times_out_and_is_stopped(tmp_path):
+    spec = ServiceSpec(command=[sys.executable, "-c", "import time; print('waiting'); time.sleep(60)"],
+                       start_timeout_s=1)
+    with pytest.raises(ServiceUnavailable, match=r"did not accept connections .* within 1 s"):
+        start("silent", spec, tmp_path / "silent")
+
+
+def test_the_pool_remembers_a_failed_start(tmp_path):
+    pool = ServicePool(tmp_path)
+    spec = ServiceSpec(command=[sys.executable, "-c", "raise SystemExit(2)"], start_timeout_s=30)
+    with pytest.raises(ServiceUnavailable) as first:
+        pool.acquire("Conn", "svc", spec)
+    with pytest.raises(ServiceUnavailable) as again:  # decided once: no second attempt
+        pool.acquire("Conn", "svc", spec)
+    assert str(again.value) == str(first.value)
+
+
+@pytest.mark.parametrize(("per_test", "same_process"), [("shared", True), ("restart", False),
+                                                        ("reset", False)])  # http.server refuses the POST
+def test_per_test_isolation(tmp_path, per_test, same_process):
+    reset = {"port": "main", "path": "/clear"} if per_test == "reset" else None
+    spec = _spec(per_test=per_test, reset=reset)
+    pool = ServicePool(tmp_path)
+    try:
+        first = pool.acquire("Conn", "web", spec)
+        second = pool.acquire("Conn", "web", spec)
+        assert (second.process.pid == first.process.pid) is same_process
+        assert first.process.poll() is None if same_process else first.process.poll() is not None
+    finally:
+        pool.close()
+
+
+def test_a_failed_reset_says_why(tmp_path):
+    service = start("web", _spec(per_test="reset", reset={"port": "main", "path": "/clear"}), tmp_path / "web")
+    try:
+        assert "failed" in service.reset() and "/clear" in service.reset()
+    finally:
+        service.stop()
+
+
+@pytest.mark.parametrize(("limits", "per_test", "expected"), [
+    ([120.0], 300.0, 120.0), ([120.0, 60.0], 300.0, 60.0), ([600.0], 300.0, None), ([120.0], None, None),
+    ([], 300.0, None),
+])
+def test_service_timeout_only_shortens(limits, per_test, expected):
+    services = {f"s{i}": _spec(timeout_s=limit) for i, limit in enumerate(limits)}
+    connector = SimpleNamespace(profile=ConnectorProfile(services=services))
+    assert service_timeout(connector, per_test) == expected
+
+
+def test_profiles_render_service_placeholders(tmp_path):
+    profile = ConnectorProfile(extra_config={"url": "tcp://127.0.0.1:{lm.port:main}", "path": "{storage}/x"})
+    assert profile.render_extra_config(tmp_path, {"lm.port:main": "5555"}) == {
+        "url": "tcp://127.0.0.1:5555", "path": f"{tmp_path}/x"}
+
+
+def test_a_typo_in_a_service_is_a_profile_error(tmp_path):
+    path = tmp_path / "profiles.yaml"
+    path.write_text("connectors:\n  X:\n    services:\n      s:\n        command: [a]\n        per_tset: reset\n")
+    with pytest.raises(ProfileError, match=r"per_tset: Extra inputs are not permitted"):
+        load_profiles(path)
+
+
+def test_the_shipped_services_are_loopback_only():
+    """Every port of the shipped servers is bound on 127.0.0.1: nothing a test starts listens elsewhere."""
+    for name, profile in load_profiles().connectors.items():
+        for service in profile.services.values():
+            command = " ".join(service.command)
+            assert "0.0.0.0" not in command, name
+            assert "127.0.0.1" in command, f"{name}: its server must be told to bind loopback"
