@@ -26,7 +26,7 @@ from typing import Callable
 
 import torch
 
-from conformance.harness import kvcache
+from conformance.harness import kvcache, vllm_api
 from conformance.harness.backends import metadata_type_of_builder, metadata_instance
 from conformance.harness.model import HEAD_SIZE, NUM_KV_HEADS
 from conformance.harness.rig import ConnectorRefused, Rig, Side, refusal_as
@@ -94,17 +94,22 @@ def _mamba2(vllm_config):
 
 
 def _kda(vllm_config):
-    """Kimi Delta Attention's states plus its RecoverSSM record: four states, mixed dtypes."""
+    """Kimi Delta Attention's states as the installed vLLM's KDA layer keeps them, mixed dtypes.
+
+    Conv and recurrent state; vLLM 0.32 appends the RecoverSSM record (four states), 0.33
+    dropped that from the state calculators (two states): the check follows what vLLM offers.
+    """
     from vllm.model_executor.layers.mamba.mamba_utils import MambaStateDtypeCalculator, MambaStateShapeCalculator
     from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum
 
     model_dtype = vllm_config.model_config.dtype
-    base = MambaStateShapeCalculator.kda_state_shape(tp_world_size=1, num_heads=1, head_dim=8)
-    shapes = MambaStateShapeCalculator.append_kda_recoverssm_record(
-        base, num_heads=1, head_dim=8, tp_world_size=1, spec_query_len=2)
-    dtypes = MambaStateDtypeCalculator.append_kda_recoverssm_record(
-        MambaStateDtypeCalculator.kda_state_dtype(model_dtype, vllm_config.cache_config.mamba_cache_dtype),
-        model_dtype)
+    shapes = MambaStateShapeCalculator.kda_state_shape(tp_world_size=1, num_heads=1, head_dim=8)
+    dtypes = MambaStateDtypeCalculator.kda_state_dtype(model_dtype, vllm_config.cache_config.mamba_cache_dtype)
+    record_shapes = vllm_api.optional("MambaStateShapeCalculator.append_kda_recoverssm_record")
+    record_dtypes = vllm_api.optional("MambaStateDtypeCalculator.append_kda_recoverssm_record")
+    if record_shapes is not None and record_dtypes is not None:
+        shapes = record_shapes(shapes, num_heads=1, head_dim=8, tp_world_size=1, spec_query_len=2)
+        dtypes = record_dtypes(dtypes, model_dtype)
     return _mamba_spec(vllm_config, shapes, dtypes, MambaAttentionBackendEnum.GDN_ATTN)
 
 
@@ -229,7 +234,7 @@ def configure_hybrid(vllm_config, connector, kinds: tuple[str, ...]) -> None:
 def build(vllm_config, kinds: tuple[str, ...], device: str, registration: str,
           unexpected: dict[str, str] | None = None, num_blocks: int = kvcache.NUM_BLOCKS) -> HybridCaches:
     """Specs -> vLLM's groups -> KVCacheConfig -> allocation -> the dict a connector registers."""
-    from vllm.v1.core.kv_cache_utils import get_kv_cache_groups
+    get_kv_cache_groups = vllm_api.find("get_kv_cache_groups")
 
     by_layer = layer_kinds(kinds)
     specs = {name: KINDS[kind].spec(vllm_config) for name, kind in by_layer.items()}

@@ -80,8 +80,11 @@ def record_layout(vllm_config, layout: str) -> None:
 
 def build_kv_cache_config(vllm_config, groups: list[tuple[list[str], object]], num_blocks: int = NUM_BLOCKS):
     """A real KVCacheConfig with ``num_blocks`` blocks for the given (layer names, spec) groups."""
-    from vllm.v1.core.kv_cache_utils import get_kv_cache_config_from_groups
     from vllm.v1.kv_cache_interface import KVCacheGroupSpec
+
+    from conformance.harness.vllm_api import find
+
+    get_kv_cache_config_from_groups = find("get_kv_cache_config_from_groups")
 
     vllm_config.cache_config.num_gpu_blocks_override = num_blocks
     kv_groups = [KVCacheGroupSpec(list(names), spec) for names, spec in groups]
