@@ -16,7 +16,7 @@ plugin of its own, watching every conformance test (one parametrized with a
   profile always points it at a per-test folder) are an error naming them;
 - ``cleanup``: a passed test's temporary folder is removed right away.
 
-``check_vllm_version()`` says whether the installed vLLM is a supported series.
+``check_vllm_version()`` says whether the installed vLLM is a release CI tests.
 """
 
 from __future__ import annotations
