@@ -32,6 +32,14 @@ class Requires(BaseModel):
     platforms: list[str] | None = None
 
 
+class Variant(BaseModel):
+    """A second way to run a connector, on the platforms where it applies (NIXL with a device-memory buffer)."""
+
+    model_config = ConfigDict(extra="forbid")
+    kv_buffer_device: str
+    platforms: list[str]  # where the variant runs; elsewhere it is not a parameter at all
+
+
 class ConnectorProfile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     extra_config: dict[str, Any] = Field(default_factory=dict)
@@ -43,6 +51,12 @@ class ConnectorProfile(BaseModel):
     hybrid: bool = False
     reason: str | None = None
     refusal: str | None = None  # regex: an error at construction matching it is the connector refusing this platform
+    variants: dict[str, Variant] = Field(default_factory=dict)
+
+    def as_variant(self, name: str) -> "ConnectorProfile":
+        """This profile with variant ``name``'s settings (and no variants of its own)."""
+        variant = self.variants[name]
+        return self.model_copy(update={"kv_buffer_device": variant.kv_buffer_device, "variants": {}})
     promised_hit: str | None = None  # a name from conformance.claims.PROMISED_HITS: the round-trip checks it exactly
     services: dict[str, ServiceSpec] = Field(default_factory=dict)  # servers it needs (conformance/services.py)
 

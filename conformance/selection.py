@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -30,10 +30,11 @@ class ConnectorParam:
     class_name: str
     module_path: str | None  # set for third-party connectors only
     profile: ConnectorProfile
+    variant: str | None = None  # a profile variant (``variants`` in connectors.yaml), shown in the test id
 
     @property
     def id(self) -> str:
-        return self.name
+        return f"{self.name}@{self.variant}" if self.variant else self.name
 
     @property
     def is_third_party(self) -> bool:
@@ -125,10 +126,21 @@ def resolve_connectors(requested: tuple[str, ...] | list[str],
 _CACHE_KEY = pytest.StashKey[list]()
 
 
+def with_variants(params: list[ConnectorParam], platform: str) -> list[ConnectorParam]:
+    """Each connector followed by its profile's variants that apply on ``platform``."""
+    out = []
+    for param in params:
+        out.append(param)
+        out += [replace(param, profile=param.profile.as_variant(name), variant=name)
+                for name, variant in param.profile.variants.items() if platform in variant.platforms]
+    return out
+
+
 def connector_params(config: pytest.Config, definition=None) -> list[ConnectorParam]:
     if _CACHE_KEY not in config.stash:
         from conformance.plugin import run_target
 
         target = run_target(config)
-        config.stash[_CACHE_KEY] = resolve_connectors(target.connectors, target.profiles)
+        config.stash[_CACHE_KEY] = with_variants(resolve_connectors(target.connectors, target.profiles),
+                                                 target.platform.name)
     return config.stash[_CACHE_KEY]
