@@ -213,7 +213,8 @@ class LivePair:
         return "; ".join(f"{role} holds {', '.join(sorted(log.side.scheduler.scheduler.requests)) or 'nothing'}"
                          for role, log in self.logs.items())
 
-    def step_until(self, done: Callable[[], bool], what: str, roles: tuple[str, ...] = ("consumer", "producer")) -> None:
+    def step_until(self, done: Callable[[], bool], what: str,
+                   roles: tuple[str, ...] = ("consumer", "producer")) -> None:
         """Step the sides, consumer first, until ``done``; a ``PairFailure`` saying ``what`` after the drain bound."""
         deadline = time.monotonic() + DRAIN_TIMEOUT_S
         while not done():
@@ -316,7 +317,8 @@ def _check_completion(pair: LivePair, witness: CompletionWitness) -> None:
     consumer = pair.logs["consumer"]
     if consumer.failed_requests or consumer.invalid_blocks:
         raise PairFailure(f"{name}: nothing was injected, yet the consumer reported failed receive(s) "
-                          f"{sorted(consumer.failed_requests)} and load-error block(s) {sorted(consumer.invalid_blocks)} "
+                          f"{sorted(consumer.failed_requests)} and load-error block(s) "
+                          f"{sorted(consumer.invalid_blocks)} "
                           f"(a failed side-channel handshake also ends this way: see the connector's log)")
     expired = {role: log.expired for role, log in pair.logs.items() if log.expired}
     if expired:

@@ -160,8 +160,8 @@ def run_pair_load_failure(rig: Rig, fault: PairFault, policy: str) -> LoadFailur
     driver = pair.consumer.scheduler
     claimed = {rid: driver.external_tokens(rid) for rid in stored}
     if not transport.failed:
-        raise LoadFailureViolation(f"{name} posted no read the fault could act on (claims {claimed}, {transport.posted} "
-                                   f"read(s) posted): no transfer failure could be staged")
+        raise LoadFailureViolation(f"{name} posted no read the fault could act on (claims {claimed}, "
+                                   f"{transport.posted} read(s) posted): no transfer failure could be staged")
     answer = LoadFailureAnswer(log.raised, log.invalid_blocks, log.failed_requests, claimed)
     if answer.raised is not None:
         return answer
@@ -176,7 +176,8 @@ def run_pair_load_failure(rig: Rig, fault: PairFault, policy: str) -> LoadFailur
             raise LoadFailureViolation(
                 f"{name}: {fault.doc}, but the connector {answer.describe()}: it reported {rid} received "
                 f"(finished_recving) at its step {log.received[rid]}, so vLLM ({policy} policy) computes on KV that "
-                f"never arrived; it must list {rid} in failed_recving or its blocks in get_block_ids_with_load_errors()")
+                f"never arrived; it must list {rid} in failed_recving or its blocks in "
+                f"get_block_ids_with_load_errors()")
         answer.kept_tokens[rid] = 0 if rid in answer.failed_requests else kept_tokens(
             own_blocks[rid], claimed[rid], answer.invalid_blocks, block_size)
     _check_kept_slots(rig, pair.producer, pair.consumer, answer, fault)
