@@ -27,7 +27,7 @@ def test_load_failure(platform, attn_backend, connector, sabotage, policy, make_
     require(connector, platform, "roundtrip")
     if connector.profile.is_pair():
         pytest.skip(f"{connector.name} is a producer/consumer pair: it keeps KV in the producer's live memory, not in "
-                    f"stored files; its transfers fail in test_load_failure_pair (conformance/test_pair_faults.py)")
+                    f"stored files; its transfers fail in test_pair_load_failure (conformance/test_pair_faults.py)")
     with refusals_skip():
         try:
             answer = run_load_failure(make_rig(CacheShape()), SABOTAGES[sabotage], policy)

@@ -1,7 +1,8 @@
 """Live pairs under faults: a read that fails after the handshake, and a transport that completes late.
 
-``test_load_failure_pair`` is the load_failure check for producer/consumer pairs
-(profiles with roles ``[kv_producer, kv_consumer]``): the consumer's transfer
+``test_pair_load_failure`` is the load_failure check for producer/consumer pairs
+(profiles with roles ``[kv_producer, kv_consumer]``; named so that ``-k test_load_failure``
+still selects the store connectors' sabotages alone): the consumer's transfer
 fails (``conformance/harness/pair_faults.py``), and the connector must raise, or
 report the request in ``failed_recving`` or its blocks through
 ``get_block_ids_with_load_errors()``, under both ``kv_load_failure_policy``
@@ -32,7 +33,7 @@ def _require_pair(connector, platform):
 @pytest.mark.check("load_failure", needs="roundtrip")
 @pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("fault", list(PAIR_FAULTS))
-def test_load_failure_pair(platform, attn_backend, connector, fault, policy, make_rig, record_property):
+def test_pair_load_failure(platform, attn_backend, connector, fault, policy, make_rig, record_property):
     _require_pair(connector, platform)
     with refusals_skip():
         try:

@@ -21,21 +21,21 @@ PROFILES = REPO / "tests" / "broken_connectors" / "nixl_broken.yaml"
 
 # connector class -> {a test it must fail: words each of those failures must carry}; its other tests must pass
 BROKEN_PAIRS = {
-    "SwallowedReadErrorConnector": {"test_load_failure_pair": [
+    "SwallowedReadErrorConnector": {"test_pair_load_failure": [
         "SwallowedReadErrorConnector", "neither raised nor reported a load error",
         "reported req-0 received (finished_recving)", "failed_recving"]},
     "DoneOnPostingConnector": {
         "test_pair_slow_transport": ["DoneOnPostingConnector", "did not yet hold the producer's bytes",
                                      "reported the read done before it completed"],
         # reporting a read done when it starts also reports reads that then fail
-        "test_load_failure_pair": ["DoneOnPostingConnector"]},
+        "test_pair_load_failure": ["DoneOnPostingConnector"]},
     "ExpiryFinishConnector": {"test_pair_slow_transport": [
         "ExpiryFinishConnector", "the producer released", "when its lease expired", "num_kv_expired_reqs"]},
 }
 # NIXL's UCX libraries can crash in their exit handlers after the session ended (libnl's rtnl_tc_unregister):
 # the results are written by then, so that exit is accepted alongside pytest's "tests failed".
 EXIT_CRASH = (-11, "rtnl_tc_unregister")
-TESTS_PER_CONNECTOR = 5  # test_load_failure_pair: 2 faults x 2 policies; test_pair_slow_transport
+TESTS_PER_CONNECTOR = 5  # test_pair_load_failure: 2 faults x 2 policies; test_pair_slow_transport
 # Each pair test builds two NIXL agents (seconds each on a loaded machine): the unmodified connector runs them
 # all; each broken copy runs its target test(s) and one it must pass (it is broken one way only).
 SELECTION = ("test_pair_faults and (NixlConnector or slow_transport"
