@@ -16,6 +16,7 @@ imports DecodeBench) would make every connector depend on every other.
 from __future__ import annotations
 
 import ast
+import os
 import re
 from collections import deque
 from dataclasses import dataclass, field
@@ -202,16 +203,20 @@ def loaded_files(tree: SourceTree, module: str) -> set[str]:
 
 def installed_sources(root: Path, roots=IMPORT_GRAPH_ROOTS) -> dict[str, str]:
     """path -> source of every ``.py`` file under ``roots`` of an installed vLLM whose package folder
-    is ``root``'s ``vllm/`` (``root`` is the folder that holds ``vllm``), as the gate reads a checkout."""
+    is ``root``'s ``vllm/`` (``root`` is the folder that holds ``vllm``), as the gate reads a checkout.
+
+    Symlinked folders are followed: the PR gate's overlay links the folders a change leaves alone.
+    """
     sources: dict[str, str] = {}
     for top in roots:
-        folder = root / top
-        if not folder.is_dir():
-            continue
-        for file in sorted(folder.rglob("*.py")):
-            relative = file.relative_to(root).as_posix()
-            try:
-                sources[relative] = file.read_text(encoding="utf-8", errors="replace")
-            except OSError:
-                continue
+        for folder, dirs, files in os.walk(root / top, followlinks=True):
+            dirs.sort()
+            for name in sorted(files):
+                if not name.endswith(".py"):
+                    continue
+                file = Path(folder, name)
+                try:
+                    sources[file.relative_to(root).as_posix()] = file.read_text(encoding="utf-8", errors="replace")
+                except OSError:
+                    continue
     return sources

@@ -55,3 +55,15 @@ def test_the_lint_check_fails_naming_file_and_line(pytester):
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*SimpleCPUOffloadConnector: 5 lint error(s) in the 9 file(s) of vLLM it runs: "
                                  "*vllm/v1/simple_kv_offload/worker.py:165 KVC004*"])
+
+
+def test_a_symlinked_folder_is_read_as_the_gate_overlay_links_it(tmp_path):
+    from conformance.import_graph import installed_sources
+
+    real = tmp_path / "real" / "kv_offload"
+    real.mkdir(parents=True)
+    (real / "worker.py").write_text("import torch\n")
+    overlay = tmp_path / "overlay" / "vllm" / "v1"
+    overlay.mkdir(parents=True)
+    (overlay / "kv_offload").symlink_to(real, target_is_directory=True)
+    assert "vllm/v1/kv_offload/worker.py" in installed_sources(tmp_path / "overlay")
