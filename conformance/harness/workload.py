@@ -80,7 +80,7 @@ class EnginePhase:
         self.step_index = 0
         self.claims_checked: dict[str, int] = {}
         self.awaiting_recv: set[str] = set()  # async loads not reported yet
-        self.held: dict[str, set[int]] = {}  # finished requests whose blocks the connector kept
+        self.held: dict[str, dict[int, tuple[int, ...]]] = {}  # finished requests whose blocks the connector kept
         self.loaders: set[str] = set()  # requests that claimed external tokens
         self.verified: set[str] = set()  # loaders whose loaded bytes were checked
         self.preempted: set[str] = set()
@@ -107,8 +107,9 @@ class EnginePhase:
             def watched(request, block_ids, _answer=answer):
                 delay, params = _answer(request, block_ids)
                 if delay:
-                    groups = block_ids if block_ids and isinstance(block_ids[0], (list, tuple)) else [block_ids]
-                    self.held[request.request_id] = {b for g in groups for b in g}
+                    table = block_ids[0] if block_ids and isinstance(block_ids[0], (list, tuple)) else block_ids
+                    tokens = list(request.all_token_ids[:request.num_computed_tokens])
+                    self.held[request.request_id] = checks.held_blocks(table, tokens, self.block_size)
                 return delay, params
 
             setattr(connector, method, watched)
@@ -164,8 +165,9 @@ class EnginePhase:
 
     def step(self, scheduler_output):
         """The worker side of one step (``SchedulerDriver.step`` calls this), checked before and after."""
-        allocated = {rid: self._blocks(rid) for rid in scheduler_output.num_scheduled_tokens}
-        self._check(checks.no_reuse_before_release(self.held, allocated))
+        allocated = {rid: (self._blocks(rid), list(self.scheduler.requests[rid].all_token_ids))
+                     for rid in scheduler_output.num_scheduled_tokens}
+        self._check(checks.no_reuse_before_release(self.held, allocated, self.block_size))
         self._plan = self._forward_plan(scheduler_output)
         self._note_claims()
         before = self.kv.snapshot()

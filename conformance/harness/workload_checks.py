@@ -112,12 +112,23 @@ def finished_in_flight(kind: str, reported: set[str], in_flight: set[str]) -> st
     return None
 
 
-def no_reuse_before_release(held: dict[str, set[int]], allocated: dict[str, list[int]]) -> str | None:
+def held_blocks(block_ids: list[int], tokens: list[int], block_size: int) -> dict[int, tuple[int, ...]]:
+    """Block id -> the prefix whose KV it holds (tokens up to the block's end), for a finished request."""
+    return {b: tuple(tokens[:(k + 1) * block_size]) for k, b in enumerate(block_ids)}
+
+
+def no_reuse_before_release(held: dict[str, dict[int, tuple[int, ...]]],
+                            allocated: dict[str, tuple[list[int], list[int]]], block_size: int) -> str | None:
+    """A block the connector still holds may be shared only as vLLM's prefix cache shares it: at the same
+    place in a request with the same prefix (so its bytes stay what the connector reads)."""
     for owner, blocks in held.items():
-        for rid, ids in allocated.items():
-            reused = blocks & set(ids)
-            if rid != owner and reused:
-                return (f"block(s) {sorted(reused)} were handed to request {rid} while the connector still held "
-                        f"them for finished request {owner} (request_finished kept them; finished_sending not "
-                        f"yet reported)")
+        for rid, (ids, tokens) in allocated.items():
+            if rid == owner:
+                continue
+            reused = [b for k, b in enumerate(ids)
+                      if b in blocks and blocks[b] != tuple(tokens[:(k + 1) * block_size])]
+            if reused:
+                return (f"block(s) {sorted(reused)} were handed to request {rid} for other tokens while the "
+                        f"connector still held them for finished request {owner} (request_finished kept "
+                        f"them; finished_sending not yet reported)")
     return None

@@ -105,3 +105,29 @@ class ReportsBeforeBytesConnector(AsyncLoadConnector):
         posted, self._posted = self._posted, [r for r in self._get_connector_metadata().requests if not r.is_store]
         self._move(posted)
         self._received |= {r.request_id for r in self._posted}
+
+
+class DelayedFreeConnector(ExampleConnector):
+    """ExampleConnector with delayed frees, done right: ``request_finished`` keeps every finished request's
+    blocks, and the worker reports the send done one step later (when the scheduler has told it the
+    request finished), so vLLM frees them only then."""
+
+    def request_finished(self, request, block_ids):
+        return True, None
+
+    def get_finished(self, finished_req_ids):
+        return set(finished_req_ids) or None, None
+
+
+class EarlySendDoneConnector(DelayedFreeConnector):
+    """Reports the send of every request as done in the step it is first scheduled, while it still runs:
+    vLLM would free (and hand out again) blocks a running request is using."""
+
+    def build_connector_meta(self, scheduler_output):
+        meta = super().build_connector_meta(scheduler_output)
+        meta.new_req_ids = [r.req_id for r in scheduler_output.scheduled_new_reqs]
+        return meta
+
+    def get_finished(self, finished_req_ids):
+        started = set(getattr(self._get_connector_metadata(), "new_req_ids", ()))
+        return (set(finished_req_ids) | started) or None, None

@@ -1,7 +1,7 @@
 """The workload check fails each lifecycle bug the round-trip misses, for the right reason.
 
 One suite run drives the unmodified ExampleConnector, a correct asynchronous
-loader and the broken connectors of tests/broken_connectors/workload_broken.py
+loader, a correct connector with delayed frees and the broken connectors of tests/broken_connectors/workload_broken.py
 through the workload scenarios and the plain round-trip: the round-trip passes
 every broken one (so these bug classes were invisible before), the workload
 check fails each of them with words that name the bug, and the correct
@@ -28,7 +28,10 @@ BROKEN_WORKLOAD = {
                                                "workload: {", "--kvconform-replay"]),
     "ReportsBeforeBytesConnector": ("shared-prefix", ["ReportsBeforeBytesConnector", "reported as received",
                                                       "does not hold its prefix's KV"]),
+    "EarlySendDoneConnector": ("shared-prefix", ["EarlySendDoneConnector", "producer engine, step 0",
+                                                 "as finished sending, but no such transfer was in flight"]),
 }
+CORRECT = ["ExampleConnector", "AsyncLoadConnector", "DelayedFreeConnector"]
 # scenarios this self-test runs (each bug's own, and waiting requests with async loads); chunked-prefill and
 # memory-pressure are left out: ExampleConnector's findings there (its chunked save, its negative claim
 # after preemption) are recorded expectations, and AsyncLoadConnector inherits both
@@ -40,11 +43,11 @@ def workload_run(tmp_path_factory):
     return run_broken(tmp_path_factory.mktemp("workload-selftest"),
                       f"(test_workload_scenario and ({' or '.join(SCENARIOS)})) or (test_roundtrip and float16 "
                       "and not layout and not mla and not scenario and not other_device)",
-                      "ExampleConnector", "workload_broken", [*BROKEN_WORKLOAD, "AsyncLoadConnector"],
+                      "ExampleConnector", "workload_broken", [*BROKEN_WORKLOAD, *CORRECT[1:]],
                       ("--profiles", str(PROFILES)))
 
 
-@pytest.mark.parametrize("name", ["ExampleConnector", "AsyncLoadConnector"])
+@pytest.mark.parametrize("name", CORRECT)
 def test_correct_connectors_pass(workload_run, name):
     _, outcomes, output = workload_run
     mine = of_connector(outcomes, name)
@@ -53,7 +56,9 @@ def test_correct_connectors_pass(workload_run, name):
     assert not bad, bad
 
 
-@pytest.mark.parametrize("name", list(BROKEN_WORKLOAD))
+# EarlySendDoneConnector is left out: in the round-trip it trips a bare assert inside vLLM's scheduler
+# (no message); the workload check names the request and what was in flight
+@pytest.mark.parametrize("name", [n for n in BROKEN_WORKLOAD if n != "EarlySendDoneConnector"])
 def test_roundtrip_misses_the_bug(workload_run, name):
     _, outcomes, _ = workload_run
     roundtrips = [o for o in of_connector(outcomes, name) if "test_roundtrip[" in o.nodeid]
