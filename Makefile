@@ -89,5 +89,39 @@ smoke-accelerator:
 	mkdir -p $(OUT)/smoke
 	$(SMOKE_PYTHON) -P -m conformance.smoke --out $(OUT)/smoke $(SMOKE_ARGS)
 
+# vLLM 0.33.0, the newest release, in a second environment, so that its support is tested, not claimed.
+# No CPU build of 0.33 is published: the plain wheel selects vLLM's CpuPlatform with VLLM_TARGET_DEVICE=cpu.
+# It pins a CUDA torch 2.14.0 and GPU kernel packages (several GB of downloads); instead it is installed
+# without dependencies on torch 2.14.1, which pip finds on this machine's disk, then with its own
+# requirements minus the GPU-only ones (.ci/vllm_requirements.py reads them from vLLM's metadata).
+# NIXL's CUDA 13 build matches that torch (nixl refuses its cu12 build beside a CUDA 13 torch).
+# The wheel has no CPU kernels, so the engine tier skips there, quoting the missing kernel.
+VENV033       ?= .venv-vllm033
+VLLM033_PKG   ?= vllm==0.33.0
+TORCH033_PKG  ?= torch==2.14.1
+NIXL033_PKGS  ?= nixl==1.5.1 nixl-cu13==1.5.1
+BIN033        := $(VENV033)/bin
+STAMP033      := $(VENV033)/.kvconform-installed
+
+.PHONY: venv-vllm033 test-vllm033
+
+venv-vllm033: $(STAMP033)
+
+$(STAMP033): pyproject.toml Makefile .ci/vllm_requirements.py
+	test -x $(BIN033)/python || $(PYTHON) -m venv $(VENV033)
+	$(BIN033)/pip install --quiet $(TORCH033_PKG) packaging
+	$(BIN033)/pip install --quiet --no-deps $(VLLM033_PKG)
+	$(BIN033)/python .ci/vllm_requirements.py > $(VENV033)/vllm-requirements.txt
+	$(BIN033)/pip install --quiet -r $(VENV033)/vllm-requirements.txt
+	$(BIN033)/pip install --quiet --no-deps $(NIXL033_PKGS)
+	$(BIN033)/pip install --quiet -e '.[test]'
+	touch $(STAMP033)
+
+# The same as `make test`, on vLLM 0.33.0: the project's own tests, then the full CPU suite, strict.
+test-vllm033: venv-vllm033
+	VLLM_TARGET_DEVICE=cpu $(BIN033)/python -m pytest tests -q -n 2 $(PYTEST_ARGS)
+	VLLM_TARGET_DEVICE=cpu $(BIN033)/python -m pytest --pyargs conformance --platform=cpu -q -n 2 --max-worker-restart=16 \
+		--kvconform-strict --junitxml=$(OUT)/test-cpu-vllm033/junit.xml $(PYTEST_ARGS)
+
 clean:
 	rm -rf $(VENV) $(TP_VENV) $(OUT) *.egg-info
