@@ -18,7 +18,8 @@ the end. Why each piece is the way it is:
 * A failed test carries the end of each server's log in its report, since a
   connector's error often only says "timed out" while the server says why.
 * A connector that hangs on its server is bounded by the service's ``timeout_s``,
-  applied as the test's timeout when it is shorter than the per-test one.
+  applied as the test's timeout when it is shorter than the per-test one, with
+  pytest-timeout's thread method: a hang in native code cannot be interrupted by a signal.
 """
 
 from __future__ import annotations
@@ -299,7 +300,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue  # not a conformance test (another project's ``connector`` parameter), or timed already
         limit = service_timeout(connector, per_test)
         if limit:
-            item.add_marker(pytest.mark.timeout(limit))
+            # the thread method: a connector stuck in native code (a store client waiting on its server)
+            # never returns to Python for the signal method to interrupt; this one ends the worker, which
+            # crash isolation reports as that test's failure and replaces
+            item.add_marker(pytest.mark.timeout(limit, method="thread"))
 
 
 @pytest.hookimpl(wrapper=True)
