@@ -352,7 +352,7 @@ def _run_and_judge(vllm, platform: str, connectors: list[str], args: argparse.Na
         status = subprocess.run(command, cwd=folder, env=vllm.env, check=False).returncode
         results = read_junit(folder / JUNIT_FILE, connectors)
         verdict = judge(results, connectors, platform, status)
-        if results and any(r.outcome in EXERCISED for r in results):
+        if results:  # a failure from another vLLM would mislead as much as a pass
             vllm.verify(read_imports(folder / JSON_FILE), probe)
     return verdict
 

@@ -146,54 +146,29 @@ def _borrowable(path: str) -> bool:
     return not path.endswith(".py") or _generated(path)
 
 
-def _folders_of(path: str) -> list[str]:
-    parts = path.split("/")
-    return ["/".join(parts[:i]) for i in range(1, len(parts))]
-
-
-def _changed_folders(tree: dict[str, str], installed: dict[str, Path]) -> set[str]:
-    """Folders whose checkout sources differ from the installed build's (added, removed or edited files)."""
-    changed: set[str] = set()
-    for path, blob_id in tree.items():
-        if path not in installed or _blob_id(installed[path], len(blob_id)) != blob_id:
-            changed.update(_folders_of(path))
-    for path in installed:
-        if path not in tree and not _borrowable(path):
-            changed.update(_folders_of(path))
-    return changed
-
-
 def build_overlay(repo: Path, commit: str, build: InstalledBuild, root: Path) -> Path:
     """Fill ``root`` with the importable vLLM of ``commit``; returns the ``vllm`` package folder in it.
 
-    A folder whose sources are byte for byte the installed build's (git blob ids
-    compared) is a symlink to the installed folder: a pull request changes a few
-    files, and this spares writing thousands (and recompiling them: the installed
-    bytecode stays valid). Changed folders are real, holding the checkout's files
-    and symlinks to the installed files it cannot have.
+    A checkout file that is byte for byte the installed one (git blob ids compared)
+    is a symlink to it, and so is every installed file a checkout cannot have; only
+    the files the change differs in are written. Folders are always real: code that
+    walks the package (``os.walk``, ``Path.rglob``: kvconform's lint does) does not
+    descend into symlinked folders, and would silently see less than the checkout.
     """
     tree = _tree_files(repo, commit)
     if f"{PACKAGE}/__init__.py" not in tree:
         raise GateError(f"{repo} at {commit[:12]}: no {PACKAGE}/__init__.py; is this a vLLM checkout?")
     installed = _installed_files(build)
-    changed = _changed_folders(tree, installed)
-    base = build.package_dir.parent
-    folders = {f for path in (*tree, *installed) for f in _folders_of(path)}
-    # Outermost first: a folder below an unchanged (symlinked) one needs nothing.
-    for folder in sorted(folders, key=lambda f: f.count("/")):
-        if any(parent not in changed for parent in _folders_of(folder)):
-            continue
-        if folder not in changed and (base / folder).is_dir():
-            (root / folder).symlink_to(base / folder, target_is_directory=True)
+    written = []
+    for path, blob_id in tree.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        if path in installed and _blob_id(installed[path], len(blob_id)) == blob_id:
+            (root / path).symlink_to(installed[path])
         else:
-            (root / folder).mkdir(parents=True, exist_ok=True)
-    written = [path for path in tree if _parent(path) in changed]
+            written.append(path)
     _write_blobs(repo, commit, written, root)
     for path, source in installed.items():
-        if _parent(path) in changed and path not in tree and _borrowable(path):
+        if path not in tree and _borrowable(path):
+            (root / path).parent.mkdir(parents=True, exist_ok=True)
             (root / path).symlink_to(source)
     return root / PACKAGE
-
-
-def _parent(path: str) -> str:
-    return path.rpartition("/")[0]

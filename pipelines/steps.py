@@ -124,7 +124,8 @@ def group_step(run: LaneRun, group: str | None, connectors: list[str]) -> dict[s
     junit = f"{run.junit_dir()}/{key}.xml"
     step = _test_step(run, key, run.label(group))
     step["commands"] = [for_upload(join(["rm", "-f", "--", junit])),
-                        for_upload(command_line(pytest_words(run, connectors, junit), run.lane, run.spec.visibility_vars))]
+                        for_upload(command_line(pytest_words(run, connectors, junit), run.lane,
+                                                run.spec.visibility_vars))]
     step["artifact_paths"] = [junit]
     return step
 

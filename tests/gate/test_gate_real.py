@@ -1,0 +1,65 @@
+"""``kvconform gate --run`` with the real conformance suite, on the changes issue 11 names.
+
+Each run imports the checkout's vLLM through the gate's overlay and drives the
+real connectors (about a minute each on two cores), so there are three, restricted
+with ``-k`` to the plain round-trip where a round-trip is what the change risks.
+The checkout is the installed vLLM's Python sources in git (``vllm_checkout``): a
+change to it is exactly what runs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+from tests.gate.vllm_checkout import CONNECTORS
+
+EXAMPLE = f"{CONNECTORS}/v1/example_connector.py"
+LMCACHE = f"{CONNECTORS}/v1/lmcache_connector.py"
+ROUNDTRIP_ONLY = "test_roundtrip and not layout and not mla and not scenario and not other_device"
+# vLLM PR #51806's fix, and the line it replaced.
+FIXED = "kv_cache = kv_cache_cpu.to(kv_cache_layer.device, non_blocking=True)"
+REVERTED = 'kv_cache = kv_cache_cpu.to("cuda", non_blocking=True)'
+
+pytestmark = pytest.mark.timeout(1200)
+
+
+def gate_run(gate, repo, head, *extra):
+    return gate("--repo", str(repo.path), "--base", repo.base, "--head", head, "--run", "--platform=cpu", *extra)
+
+
+def test_reverting_the_fix_of_pr_51806_fails_naming_the_device(gate, vllm_repo):
+    source = vllm_repo.text(EXAMPLE)
+    assert source.count(FIXED) == 1  # the installed vLLM has the fix: the change below really reverts it
+    head = vllm_repo.commit({EXAMPLE: source.replace(FIXED, REVERTED)}, message="revert #51806")
+    result = gate_run(gate, vllm_repo, head, "-k", ROUNDTRIP_ONLY)
+    assert result.status == 1, result.out[-3000:]
+    assert "kvconform gate: FAIL on cpu" in result.out and f"tested checkout {head[:12]}" in result.out
+    failed = [line for line in result.out.splitlines() if line.strip().startswith("FAILED ")]
+    assert failed and all("the KV cache is on cpu but the connector moved or created a tensor on cuda" in line
+                          for line in failed), result.out[-3000:]
+    assert {"ExampleConnector", "MultiConnector"} <= {name for line in failed
+                                                       for name in ("ExampleConnector", "MultiConnector")
+                                                       if f"-{name}-" in line}
+    assert "PASS" not in result.out
+
+
+def test_a_harmless_change_to_the_same_file_passes(gate, vllm_repo):
+    source = vllm_repo.text(EXAMPLE)
+    head = vllm_repo.commit({EXAMPLE: source.replace(FIXED, FIXED + "  # loads onto the layer's own device")})
+    result = gate_run(gate, vllm_repo, head, "-k", ROUNDTRIP_ONLY)
+    assert result.status == 0, result.out[-3000:]
+    assert (f"kvconform gate: PASS: ExampleConnector, MultiConnector on cpu (tested checkout {head[:12]} "
+            "over the compiled parts of the installed vllm") in result.out
+
+
+def test_a_connector_that_cannot_run_here_is_not_exercised(gate, vllm_repo):
+    if importlib.util.find_spec("lmcache") is not None:
+        pytest.skip("lmcache is installed here, so LMCacheConnectorV1 can run: "
+                    "this test needs an environment without it")
+    head = vllm_repo.touch(LMCACHE)
+    result = gate_run(gate, vllm_repo, head)
+    assert result.status == 3, result.out[-3000:]
+    assert "kvconform gate: LMCacheConnectorV1: not exercised on cpu: only lint ran (no runtime check)" in result.out
+    assert "lmcache" in result.out.split("not exercised on cpu:", 1)[1].splitlines()[0]
+    assert "run it there: kvconform gate --repo" in result.out and "PASS" not in result.out
