@@ -19,6 +19,29 @@ from conformance.harness.roundtrip import prompt_tokens
 
 ENGINE_BLOCK_SIZE = 32  # vLLM's CPU attention kernels want a multiple of 32
 PROMPT_LENGTHS = (77, 45)
+CANNOT_RUN = "KVCONFORM-CANNOT-RUN "  # first word of the line that says why this vLLM build runs no engine here
+CPU_WORKER_FIRST_KERNEL = "init_cpu_memory_env"  # the op vLLM's CPU worker calls first (cpu_worker.py)
+
+
+def missing_cpu_kernels() -> str | None:
+    """Why this vLLM build cannot start its CPU engine, or None: the CPU worker's first kernel, asked for.
+
+    The plain ``vllm`` wheel is a CUDA build; with ``VLLM_TARGET_DEVICE=cpu`` it selects vLLM's
+    CpuPlatform but ships no CPU kernels, so every engine dies in the CPU worker's start. The
+    probe loads the platform's kernels as the worker does and looks the op up, so the engine
+    tier skips for the cause itself, whatever the version number says.
+    """
+    import torch
+    from vllm.platforms import current_platform
+
+    if current_platform.device_type != "cpu":
+        return None
+    current_platform.import_kernels()
+    try:
+        getattr(torch.ops._C, CPU_WORKER_FIRST_KERNEL)
+    except (AttributeError, RuntimeError) as exc:
+        return f"this vLLM build has no CPU kernels ({exc}), so its CPU engine cannot start"
+    return None
 
 
 # What the engine runs with when the caller says nothing: the CPU build's float32 and 32-token blocks.
@@ -27,6 +50,10 @@ DEFAULT_ENGINE = {"dtype": "float32", "block_size": ENGINE_BLOCK_SIZE, "attentio
 
 def main(model_dir: str, transfer_json: str, engine_json: str = "{}") -> int:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    why = missing_cpu_kernels()
+    if why:
+        print(CANNOT_RUN + why)
+        return 0
     from vllm import LLM, SamplingParams
     from vllm.config import KVTransferConfig
     from vllm.inputs import TokensPrompt
