@@ -248,7 +248,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def _backend_param(config: pytest.Config, backend: str):
-    """One backend as a parameter, skipped with vLLM's words when vLLM cannot load it here."""
+    """One backend as a parameter, skipped with vLLM's words when vLLM cannot load it here.
+
+    ``--collect-only`` lists backends without asking vLLM (its import costs seconds, and no test runs).
+    """
+    if config.getoption("collectonly", default=False):
+        return pytest.param(backend, id=backend)
     if _AVAILABILITY_KEY not in config.stash:
         config.stash[_AVAILABILITY_KEY] = {}
     verdicts = config.stash[_AVAILABILITY_KEY]

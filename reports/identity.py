@@ -144,7 +144,7 @@ def parse_param_id(param_id: str) -> dict[str, str]:
     parsed: dict[str, str] = {}
     if tokens and tokens[0] in PLATFORMS:
         parsed["platform"] = tokens.pop(0)
-    backends = {b for spec in PLATFORMS.values() for b in spec.backends}
+    backends = {b for spec in PLATFORMS.values() for b in (*spec.backends, *spec.mla_backends)}
     if tokens and tokens[0] in backends:
         parsed["backend"] = tokens.pop(0)
     if tokens and (parsed or _looks_like_connector(tokens[0])):

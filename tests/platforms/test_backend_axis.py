@@ -15,10 +15,14 @@ from conformance import plugin
 
 
 class _Config:
-    """What ``_backend_param`` reads of a pytest config: its stash."""
+    """What ``_backend_param`` reads of a pytest config: its stash and whether the run only collects."""
 
-    def __init__(self):
+    def __init__(self, collect_only: bool = False):
         self.stash = pytest.Stash()
+        self.collect_only = collect_only
+
+    def getoption(self, name, default=None):
+        return self.collect_only if name == "collectonly" else default
 
 
 def test_a_backend_vllm_cannot_load_is_skipped_quoting_vllm():
@@ -30,6 +34,10 @@ def test_a_backend_vllm_cannot_load_is_skipped_quoting_vllm():
     assert mark.name == "skip"
     assert mark.kwargs["reason"].startswith("FLASHINFER is not usable here: vLLM says its class does not import here")
     assert "flashinfer" in mark.kwargs["reason"]  # the import error itself
+
+
+def test_collect_only_does_not_ask_vllm():
+    assert plugin._backend_param(_Config(collect_only=True), "FLASHINFER").marks == ()
 
 
 def test_a_usable_backend_runs():
@@ -67,3 +75,11 @@ def test_mla_marked_tests_take_the_mla_backends(tmp_path):
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     ids = sorted(line.split("::")[-1] for line in out.stdout.splitlines() if "::" in line)
     assert ids == ["test_latent[CPU_MLA]", "test_standard[CPU_ATTN]"]
+
+
+def test_an_mla_backend_is_read_off_a_test_id():
+    """JUnit written without kvconform's properties: the MLA backend in the id is a backend, not a connector."""
+    from reports.identity import parse_param_id
+
+    assert parse_param_id("cpu-CPU_MLA-ExampleConnector-float16") == {
+        "platform": "cpu", "backend": "CPU_MLA", "connector": "ExampleConnector", "variant": "float16"}
