@@ -94,9 +94,6 @@ def build_kv_cache_config(vllm_config, groups: list[tuple[list[str], object]], n
     return config
 
 
-def allocate(kv_cache_config, vllm_config, device: str) -> dict[str, torch.Tensor]:
-    """Per-layer cache views, as the runner allocates them (kernel block sizes included), on ``device``."""
-    from vllm.v1.worker.utils import allocate_kv_cache
 def kernel_block_sizes(kv_cache_config, vllm_config) -> list[int] | None:
     """Per cache group, the kernel block size vLLM's GPU runner allocates with.
 
@@ -119,6 +116,9 @@ def kernel_block_sizes(kv_cache_config, vllm_config) -> list[int] | None:
     return prepare_kernel_block_sizes(kv_cache_config, groups)
 
 
+def allocate(kv_cache_config, vllm_config, device: str) -> dict[str, torch.Tensor]:
+    """Per-layer cache views, as the runner allocates them (kernel block sizes included), on ``device``."""
+    from vllm.v1.worker.utils import allocate_kv_cache
 
     layout = vllm_config.cache_config.get_resolved_kv_cache_layout()
     return allocate_kv_cache(kv_cache_config, torch.device(device), layout,
