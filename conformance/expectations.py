@@ -29,6 +29,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from conformance.profiles import load_yaml_model
+from conformance.reliability.vllm_version import installed_vllm
 from reports import identity as ident
 
 EXPECTATIONS_DIR = Path(__file__).with_name("expectations")
@@ -87,6 +88,12 @@ class Entry(BaseModel):
     finding_class: Literal["bug", "policy", "hazard"] | None = Field(default=None, alias="class")
     raises: str | None = None  # the exception class a failing test must raise (name or module.name)
     match: str | None = None  # a regex its message must contain (re.search), as pytest.raises(match=)
+    # a condition, not a selector: the installed vLLM version this entry holds on (exact or glob, "0.33.*");
+    # absent: every version. Outcomes differ between tested releases (each has its own CI step).
+    vllm: str | None = None
+
+    def holds_on(self, vllm_version: str | None) -> bool:
+        return self.vllm is None or (vllm_version is not None and ident.glob_match(vllm_version, self.vllm))
 
     @field_validator("link")
     @classmethod
@@ -339,7 +346,9 @@ def pytest_configure(config: pytest.Config) -> None:
     except ExpectationError as exc:
         raise pytest.UsageError(str(exc)) from None
     platform = _run_platform(config)
-    config.stash[_STATE] = _State([e for e in loaded if e.platform in (platform, ANY_PLATFORM)],
+    vllm = installed_vllm()
+    config.stash[_STATE] = _State([e for e in loaded if e.platform in (platform, ANY_PLATFORM)
+                                   and e.entry.holds_on(vllm[0] if vllm else None)],
                                   bool(config.getoption("kvconform_strict", default=False)),
                                   collects_whole_suite(config))
 
