@@ -350,6 +350,9 @@ def _run_and_judge(vllm, platform: str, connectors: list[str], args: argparse.Na
         probe = vllm.probe(folder)
         command = pytest_command(platform, connectors, folder, vllm.python, args.keyword)
         status = subprocess.run(command, cwd=folder, env=vllm.env, check=False).returncode
+        if args.results is None:  # pytest just named a file that is about to be removed
+            print(f"kvconform gate: the {JUNIT_FILE} named above is temporary and removed when the gate ends; "
+                  f"--results DIR keeps {JUNIT_FILE} and {JSON_FILE}", flush=True)
         results = read_junit(folder / JUNIT_FILE, connectors)
         verdict = judge(results, connectors, platform, status)
         if results:  # a failure from another vLLM would mislead as much as a pass

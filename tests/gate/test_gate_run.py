@@ -306,3 +306,13 @@ def test_a_matched_expectation_exercises_a_connector_and_a_lint_pass_does_not():
     known = gate_cli.TestResult("t::test_roundtrip[X]", "X", "xfailed", "known bug", check="roundtrip")
     assert gate_cli.judge([lint], ["X"], "cpu", 0).status == gate_cli.EXIT_NOT_EXERCISED
     assert gate_cli.judge([lint, known], ["X"], "cpu", 0).status == gate_cli.EXIT_PASS
+
+
+def test_a_temporary_junit_file_is_said_to_be_removed_and_a_kept_one_is_not(gate, vllm_repo, small_suite,
+                                                                            monkeypatch, tmp_path):
+    head = vllm_repo.touch(EXAMPLE)
+    temporary = run_gate(gate, vllm_repo, head, monkeypatch, "ExampleConnector=pass,MultiConnector=pass")
+    assert "junit.xml named above is temporary and removed when the gate ends" in temporary.out
+    kept = run_gate(gate, vllm_repo, head, monkeypatch, "ExampleConnector=pass,MultiConnector=pass",
+                    "--results", str(tmp_path / "kept"))
+    assert "temporary" not in kept.out and (tmp_path / "kept" / "junit.xml").is_file()
