@@ -34,7 +34,7 @@ $(STAMP): pyproject.toml Makefile
 # The project's own tests, then the full CPU conformance suite (engine tier included), strict:
 # an expectation that matches nothing, or an xfail that passes, fails the run.
 test: venv
-	$(BIN)/python -m pytest tests -q -n 2 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests -q -n 2 --durations=15 $(PYTEST_ARGS)
 	$(BIN)/python -m pytest --pyargs conformance --platform=cpu -q -n 2 --max-worker-restart=16 --kvconform-strict \
 		--junitxml=$(OUT)/test-cpu/junit.xml $(PYTEST_ARGS)
 
@@ -124,4 +124,4 @@ test-vllm033: venv-vllm033
 		--kvconform-strict --junitxml=$(OUT)/test-cpu-vllm033/junit.xml $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) $(TP_VENV) $(OUT) *.egg-info
+	rm -rf $(VENV) $(TP_VENV) $(VENV033) $(OUT) *.egg-info

@@ -18,8 +18,6 @@ DRAIN_DEADLINE_S = 10.0
 DRAIN_PACE_S = 0.02  # between steps past the step budget: lets a server's threads run
 
 
-
-
 @dataclass
 class Claim:
     request_id: str
