@@ -211,11 +211,7 @@ def run_load_failure(rig: Rig, sabotage: Sabotage, policy: str) -> LoadFailureAn
     answer = LoadFailureAnswer(saboteur.raised, saboteur.invalid_blocks, saboteur.failed_requests, claimed)
     if answer.raised is not None:
         return answer
-    own_blocks = {rid: list(driver.block_ids[rid][0]) for rid in stored}
-    stray = answer.invalid_blocks - set().union(*map(set, own_blocks.values()))
-    if stray:
-        raise LoadFailureViolation(f"{rig.connector.name} reported block(s) {sorted(stray)} as failed loads, but no "
-                                   f"loading request holds them (its requests hold {own_blocks})")
+    own_blocks = loading_blocks(rig.connector.name, driver, stored, answer)
     for rid in stored:
         kept = 0 if rid in answer.failed_requests else kept_tokens(own_blocks[rid], claimed[rid],
                                                                     answer.invalid_blocks, block_size)
@@ -227,6 +223,20 @@ def run_load_failure(rig: Rig, sabotage: Sabotage, policy: str) -> LoadFailureAn
         answer.kept_tokens[rid] = kept
     _check_kept_slots(rig, producer, consumer, answer, sabotage)
     return answer
+
+
+def loading_blocks(name: str, driver, stored, answer: LoadFailureAnswer) -> dict[str, list[int]]:
+    """Each loading request's blocks; a block reported as a failed load that none of them holds is a violation.
+
+    Shared by the storage and the pair load-failure checks: vLLM invalidates exactly the reported
+    blocks, so a report naming another request's block would make vLLM recompute the wrong request.
+    """
+    own_blocks = {rid: list(driver.block_ids[rid][0]) for rid in stored}
+    stray = answer.invalid_blocks - set().union(*map(set, own_blocks.values()))
+    if stray:
+        raise LoadFailureViolation(f"{name} reported block(s) {sorted(stray)} as failed loads, but no "
+                                   f"loading request holds them (its requests hold {own_blocks})")
+    return own_blocks
 
 
 def _check_kept_slots(rig: Rig, producer: Side, consumer: Side, answer: LoadFailureAnswer,

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from conformance.harness.load_failure import (LoadFailureAnswer, LoadFailureViolation, PolicyRig,
-                                              _check_kept_slots, kept_tokens)
+                                              _check_kept_slots, kept_tokens, loading_blocks)
 from conformance.harness.pair import drained, open_pair, run_pair_roundtrip
 from conformance.harness.rig import Rig, Side
 from conformance.harness.roundtrip import RoundTripResult, Scenario, prompt_tokens
@@ -165,11 +165,7 @@ def run_pair_load_failure(rig: Rig, fault: PairFault, policy: str) -> LoadFailur
     answer = LoadFailureAnswer(log.raised, log.invalid_blocks, log.failed_requests, claimed)
     if answer.raised is not None:
         return answer
-    own_blocks = {rid: list(driver.block_ids[rid][0]) for rid in stored}
-    stray = answer.invalid_blocks - set().union(*map(set, own_blocks.values()))
-    if stray:
-        raise LoadFailureViolation(f"{name} reported block(s) {sorted(stray)} as failed loads, but no loading request "
-                                   f"holds them (its requests hold {own_blocks})")
+    own_blocks = loading_blocks(name, driver, stored, answer)
     for rid in stored:
         reported = rid in answer.failed_requests or bool(answer.invalid_blocks & set(own_blocks[rid]))
         if not reported and rid in log.received:
