@@ -40,6 +40,8 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
+from conformance.harness.distributed import free_port
+
 LOG_TAIL_LINES = 40
 START_ATTEMPTS = 3  # a fresh port each time: another process may take the one we picked first
 STOP_GRACE_S = 10.0
@@ -80,12 +82,6 @@ class ServiceSpec(BaseModel):
 
 class ServiceUnavailable(Exception):
     """A server did not come up; the message says why, in the server's words where it gave any."""
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        return sock.getsockname()[1]
 
 
 def _accepts(port: int) -> bool:

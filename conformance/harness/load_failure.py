@@ -25,11 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-import torch
-
 from conformance.harness.devices import DeviceMismatch
 from conformance.harness.rig import Rig, Side
-from conformance.harness.roundtrip import prompt_tokens
+from conformance.harness.roundtrip import prompt_tokens, token_slot_bytes
 
 POLICIES = ("fail", "recompute")  # vLLM's KVTransferConfig.kv_load_failure_policy values
 
@@ -169,14 +167,6 @@ def kept_tokens(block_ids: list[int], claimed: int, reported: set[int], block_si
     return claimed if first_bad is None else min(claimed, first_bad * block_size)
 
 
-def _token_slots(view: torch.Tensor, block_ids: list[int], tokens: int, block_size: int) -> torch.Tensor:
-    """The bytes of a request's first ``tokens`` token slots in a standard ``[B, H, N, C]`` view."""
-    positions = torch.arange(tokens)
-    blocks = torch.tensor(block_ids, dtype=torch.long)[positions // block_size].to(view.device)
-    offsets = (positions % block_size).to(view.device)
-    return view[blocks, :, offsets].contiguous().view(torch.uint8).flatten(1)
-
-
 def run_load_failure(rig: Rig, sabotage: Sabotage, policy: str) -> LoadFailureAnswer:
     """Producer stores; storage is damaged between the consumer's schedule and its load; the answer is judged."""
     rig = PolicyRig.of(rig, policy)
@@ -246,8 +236,8 @@ def _check_kept_slots(rig: Rig, producer: Side, consumer: Side, answer: LoadFail
         if tokens == 0:
             continue
         for name, view_b in consumer.caches.items():
-            saved = _token_slots(producer.caches[name], producer.scheduler.block_ids[rid][0], tokens, block_size)
-            kept = _token_slots(view_b, consumer.scheduler.block_ids[rid][0], tokens, block_size)
+            saved = token_slot_bytes(producer.caches[name], producer.scheduler.block_ids[rid][0], tokens, block_size)
+            kept = token_slot_bytes(view_b, consumer.scheduler.block_ids[rid][0], tokens, block_size)
             same = (saved.to(kept.device) == kept).all(dim=1)
             if not bool(same.all()):
                 first = int((~same).nonzero()[0])

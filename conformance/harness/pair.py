@@ -33,11 +33,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator
 
-import torch
-
 from conformance.harness.distributed import single_rank_parallel_state
 from conformance.harness.rig import Rig, Side
-from conformance.harness.roundtrip import RoundTripResult, Scenario, scenario_prompts, verify_roundtrip
+from conformance.harness.roundtrip import (RoundTripResult, Scenario, scenario_prompts, token_slot_bytes,
+                                          verify_roundtrip)
 from conformance.harness.side_channel import HOST, HandshakeFailure, PortTaken, reserved_port, serve_handshake
 
 # What a P/D proxy puts on the prefill request: "after this prompt, a remote engine decodes".
@@ -272,13 +271,6 @@ def open_pair(rig: Rig, stored: dict[str, list[int]]) -> Iterator[LivePair]:
                     side.close()
 
 
-def _slot_bytes(view: torch.Tensor, block_ids: list[int], tokens: int, block_size: int) -> torch.Tensor:
-    """The bytes of a request's first ``tokens`` token slots in a standard ``[B, H, N, C]`` view."""
-    positions = torch.arange(tokens)
-    blocks = torch.tensor(block_ids, dtype=torch.long)[positions // block_size].to(view.device)
-    return view[blocks, :, (positions % block_size).to(view.device)].contiguous().view(torch.uint8).flatten(1)
-
-
 @dataclass
 class CompletionWitness:
     """Compares a request's bytes the moment the consumer first reports it received.
@@ -299,8 +291,8 @@ class CompletionWitness:
             return  # no claim: verify_roundtrip reports it
         block_size = rig.shape.block_size
         for name, view in consumer.caches.items():
-            saved = _slot_bytes(producer.caches[name], producer.scheduler.block_ids[request_id][0], tokens, block_size)
-            now = _slot_bytes(view, consumer_blocks[0], tokens, block_size)
+            saved = token_slot_bytes(producer.caches[name], producer.scheduler.block_ids[request_id][0], tokens, block_size)
+            now = token_slot_bytes(view, consumer_blocks[0], tokens, block_size)
             same = (saved.to(now.device) == now).all(dim=1)
             if not bool(same.all()):
                 self.wrong.append(

@@ -51,6 +51,12 @@ def _slots(block_ids: list[int], num_tokens: int, block_size: int, device) -> tu
     return blocks.to(device), (positions % block_size).to(device)
 
 
+def token_slot_bytes(view: torch.Tensor, block_ids: list[int], tokens: int, block_size: int) -> torch.Tensor:
+    """The bytes of a request's first ``tokens`` token slots in a standard ``[B, H, N, C]`` view, a row each."""
+    blocks, offsets = _slots(block_ids, tokens, block_size, view.device)
+    return view[blocks, :, offsets].contiguous().view(torch.uint8).flatten(1)
+
+
 def _as_bytes(view: torch.Tensor) -> torch.Tensor:
     return view.contiguous().view(torch.uint8)
 
