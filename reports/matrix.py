@@ -1,6 +1,7 @@
 """The connector x platform x check matrix every renderer draws: axes, their order, and cell text.
 
-Order is part of the message: platforms as in the platform table, checks in the
+Order is part of the message: platforms as in the platform table (a platform's vLLM
+releases side by side, when a report holds several), checks in the
 order a connector meets them, connectors with a failing cell first.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+from reports.identity import column_platform
 from reports.model import CaseResult, Cell, Results
 from reports.outcomes import OUTCOMES, ORDER, is_failing
 
@@ -23,9 +25,9 @@ def _platform_order() -> list[str]:
     return list(PLATFORMS)
 
 
-def _ordered(values, preferred, last=()) -> list[str]:
+def _ordered(values, preferred, last=(), base=lambda v: v) -> list[str]:
     rank = {name: i for i, name in enumerate(preferred)}
-    return sorted(set(values), key=lambda v: (v in last, rank.get(v, len(rank)), v))
+    return sorted(set(values), key=lambda v: (v in last, rank.get(base(v), len(rank)), v))
 
 
 @dataclass
@@ -59,7 +61,7 @@ def build_matrix(results: Results) -> Matrix:
     failing = {c.connector for c in results.cells if is_failing(c.status)}
     connectors = sorted({c.connector for c in results.cells}, key=lambda c: (c not in failing, c == "-", c))
     return Matrix(
-        platforms=_ordered((c.platform for c in results.cells), _platform_order()),
+        platforms=_ordered((c.platform for c in results.cells), _platform_order(), base=column_platform),
         checks=_ordered((c.check for c in results.cells), CHECK_ORDER, LAST_CHECKS),
         connectors=connectors,
         cells=cells,

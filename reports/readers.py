@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -168,16 +168,48 @@ def _unique_id(platform: str, taken: set[str]) -> str:
     return candidate
 
 
+def _by_vllm_release(inputs: list[tuple[Results, str]]) -> list[tuple[Results, str]]:
+    """Each platform run on several vLLM releases gets a column per release (``cpu (vLLM 0.33.0)``).
+
+    Why: a 0.32.0 run and a 0.33.0 run of the same suite have the same node ids; keyed on
+    platform alone they would share one column and the later would replace the earlier.
+    A run that does not say its vLLM keeps the plain platform.
+    """
+    releases: dict[str, set[str]] = defaultdict(set)
+    for results, _ in inputs:
+        for run in results.runs:
+            if run.vllm:
+                releases[run.platform].add(run.vllm)
+    split = {platform for platform, found in releases.items() if len(found) > 1}
+    if not split:
+        return inputs
+    qualified = []
+    for results, kind in inputs:
+        column = {run.id: ident.platform_column(run.platform, run.vllm)
+                  for run in results.runs if run.platform in split and run.vllm}
+        last = column.get(results.runs[-1].id) if results.runs else None  # merge's fallback run for a stray id
+
+        def test_column(test: CaseResult) -> str:
+            found = column.get(test.run, last)
+            return found if found and ident.column_platform(found) == test.platform else test.platform
+
+        runs = [run.model_copy(update={"platform": column.get(run.id, run.platform)}) for run in results.runs]
+        tests = [t.model_copy(update={"platform": test_column(t)}) for t in results.tests]
+        qualified.append((results.model_copy(update={"runs": runs, "tests": tests}), kind))
+    return qualified
+
+
 def merge(inputs: list[tuple[Results, str]]) -> Results:
     """One result per (platform, node id): JSON beats JUnit, and among equals the later input wins.
 
     A run all of whose tests were superseded (the JUnit twin of a JSON file) is dropped.
+    A platform run on several vLLM releases counts as one platform per release (``_by_vllm_release``).
     """
     runs: list[RunInfo] = []
     chosen: dict[tuple[str, str], tuple[bool, CaseResult]] = {}
     taken: set[str] = set()
     had_tests: set[str] = set()
-    for results, kind in inputs:
+    for results, kind in _by_vllm_release(inputs):
         renamed = {run.id: _unique_id(run.platform, taken) for run in results.runs}
         runs += [run.model_copy(update={"id": renamed[run.id]}) for run in results.runs]
         fallback = runs[-1].id if runs else ""

@@ -6,7 +6,9 @@ import json
 
 import pytest
 
+from reports.matrix import build_matrix
 from reports.readers import ReportInputError, read, read_all
+from reports.render_terminal import run_line
 from tests.reports.samples import CPU_WITH_PROPERTIES, CUDA_PLAIN
 
 
@@ -100,6 +102,32 @@ def test_two_runs_of_one_platform_get_distinct_ids(tmp_path):
     results = read_all([first, second])
     assert [r.id for r in results.runs] == ["cuda", "cuda#2"]
     assert {t.run for t in results.tests if "bfloat16" in t.nodeid} == {"cuda#2"}
+
+
+def _on_vllm(junit: str, version: str) -> str:
+    """The sample run as recorded on vLLM ``version``: the suite property conformance.results writes."""
+    recorded = f'<properties><property name="kvconform.run.vllm" value="{version}"/></properties>'
+    return junit.replace('hostname="ci">', 'hostname="ci">' + recorded, 1)
+
+
+def test_runs_of_one_platform_on_two_vllm_releases_keep_a_column_each(tmp_path):
+    old = _file(tmp_path, "cpu-032.xml", _on_vllm(CPU_WITH_PROPERTIES, "0.32.0"))
+    new = _file(tmp_path, "cpu-033.xml", _on_vllm(CPU_WITH_PROPERTIES, "0.33.0"))
+    results = read_all([new, _file(tmp_path, "cuda.xml", CUDA_PLAIN), old])
+    columns = ["cpu (vLLM 0.32.0)", "cpu (vLLM 0.33.0)"]
+    assert sorted((r.id, r.platform, r.vllm) for r in results.runs if r.vllm) == [(c, c, c[-7:-1]) for c in columns]
+    assert len(results.tests) == 15  # 5 per run: neither cpu run replaced the other's tests
+    assert {t.platform for t in results.tests} == {"cuda", *columns}
+    cells = {(c.platform, c.connector, c.check): c.counts for c in results.cells}
+    assert all(cells[(c, "ExampleConnector", "roundtrip")] == {"xfailed": 1, "passed": 1} for c in columns)
+    assert build_matrix(results).platforms == ["cuda", *columns]  # the platform table's order, then the release
+    assert run_line(columns[1], results.runs).startswith("cpu (vLLM 0.33.0): vLLM 0.33.0")
+
+
+def test_runs_on_one_vllm_release_share_the_platform_column(tmp_path):
+    twice = [_file(tmp_path, f"{n}.xml", _on_vllm(CPU_WITH_PROPERTIES, "0.33.0")) for n in ("a", "b")]
+    results = read_all(twice)
+    assert {t.platform for t in results.tests} == {"cpu"} and len(results.tests) == 5
 
 
 BAD_INPUTS = {
