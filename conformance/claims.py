@@ -20,6 +20,9 @@ class Promise:
     doc: str
     # (stored prompt length, consumer prompt length that starts with it, block size) -> tokens hit in all
     tokens: Callable[[int, int, int], int]
+    # the same arguments -> whether the promise speaks for that consumer prompt at all; the workload check,
+    # whose consumers ask for any extension of a stored prompt, holds a connector to its promise only there
+    covers: Callable[[int, int, int], bool] = lambda stored, wanted, block_size: True
 
 
 PROMISED_HITS: dict[str, Promise] = {
@@ -28,5 +31,8 @@ PROMISED_HITS: dict[str, Promise] = {
     "whole-blocks": Promise(
         "every whole block of the stored prompt before its last token (the consumer computes at least its own "
         "last token)",
-        lambda stored, wanted, block_size: (min(stored, wanted) - 1) // block_size * block_size),
+        lambda stored, wanted, block_size: (min(stored, wanted) - 1) // block_size * block_size,
+        # it keys a prompt by all its whole blocks, so it promises the stored prompt asked again, or extended
+        # within its last block; a prompt that runs into further blocks is another key (no hit is promised)
+        covers=lambda stored, wanted, block_size: (wanted - 1) // block_size == (stored - 1) // block_size),
 }

@@ -1,8 +1,9 @@
 """A workload through vLLM's real Scheduler, with every invariant checked after every step.
 
-Two engines share the connector's storage: the producer serves its requests,
-then a fresh consumer serves its own (with ``occupants`` already holding blocks,
-so its block ids are never the producer's). Each engine is stepped exactly as
+Engines share the connector's storage: the producer serves its requests, a
+peer (``workload_peer``: for a wrapper, its last child alone) serves the spec's
+peer requests, then a fresh consumer serves its own (with ``occupants`` already
+holding blocks, so its block ids are never the producer's). Each engine is stepped exactly as
 the engine core steps it (``SchedulerDriver``); the worker side is the
 ``WorkerStandIn`` in the model runner's call order, whose forward writes every
 scheduled token's KV (a hash of its prefix, see ``workload_kv``). Arrivals,
@@ -18,9 +19,11 @@ from conformance.harness import workload_checks as checks
 from conformance.harness.rig import Rig
 from conformance.harness.workload_checks import WorkloadFailure
 from conformance.harness.workload_kv import PrefixKV
+from conformance.harness.workload_peer import peer_rig
 from conformance.harness.workload_spec import OCCUPANT_LENGTH, OCCUPANT_TOKENS, RequestSpec, WorkloadSpec
 
-PHASE_FILL_SEEDS = {"producer": 11, "consumer": 12}  # caches start with other bytes, as a busy server's do
+PHASE_FILL_SEEDS = {"producer": 11, "peer": 13, "consumer": 12}  # caches start with other bytes, as a busy server's do
+OCCUPANT_FAMILIES = {"producer": 10_000, "peer": 30_000, "consumer": 20_000}  # prompts of their own: no hits
 
 
 @dataclass
@@ -47,6 +50,8 @@ class WorkloadReport:
     chunked_steps: int = 0  # steps where a prompt was computed only in part
     preemptions: int = 0
     aborts: int = 0
+    promised_tokens: int = 0  # hit the profile's promise required of the consumer's claims, in all
+    peer_hits: int = 0  # consumer requests that claimed a prompt only the peer engine had computed
 
 
 @dataclass
@@ -54,6 +59,9 @@ class Ledger:
     """Token sequences some engine over this storage computed: the most a claim can rest on."""
 
     computed: dict[tuple[str, str], tuple[int, ...]] = field(default_factory=dict)
+    # prompts an earlier engine computed in full and finished without an abort: what its connector had every
+    # chance to store, so what a promised hit is owed for
+    stored: dict[tuple[int, ...], str] = field(default_factory=dict)  # prompt -> the engine that computed it
 
     def record(self, phase: str, rid: str, tokens: list[int]) -> None:
         key = (phase, rid)
@@ -68,8 +76,9 @@ class EnginePhase:
     """One engine (producer or consumer) stepped through its part of the workload."""
 
     def __init__(self, name: str, rig: WorkloadRig, side, spec: WorkloadSpec, ledger: Ledger,
-                 report: WorkloadReport):
+                 report: WorkloadReport, tested=None):
         self.name, self.rig, self.side, self.spec = name, rig, side, spec
+        self.tested = tested or rig.connector  # the connector under test (the peer may run one of its children)
         self.ledger, self.report = ledger, report
         self.block_size = rig.shape.block_size
         self.whole_blocks = rig.connector.profile.is_pair()
@@ -84,6 +93,7 @@ class EnginePhase:
         self.loaders: set[str] = set()  # requests that claimed external tokens
         self.verified: set[str] = set()  # loaders whose loaded bytes were checked
         self.preempted: set[str] = set()
+        self.aborted: set[str] = set()
         self._plan: list[tuple[str, list[int], list[int], range]] = []
         side.worker.forward = self._forward
         self._watch_request_finished()
@@ -91,7 +101,7 @@ class EnginePhase:
     def _occupants(self) -> dict[str, RequestSpec]:
         count = self.spec.occupant_count(self.name)
         last = max((r.arrive for r in getattr(self.spec, self.name)), default=0)
-        family = {"producer": 10_000, "consumer": 20_000}[self.name]  # prompts of their own: no hits
+        family = OCCUPANT_FAMILIES[self.name]
         return {f"{self.name[0]}occ{i}": RequestSpec(family=family + i, length=OCCUPANT_LENGTH,
                                                      max_tokens=last + OCCUPANT_TOKENS)
                 for i in range(count)}
@@ -118,11 +128,13 @@ class EnginePhase:
 
     def fail(self, problem: str) -> None:
         __tracebackhide__ = True
+        engine = f"{self.name} engine" + ("" if self.rig.connector is self.tested else
+                                          f" ({self.rig.connector.name} alone: the wrapper's last child)")
         raise WorkloadFailure(
-            f"{self.rig.connector.name}: {self.name} engine, step {self.step_index}: {problem}\n"
+            f"{self.tested.name}: {engine}, step {self.step_index}: {problem}\n"
             f"  workload: {self.spec.to_text()}\n"
             f"  replay: pytest --pyargs conformance --platform={self.rig.platform.name} "
-            f"--connector {self.rig.connector.name} -k test_workload_replay "
+            f"--connector {self.tested.name} -k test_workload_replay "
             f"--kvconform-replay '{self.spec.to_text()}'")
 
     def _check(self, problem: str | None) -> None:
@@ -146,10 +158,11 @@ class EnginePhase:
             except WorkloadFailure:
                 raise
             except Exception as exc:  # a connector (or vLLM's scheduler asserting on its answers) raised
-                self.fail(f"{type(exc).__name__} raised while stepping: {exc}")
+                self.fail(f"{type(exc).__name__} raised while stepping: {exc}{self._loads_note()}")
             self._after_update()
             if self.step_index >= last_arrival and not self.scheduler.has_requests() and not self.driver._pending():
                 self.report.steps[self.name] = self.step_index + 1
+                self._record_stored()
                 return
         held = {rid: f"{req.status.name}, {req.num_computed_tokens}/{req.num_tokens} tokens computed"
                 for rid, req in self.scheduler.requests.items()}
@@ -161,7 +174,25 @@ class EnginePhase:
         due = [rid for rid, r in self.requests.items()
                if r.abort == self.step_index and rid in self.scheduler.requests]
         if due:
-            self.report.aborts += len(self.scheduler.finish_requests(due, RequestStatus.FINISHED_ABORTED))
+            aborted = self.scheduler.finish_requests(due, RequestStatus.FINISHED_ABORTED)
+            self.aborted |= {r.request_id for r in aborted}
+            self.report.aborts += len(aborted)
+
+    def _record_stored(self) -> None:
+        """Prompts this engine computed in full, of requests that were not aborted, for the engines after it."""
+        for rid, r in self.requests.items():
+            prompt = tuple(r.prompt())
+            if rid not in self.aborted and self.ledger.computed.get((self.name, rid), ())[:len(prompt)] == prompt:
+                self.ledger.stored.setdefault(prompt, self.name)
+
+    def _loads_note(self) -> str:
+        """The requests loading external KV when a step raised, so a crash names who was being served."""
+        loading = []
+        for rid in sorted(self.loaders - self.verified):
+            claim = self.driver.answered_claim(rid)
+            if rid in self.scheduler.requests and claim is not None and claim.num_external_tokens:
+                loading.append(f"{rid} ({claim.num_external_tokens} external tokens claimed)")
+        return f" (requests loading external KV: {', '.join(loading)})" if loading else ""
 
     def step(self, scheduler_output):
         """The worker side of one step (``SchedulerDriver.step`` calls this), checked before and after."""
@@ -217,6 +248,7 @@ class EnginePhase:
     def _note_claims(self) -> None:
         """Claims made while scheduling this step: within what was computed; async ones now in flight."""
         known = self.ledger.known()
+        promise = self.tested.profile.promised_hit if self.name == "consumer" else None
         for rid, claims in self.driver.claims.items():
             for claim in claims[self.claims_checked.get(rid, 0):]:
                 if rid not in self.requests:
@@ -224,6 +256,10 @@ class EnginePhase:
                 prompt = self.requests[rid].prompt()
                 self._check(checks.claim_within_known(rid, prompt, claim.num_computed_tokens,
                                                       claim.num_external_tokens, known))
+                self._check(checks.claim_meets_promise(rid, prompt, claim.num_computed_tokens,
+                                                       claim.num_external_tokens, list(self.ledger.stored),
+                                                       promise, self.block_size))
+                self._note_hit(rid, prompt, claim, promise)
                 if claim.num_external_tokens:
                     self.loaders.add(rid)
                     if self.name == "consumer":
@@ -231,6 +267,23 @@ class EnginePhase:
                     if claim.load_async:
                         self.awaiting_recv.add(rid)
             self.claims_checked[rid] = len(claims)
+
+    def _note_hit(self, rid: str, prompt: list[int], claim, promise: str | None) -> None:
+        """Count, for the report, the promises held and the hits on prompts only the peer had computed."""
+        if self.name != "consumer" or not claim.num_external_tokens or claim.num_external_tokens < 0:
+            return
+        if promise is not None:
+            from conformance.claims import PROMISED_HITS
+
+            owed = [PROMISED_HITS[promise].tokens(len(s), len(prompt), self.block_size)
+                    for s in self.ledger.stored if tuple(prompt[:len(s)]) == s
+                    and PROMISED_HITS[promise].covers(len(s), len(prompt), self.block_size)]
+            self.report.promised_tokens += max(owed, default=0)
+        total = claim.num_computed_tokens + claim.num_external_tokens
+        sources = {engine for s, engine in self.ledger.stored.items()
+                   if len(s) >= total and tuple(prompt[:total]) == s[:total]}
+        if sources == {"peer"}:
+            self.report.peer_hits += 1
 
     def _writable(self, scheduler_output):
         """Per layer [B, N]: slots the forward wrote, and the slots of requests loading external KV."""
@@ -255,7 +308,7 @@ class EnginePhase:
             trusted[rid] = (upto, "tokens the connector reported as received")
         for rid, (upto, why) in trusted.items():
             req = self.scheduler.requests.get(rid)
-            if req is None:
+            if req is None or req.is_finished():  # an aborted load owes no bytes: vLLM frees its blocks unread
                 continue
             self._check(checks.computed_slots(self.kv, rid, list(req.all_token_ids), self._blocks(rid), upto, why))
             if rid in self.loaders and rid not in self.verified and self.name == "consumer":
@@ -264,13 +317,20 @@ class EnginePhase:
 
 
 def run_workload(rig: WorkloadRig, spec: WorkloadSpec) -> WorkloadReport:
-    """Producer then consumer over one storage; raises ``WorkloadFailure`` at the first broken invariant."""
+    """Producer, peer (when the spec has peer requests), consumer over one storage; raises ``WorkloadFailure``
+    at the first broken invariant."""
     spec.validate()
     report, ledger = WorkloadReport(), Ledger()
-    for name, role in zip(("producer", "consumer"), rig.roles()):
-        side = rig.side(role, fill_seed=PHASE_FILL_SEEDS[name])
+    producer_role, consumer_role = rig.roles()
+    phases = [("producer", rig, producer_role)]
+    if spec.peer:
+        peer = peer_rig(rig)
+        phases.append(("peer", peer, peer.roles()[0]))
+    phases.append(("consumer", rig, consumer_role))
+    for name, phase_rig, role in phases:
+        side = phase_rig.side(role, fill_seed=PHASE_FILL_SEEDS[name])
         try:
-            EnginePhase(name, rig, side, spec, ledger, report).run()
+            EnginePhase(name, phase_rig, side, spec, ledger, report, tested=rig.connector).run()
         finally:
             side.close()
     return report

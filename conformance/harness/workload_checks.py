@@ -12,6 +12,9 @@ workload, so a generated workload needs no expected result of its own:
   slots of requests loading external KV (whole blocks for page movers);
 * ``claim_within_known``: a claim is never negative and never exceeds the
   longest prefix some engine over this storage had computed;
+* ``claim_meets_promise``: on the consumer, a connector whose profile names a
+  ``promised_hit`` offers at least that hit for every prompt stored before it
+  started which the promise covers (a short claim is work lost silently);
 * ``finished_in_flight``: every id reported as received was waiting for an
   async load, every id reported as sent was kept by ``request_finished``;
 * ``no_reuse_before_release``: blocks a connector still holds are not handed
@@ -101,6 +104,31 @@ def claim_within_known(rid: str, prompt: list[int], num_computed: int, external:
         return (f"request {rid} ({len(prompt)}-token prompt): the connector claimed {external} external tokens "
                 f"after {num_computed} computed ones, {num_computed + external} in all, but no engine over this "
                 f"storage ever computed more than {limit} tokens of that prompt")
+    return None
+
+
+def claim_meets_promise(rid: str, prompt: list[int], num_computed: int, external: int | None,
+                        stored: list[tuple[int, ...]], promise_name: str | None, block_size: int) -> str | None:
+    """None when the claim covers the promised hit of every stored prompt ``prompt`` starts with (and the
+    promise covers); else what was promised and what was offered, in words."""
+    if promise_name is None or external is None:
+        return None
+    from conformance.claims import PROMISED_HITS
+
+    promise = PROMISED_HITS[promise_name]
+    owed, source = 0, None
+    for seq in stored:
+        if len(seq) <= len(prompt) and tuple(prompt[:len(seq)]) == seq and \
+                promise.covers(len(seq), len(prompt), block_size):
+            tokens = promise.tokens(len(seq), len(prompt), block_size)
+            if tokens > owed:
+                owed, source = tokens, len(seq)
+    offered = num_computed + max(external, 0)
+    if offered < owed:
+        return (f"request {rid} ({len(prompt)}-token prompt): the connector claimed {external} external tokens after "
+                f"{num_computed} computed ones, {offered} in all, but its profile promises a hit of {owed} tokens "
+                f"for it ({promise_name}: {promise.doc}; a {source}-token prompt it starts with was stored before "
+                f"this engine started; block size {block_size})")
     return None
 
 

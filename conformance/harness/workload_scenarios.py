@@ -17,7 +17,7 @@ _C = R(family=1, shared=0, length=75, tail=3)
 
 # what each scenario must have exercised (a WorkloadReport field > 0), so it cannot pass on nothing
 EXERCISES: dict[str, str] = {"chunked-prefill": "chunked_steps", "memory-pressure": "preemptions",
-                             "abort": "aborts"}
+                             "abort": "aborts", "peer-store": "peer_hits"}
 
 SCENARIOS: dict[str, WorkloadSpec] = {s.label: s for s in (
     WorkloadSpec(
@@ -50,6 +50,13 @@ SCENARIOS: dict[str, WorkloadSpec] = {s.label: s for s in (
         consumer=(R(family=0, shared=40, length=62, tail=1, max_tokens=8), R(family=1, length=62, max_tokens=8),
                   R(family=0, shared=40, length=62, tail=2, max_tokens=8)),
         num_blocks=8, max_seqs=4, token_budget=128),
+    WorkloadSpec(
+        label="peer-store",
+        # a peer engine writes one store only (a wrapper's last child): the consumer asks, in one step, for a
+        # prompt every store holds, two only the peer's store holds (one a sibling of the first) and a fresh
+        # one, so a wrapper's children hold different hits and it must claim and load from the right one
+        producer=(_A, _C), peer=(R(family=7, length=90), _B),
+        consumer=(_A, R(family=7, length=90), _B, R(family=8, length=50))),
     WorkloadSpec(
         label="abort",
         # the producer aborts one request before it runs and one mid-decode; the consumer aborts one

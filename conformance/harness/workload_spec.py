@@ -1,9 +1,11 @@
 """A workload as data: what a server sees, small enough to print and replay exactly.
 
-A workload has two phases over one connector storage, as disaggregated or
-cached serving has them: a *producer* engine serves some requests (and its
-connector stores their KV), then a fresh *consumer* engine serves others (and
-its connector finds, claims and loads what the producer stored). Each request
+A workload has two or three phases over one connector storage, as disaggregated
+or cached serving has them: a *producer* engine serves some requests (and its
+connector stores their KV), a *peer* engine (when the spec has peer requests)
+serves others into one store only (``workload_peer``: a wrapper's last child),
+then a fresh *consumer* engine serves its own (and its connector finds, claims
+and loads what the others stored). Each request
 names a prompt family (prompts of one family share a prefix and then diverge),
 when it arrives, how many tokens it generates and when, if ever, it is aborted.
 ``occupants`` are requests that arrive first on the consumer and keep decoding,
@@ -45,6 +47,7 @@ class RequestSpec:
 class WorkloadSpec:
     producer: tuple[RequestSpec, ...] = ()
     consumer: tuple[RequestSpec, ...] = ()
+    peer: tuple[RequestSpec, ...] = ()  # served after the producer by an engine writing one store only
     token_budget: int = 2048  # max_num_batched_tokens: below a prompt's length, prefill is chunked
     num_blocks: int = 48  # blocks per engine: small pools make requests wait and blocks recycle
     occupants: int = 0  # consumer requests that arrive first and hold blocks throughout
@@ -55,9 +58,10 @@ class WorkloadSpec:
 
     def to_text(self) -> str:
         data = asdict(self)
-        data["producer"] = [_compact(r) for r in self.producer]
-        data["consumer"] = [_compact(r) for r in self.consumer]
-        return json.dumps({k: v for k, v in data.items() if v != _DEFAULTS.get(k)}, separators=(",", ":"))
+        for side in SIDES:
+            data[side] = [_compact(r) for r in getattr(self, side)]
+        shown = {k: v for k, v in data.items() if v != _DEFAULTS.get(k) and not (k == "peer" and not v)}
+        return json.dumps(shown, separators=(",", ":"))
 
     @staticmethod
     def from_text(text: str) -> "WorkloadSpec":
@@ -71,7 +75,7 @@ class WorkloadSpec:
         unknown = sorted(set(data) - known)
         if unknown:
             raise SpecError(f"unknown workload field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-        for side in ("producer", "consumer"):
+        for side in SIDES:
             data[side] = tuple(_request(r, side, i) for i, r in enumerate(data.get(side, ())))
         spec = WorkloadSpec(**data)
         spec.validate()
@@ -84,7 +88,7 @@ class WorkloadSpec:
         if self.token_budget < self.max_seqs:
             raise SpecError(f"token_budget ({self.token_budget}) must be at least max_seqs ({self.max_seqs}), "
                             "as vLLM's SchedulerConfig requires")
-        for side in ("producer", "consumer"):
+        for side in SIDES:
             for i, r in enumerate(getattr(self, side)):
                 if not 0 <= r.shared <= r.length or r.length < 2:
                     raise SpecError(f"{side}[{i}]: need 0 <= shared <= length and length >= 2 ({r})")
@@ -93,19 +97,21 @@ class WorkloadSpec:
 
     def requests(self, side: str) -> dict[str, RequestSpec]:
         """Request id -> spec; ids say the side and index so a failure names them plainly."""
-        return {f"{side[0]}{i}": r for i, r in enumerate(getattr(self, side))}
+        return {f"{ID_PREFIX[side]}{i}": r for i, r in enumerate(getattr(self, side))}
 
     def occupant_count(self, side: str) -> int:
         return self.occupants if side == "consumer" else self.producer_occupants
 
     def step_bound(self, block_size: int) -> int:
         """Steps after which a request still held is stuck: generous, but finite."""
-        requests = list(self.producer) + list(self.consumer)
+        requests = list(self.producer) + list(self.peer) + list(self.consumer)
         work = sum(-(-r.length // max(1, self.token_budget)) + r.max_tokens for r in requests)
         last = max((r.arrive for r in requests), default=0)
         return last + work + 16
 
 
+SIDES = ("producer", "peer", "consumer")  # the engines, in the order they run
+ID_PREFIX = {"producer": "p", "peer": "x", "consumer": "c"}  # request ids: p0, x0, c0, ...
 OCCUPANT_LENGTH = 40
 OCCUPANT_TOKENS = 4  # decode steps an occupant keeps its blocks after the other requests arrive
 
@@ -116,7 +122,7 @@ def _tokens(key: tuple, count: int) -> list[int]:
 
 
 _REQUEST_DEFAULTS = asdict(RequestSpec())
-_DEFAULTS = {k: v for k, v in asdict(WorkloadSpec()).items() if k not in ("producer", "consumer")}
+_DEFAULTS = {k: v for k, v in asdict(WorkloadSpec()).items() if k not in SIDES}
 
 
 def _compact(request: RequestSpec) -> dict:

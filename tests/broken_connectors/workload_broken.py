@@ -12,6 +12,7 @@ import safetensors.torch
 import torch
 
 from vllm.distributed.kv_transfer.kv_connector.v1.example_connector import ExampleConnector
+from vllm.distributed.kv_transfer.kv_connector.v1.multi_connector import MultiConnector
 
 
 class _Loader(ExampleConnector):
@@ -131,3 +132,34 @@ class EarlySendDoneConnector(DelayedFreeConnector):
     def get_finished(self, finished_req_ids):
         started = set(getattr(self._get_connector_metadata(), "new_req_ids", ()))
         return (set(finished_req_ids) | started) or None, None
+
+
+class _Wrapper(MultiConnector):
+    """vLLM's MultiConnector, loaded by module path. vLLM's factory reads HMA support of MultiConnector from its
+    children only under the name "MultiConnector"; a subclass loaded by path counts as HMA-capable, so vLLM keeps
+    the hybrid manager on and MultiConnector's own check refuses these non-HMA children. The tiny model has one
+    KV cache group, where the hybrid manager changes nothing: turn it off as vLLM does for MultiConnector."""
+
+    def __init__(self, vllm_config, role, kv_cache_config):
+        vllm_config.scheduler_config.disable_hybrid_kv_cache_manager = True
+        super().__init__(vllm_config, role, kv_cache_config)
+
+
+class PrimaryLoadsMultiConnector(_Wrapper):
+    """MultiConnector that claims the first child's hit that is positive (as vLLM's does) but always loads
+    from its first child, its "primary" store: right only while every child holds the same prompts."""
+
+    def update_state_after_alloc(self, request, blocks, num_external_tokens) -> None:
+        for i, child in enumerate(self._connectors):
+            child.update_state_after_alloc(request, blocks, num_external_tokens if i == 0 else 0)
+
+
+class FirstChildOnlyMultiConnector(_Wrapper):
+    """MultiConnector that asks its first child only: a prompt only a later child holds gets no hit, work
+    lost without an error (vLLM's scheduler checks a claim only from above)."""
+
+    def get_num_new_matched_tokens(self, request, num_computed_tokens):
+        tokens, load_async = self._connectors[0].get_num_new_matched_tokens(request, num_computed_tokens)
+        if tokens:
+            self._requests_to_connector[request.request_id] = 0
+        return (tokens if tokens is None or tokens > 0 else 0), load_async
