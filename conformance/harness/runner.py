@@ -1,7 +1,7 @@
 """The worker side of a connector, called in the model runner's order.
 
 Per step, as vLLM's ``KVConnectorModelRunnerMixin`` and the attention layers'
-``maybe_transfer_kv_layer`` do it: bind metadata; ``start_load_kv`` before the
+``maybe_transfer_kv_layer`` do it: ``handle_preemptions``; bind metadata; ``start_load_kv`` before the
 layers when the step has synchronous loads, after them otherwise; per attention
 layer ``wait_for_layer_load`` then ``save_kv_layer``; ``wait_for_save``;
 ``get_finished`` (through ``get_transfer_results`` where vLLM has it);
@@ -157,6 +157,9 @@ class WorkerStandIn:
         runs_forward = scheduler_output.total_num_scheduled_tokens > 0
         attn_metadata = dict(self.metadata_for_layer) if runs_forward else None
         with set_forward_context(attn_metadata, self.vllm_config), self.guard:
+            # first, as vLLM's runner does: an async saver finishes reading preempted requests' blocks here,
+            # before this step's forward may write them for another request
+            connector.handle_preemptions(scheduler_output.kv_connector_metadata)
             connector.bind_connector_metadata(scheduler_output.kv_connector_metadata)
             sync_loads = bool(getattr(scheduler_output, "has_sync_kv_loads", True))
             if sync_loads:

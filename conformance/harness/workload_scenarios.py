@@ -17,7 +17,14 @@ _C = R(family=1, shared=0, length=75, tail=3)
 
 # what each scenario must have exercised (a WorkloadReport field > 0), so it cannot pass on nothing
 EXERCISES: dict[str, str] = {"chunked-prefill": "chunked_steps", "memory-pressure": "preemptions",
-                             "abort": "aborts", "peer-store": "peer_hits"}
+                             "abort": "aborts", "peer-store": "peer_hits", "preempt-mid-save": "preemptions",
+                             "abort-mid-save": "aborts"}
+
+# 7 usable blocks, all taken by the first step's prefills (2 + 2 + 3); in the next step the two 64-token
+# requests each need a block for their first decoded token, so the third request's blocks are freed (by a
+# preemption or an abort) and handed to them while its KV, saved in the step before, may still be in flight
+_TIGHT = dict(num_blocks=8, max_seqs=4, token_budget=256)
+_FIRST, _SECOND = R(family=10, length=64, max_tokens=3), R(family=11, length=64, max_tokens=3)
 
 SCENARIOS: dict[str, WorkloadSpec] = {s.label: s for s in (
     WorkloadSpec(
@@ -57,6 +64,16 @@ SCENARIOS: dict[str, WorkloadSpec] = {s.label: s for s in (
         # one, so a wrapper's children hold different hits and it must claim and load from the right one
         producer=(_A, _C), peer=(R(family=7, length=90), _B),
         consumer=(_A, R(family=7, length=90), _B, R(family=8, length=50))),
+    WorkloadSpec(
+        label="preempt-mid-save",
+        # the 90-token request is preempted in step 1, right after the step that saved it; the consumer loads it
+        producer=(_FIRST, _SECOND, R(family=12, length=90, max_tokens=2)),
+        consumer=(R(family=12, length=90), R(family=10, length=64)), **_TIGHT),
+    WorkloadSpec(
+        label="abort-mid-save",
+        # the same, aborted by its client before step 1 instead: its prompt was saved, and is loaded later
+        producer=(_FIRST, _SECOND, R(family=12, length=90, max_tokens=4, abort=1)),
+        consumer=(R(family=12, length=90), R(family=10, length=64)), **_TIGHT),
     WorkloadSpec(
         label="abort",
         # the producer aborts one request before it runs and one mid-decode; the consumer aborts one
