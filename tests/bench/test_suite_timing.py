@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -70,18 +71,57 @@ def _result(suite_timing, name, wall, target=None):
 def test_findings_state_the_speedup_and_the_import_share(suite_timing):
     results = {"serial": _result(suite_timing, "serial", 40.0, 60.0), "xdist": _result(suite_timing, "xdist", 20.0)}
     notes = suite_timing.findings(results, import_s=8.0)
-    assert "-n 2 is 2.00x serial (target 1.6x): met" in notes
+    assert "-n 2 is 2.00x serial (target 1.5x): met" in notes
     assert "serial: vLLM import (8.0 s per process) is 20% of its 40.0 s wall time" in notes
     slow = suite_timing.findings({**results, "xdist": _result(suite_timing, "xdist", 30.0)}, import_s=8.0)
-    assert "-n 2 is 1.33x serial (target 1.6x): not met" in slow
+    assert "-n 2 is 1.33x serial (target 1.5x): not met" in slow
 
 
 def test_the_table_marks_targets(suite_timing):
     text = suite_timing.table({"gate": _result(suite_timing, "gate", 25.0, 20.0),
                                "serial": _result(suite_timing, "serial", 30.0, 60.0)})
     gate, serial = text.splitlines()[1:]
-    assert gate.split()[:4] == ["gate", "25.0", "<", "20"] and " no " in gate
+    assert gate.split()[:5] == ["gate", "25.0", "0.0", "<=", "20"] and " no " in gate
     assert " yes " in serial
+
+
+def _results_json(path, outcomes):
+    path.write_text(json.dumps({"format": "kvconform-results", "version": 1, "runs": [],
+                                "tests": [{"nodeid": n, "outcome": o} for n, o in outcomes.items()]}))
+    return path
+
+
+def test_compare_passes_only_when_the_same_tests_have_the_same_outcomes(suite_timing, tmp_path, capsys):
+    before = _results_json(tmp_path / "before.json", {"t::a": "passed", "t::b": "xfailed", "t::c": "skipped"})
+    same = _results_json(tmp_path / "same.json", {"t::c": "skipped", "t::b": "xfailed", "t::a": "passed"})
+    assert suite_timing.main(["--compare", str(before), str(same)]) == 0
+    assert "same tests, same outcomes (3 tests)" in capsys.readouterr().out
+    after = _results_json(tmp_path / "after.json", {"t::a": "passed", "t::b": "passed", "t::d": "passed"})
+    assert suite_timing.main(["--compare", str(before), str(after)]) == 1
+    out = capsys.readouterr().out
+    assert "outcomes differ: 1 changed, 1 only in" in out
+    assert "changed t::b: xfailed -> passed" in out
+    assert f"only in {before}: t::c" in out and f"only in {after}: t::d" in out
+
+
+def test_compare_refuses_a_file_that_is_not_results_json(suite_timing, tmp_path, capsys):
+    junk = tmp_path / "junk.json"
+    junk.write_text("[1, 2]")
+    assert suite_timing.main(["--compare", str(junk), str(tmp_path / "missing.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("suite_timing: --compare: ") and "not a kvconform results.json" in err
+    assert "Traceback" not in err
+
+
+def test_the_readme_table_states_the_speedup_and_cpu_time(suite_timing):
+    serial = _result(suite_timing, "serial", 40.0, 45.0)
+    serial.cpu_s = 55.0
+    text = suite_timing.readme_table({"serial": serial, "xdist": _result(suite_timing, "xdist", 20.0),
+                                      "gate": _result(suite_timing, "gate", 12.0, 10.0)})
+    rows = text.splitlines()[2:]
+    assert rows[0] == "| full CPU suite without the engine tier, serial | 40.0 s | 55.0 s | 1.0 / 2.0 | <= 45 s: met |"
+    assert "| 20.0 s (2.00x) |" in rows[1] and rows[1].endswith("1.5x faster than serial: met |")
+    assert rows[2].endswith("<= 10 s: **not met** |")
 
 
 def test_an_unknown_run_is_a_usage_error(suite_timing, capsys):
