@@ -54,6 +54,7 @@ from pathlib import Path
 
 import platforms
 from conformance.cli import UserError
+from conformance.needs import declared_package, missing_module_failure
 
 DEFAULT_SIZES = (256, 1024, 4096)
 DEFAULT_REPEAT = 5
@@ -288,8 +289,14 @@ def bench_all(args, spec, backend, block_size: int, sizes: list[int], chosen: li
                     connector.load_class()
                     baseline, samples = measure(rig, sizes, args.repeat)
                 except ModuleNotFoundError as exc:
-                    outcome.skipped.append({"connector": connector.name,
-                                            "reason": f"importing it failed for a missing package: {exc}"})
+                    # a skip only for a package the profile declares, as the suite's needs.connector_class
+                    package = declared_package(connector, exc.name)
+                    if package is None:
+                        outcome.errors.append({"connector": connector.name,
+                                               "error": missing_module_failure(connector, exc)})
+                    else:
+                        outcome.skipped.append({"connector": connector.name, "reason": f"importing it failed for its "
+                                                f"missing package {package}: {exc}"})
                 except ConnectorRefused as exc:
                     outcome.skipped.append({"connector": connector.name, "reason": str(exc)})
                 except Exception as exc:  # noqa: BLE001 - a connector's crash is its result, reported in full

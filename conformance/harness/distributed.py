@@ -10,7 +10,9 @@ device, as in vLLM's worker of that rank (vLLM's groups take their device from i
 
 from __future__ import annotations
 
+import shutil
 import socket
+import tempfile
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -35,12 +37,18 @@ def single_rank_parallel_state(vllm_config, local_rank: int = 0) -> Iterator[Non
     if model_parallel_is_initialized():
         yield
         return
-    with set_current_vllm_config(vllm_config):
-        init_distributed_environment(world_size=1, rank=0, local_rank=local_rank, backend="gloo",
-                                     distributed_init_method=f"tcp://127.0.0.1:{free_port()}")
-        ensure_model_parallel_initialized(1, 1)
+    # A file store, not a TCP one: no port to probe for and release, so no race with another process
+    # (xdist workers, a service) for it between the probe and the bind.
+    rendezvous = tempfile.mkdtemp(prefix="kvconform-world-")
     try:
-        yield
+        with set_current_vllm_config(vllm_config):
+            init_distributed_environment(world_size=1, rank=0, local_rank=local_rank, backend="gloo",
+                                         distributed_init_method=f"file://{rendezvous}/store")
+            ensure_model_parallel_initialized(1, 1)
+        try:
+            yield
+        finally:
+            destroy_model_parallel()
+            destroy_distributed_environment()
     finally:
-        destroy_model_parallel()
-        destroy_distributed_environment()
+        shutil.rmtree(rendezvous, ignore_errors=True)

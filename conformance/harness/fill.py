@@ -507,10 +507,12 @@ def run_fill(rig: Rig, kinds: tuple[str, ...], registration: str, mode: str = "c
 
 
 def _claim(name: str, scheduler, rid: str, length: int, prefix_hit: bool, what: str) -> tuple[int, int]:
-    claims = scheduler.claims.get(rid) or []
-    if not claims:
+    if not scheduler.claims.get(rid):
         raise FillFailure(f"{name}: {what}: the scheduler never asked it about request {rid}")
-    local, external = claims[0].num_computed_tokens, claims[0].num_external_tokens or 0
+    claim = scheduler.answered_claim(rid)
+    if claim is None:
+        raise FillFailure(f"{name}: {what}: request {rid} was only ever answered None (ask again), never a claim")
+    local, external = claim.num_computed_tokens, claim.num_external_tokens
     if prefix_hit and local <= 0:
         raise FillFailure(f"{name}: {what}: request {rid} found no local prefix hit, so the check that only "
                           f"missing blocks are filled cannot run (harness: the prompt does not reuse a cached prefix)")

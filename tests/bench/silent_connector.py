@@ -10,3 +10,13 @@ class NoLoadConnector(ExampleConnector):
 
     def start_load_kv(self, forward_context, **kwargs) -> None:
         return None
+
+
+class LazyImportConnector(ExampleConnector):
+    """ExampleConnector whose save imports a module nobody declares: a crash the bench must report as an
+    error, not a skip for a missing package (only a package the profile declares is a skip)."""
+
+    def save_kv_layer(self, *args, **kwargs) -> None:
+        import kvconform_no_such_module  # noqa: F401
+
+        super().save_kv_layer(*args, **kwargs)

@@ -21,6 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SIZE = 32
 SILENT = "tests.bench.silent_connector:NoLoadConnector"
+LAZY_IMPORT = "tests.bench.silent_connector:LazyImportConnector"
 TINY_BYTES_PER_TOKEN = 2 * 2 * 2 * 32 * 2  # K and V x 2 layers x 2 KV heads x head size 32 x float16
 
 
@@ -28,6 +29,7 @@ def test_a_tiny_bench_run(tmp_path):
     out = tmp_path / "bench.json"
     command = [sys.executable, "-m", "conformance.cli", "bench", "--platform", "cpu",
                "--connector", "ExampleConnector", "--connector", "DecodeBenchConnector", "--connector", SILENT,
+               "--connector", LAZY_IMPORT,
                "--connector", "SimpleCPUOffloadConnector", "--connector", "NixlConnector",
                "--sizes", str(SIZE), "--repeat", "1", "--kv-shape", "tiny", "--threads", "1",
                "--json", str(out), "--min-ratio", "1e9"]
@@ -37,7 +39,8 @@ def test_a_tiny_bench_run(tmp_path):
     for check in (check_the_documented_fields, check_save_and_load_beside_the_storage_baseline,
                   check_a_connector_without_a_round_trip_is_skipped, check_a_load_that_moves_nothing_is_an_error,
                   check_an_impossible_min_ratio_exits_1_naming_the_connector, check_the_table_shows_each_measurement,
-                  check_a_known_failure_is_its_finding, check_the_output_is_the_table_and_the_findings):
+                  check_a_known_failure_is_its_finding, check_the_output_is_the_table_and_the_findings,
+                  check_an_undeclared_missing_module_is_an_error_not_a_skip):
         check(run)
 
 
@@ -98,8 +101,7 @@ def check_the_output_is_the_table_and_the_findings(run):
 
 def check_a_load_that_moves_nothing_is_an_error(run):
     done, doc = run
-    [error] = doc["errors"]
-    assert error["connector"] == "NoLoadConnector"
+    [error] = [entry for entry in doc["errors"] if entry["connector"] == "NoLoadConnector"]
     assert "does not hold the bytes the producer saved" in error["error"]
     assert "NoLoadConnector" not in {row["connector"] for row in doc["results"]}
     assert "could not measure NoLoadConnector" in done.stderr
@@ -121,3 +123,10 @@ def check_the_table_shows_each_measurement(run):
     for row in doc["results"]:
         line = next(line for line in lines if line.startswith("ExampleConnector") and f" {row['op']} " in line)
         assert line.split()[-1] == f"{row['ratio']:.2f}"
+
+
+def check_an_undeclared_missing_module_is_an_error_not_a_skip(run):
+    _, doc = run
+    assert "LazyImportConnector" not in {entry["connector"] for entry in doc["skipped"]}
+    [error] = [entry for entry in doc["errors"] if entry["connector"] == "LazyImportConnector"]
+    assert "module 'kvconform_no_such_module' is missing, and it is not a package" in error["error"], error
