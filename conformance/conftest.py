@@ -71,8 +71,13 @@ def off_current_device(platform, worker_rank, worker_process):
 def make_rig(platform, attn_backend, connector, tiny_model, storage, device, worker_process, connector_services):
     from conformance.harness.rig import Rig
 
-    def make(shape):
-        return Rig(connector, platform, attn_backend, shape, tiny_model, storage, device,
-                   services=connector_services(connector))
+    rigs = []
 
-    return make
+    def make(shape):
+        rigs.append(Rig(connector, platform, attn_backend, shape, tiny_model, storage, device,
+                        services=connector_services(connector)))
+        return rigs[-1]
+
+    yield make
+    for rig in rigs:  # what a failed check left open, shut down while the connector's servers still run
+        rig.close_sides()

@@ -17,9 +17,12 @@ the end. Why each piece is the way it is:
   its log), decided once: every later test of that connector skips with the same words.
 * A failed test carries the end of each server's log in its report, since a
   connector's error often only says "timed out" while the server says why.
-* A connector that hangs on its server is bounded by the service's ``timeout_s``,
-  applied as the test's timeout when it is shorter than the per-test one, with
-  pytest-timeout's thread method: a hang in native code cannot be interrupted by a signal.
+* A connector that hangs on its server is bounded by the service's ``timeout_s``
+  when it is shorter than the per-test one: at ``timeout_s`` a SIGALRM raises
+  ``ServiceTimeout`` in the test's main thread, naming where it waited, so the test
+  fails in-process with the server's log attached (and a known hang can be pinned as
+  an expectation); a wait in native code never returns to Python for that signal, so
+  pytest-timeout's thread method ends the worker ``NATIVE_GRACE_S`` later as a backstop.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -46,6 +51,7 @@ LOG_TAIL_LINES = 40
 START_ATTEMPTS = 3  # a fresh port each time: another process may take the one we picked first
 STOP_GRACE_S = 10.0
 RESET_TIMEOUT_S = 30.0
+NATIVE_GRACE_S = 30.0  # after timeout_s's in-process failure, the thread-method backstop for native waits
 LOOPBACK = "127.0.0.1"
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
@@ -82,6 +88,15 @@ class ServiceSpec(BaseModel):
 
 class ServiceUnavailable(Exception):
     """A server did not come up; the message says why, in the server's words where it gave any."""
+
+
+class ServiceTimeout(BaseException):
+    """A connector with servers did not finish within its service's ``timeout_s``.
+
+    A BaseException, as pytest's own ``Failed``: connector code that catches
+    ``Exception`` around its wait (MooncakeStore's lookup does, answering "no hit")
+    must not swallow the bound and carry on as though the server had answered.
+    """
 
 
 def _accepts(port: int) -> bool:
@@ -237,7 +252,69 @@ class ServicePool:
         self.running.clear()
 
 
+_STDLIB = Path(sysconfig.get_paths()["stdlib"]).resolve()
+
+
+def waiting_in(frame) -> str:
+    """Where a thread waits: its innermost frame outside the standard library (whose frames are only the
+    wait itself: a lock, a queue, a future), as ``path:line (function)``, the path from site-packages on."""
+    innermost = frame
+    while frame is not None:
+        path = Path(frame.f_code.co_filename)
+        if "site-packages" in path.parts or not path.resolve().is_relative_to(_STDLIB):
+            break
+        frame = frame.f_back
+    frame = frame or innermost
+    if frame is None:
+        return "(no Python frame)"
+    parts = Path(frame.f_code.co_filename).parts
+    shown = "/".join(parts[parts.index("site-packages") + 1:]) if "site-packages" in parts else "/".join(parts[-3:])
+    return f"{shown}:{frame.f_lineno} ({frame.f_code.co_name})"
+
+
+@dataclass
+class Watchdog:
+    """A SIGALRM ``limit`` seconds after ``arm()`` that raises ServiceTimeout in the main thread, saying where
+    it waited. Only the main thread receives signals: elsewhere (a test run in a thread) it stays unarmed,
+    and pytest-timeout's thread-method backstop alone bounds the test."""
+
+    label: str
+    limit: float
+    previous: object = None
+    armed: bool = False
+
+    def arm(self) -> None:
+        if self.armed or threading.current_thread() is not threading.main_thread():
+            return
+        self.previous = signal.signal(signal.SIGALRM, self._fire)
+        signal.setitimer(signal.ITIMER_REAL, self.limit)
+        self.armed = True
+
+    def disarm(self) -> None:
+        if self.armed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.previous)
+            self.armed = False
+
+    def _fire(self, signum, frame) -> None:
+        raise ServiceTimeout(f"{self.label}: no answer within {self.limit:g} s (its services' timeout_s); "
+                             f"the test was waiting in {waiting_in(frame)}")
+
+
 SERVICES_USED = pytest.StashKey[list[RunningService]]()
+SERVICE_LIMIT = pytest.StashKey[float]()  # the in-process bound of a test whose connector has servers
+WATCHDOGS = pytest.StashKey[list[Watchdog]]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    """The in-process bound covers the test itself only: raised later (pytest formatting the failure, a
+    fixture's teardown) it would be an internal error; those are left to the thread-method backstop."""
+    try:
+        return (yield)
+    finally:
+        for watchdog in item.stash.get(WATCHDOGS, []):
+            watchdog.disarm()
 
 
 @pytest.fixture(scope="session")
@@ -255,8 +332,13 @@ def connector_services(request, service_pool, monkeypatch):
     many rigs it builds. A server that cannot start skips the test, quoting why.
     """
     used: dict[str, RunningService] = {}
+    watchdogs = request.node.stash.setdefault(WATCHDOGS, [])
 
     def use(connector) -> dict[str, str]:
+        limit = request.node.stash.get(SERVICE_LIMIT, None)
+        if limit and not watchdogs:  # from the first rig on: what waits on a server runs after this
+            watchdogs.append(Watchdog(connector.name, limit))
+            watchdogs[0].arm()
         placeholders: dict[str, str] = {}
         for name, spec in connector.profile.services.items():
             if name not in used:
@@ -272,7 +354,9 @@ def connector_services(request, service_pool, monkeypatch):
             placeholders.update(used[name].placeholders())
         return placeholders
 
-    return use
+    yield use
+    for watchdog in watchdogs:
+        watchdog.disarm()
 
 
 def service_timeout(connector, per_test: float | None) -> float | None:
@@ -296,10 +380,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue  # not a conformance test (another project's ``connector`` parameter), or timed already
         limit = service_timeout(connector, per_test)
         if limit:
-            # the thread method: a connector stuck in native code (a store client waiting on its server)
-            # never returns to Python for the signal method to interrupt; this one ends the worker, which
-            # crash isolation reports as that test's failure and replaces
-            item.add_marker(pytest.mark.timeout(limit, method="thread"))
+            item.stash[SERVICE_LIMIT] = limit  # the Watchdog's: an in-process failure, pinnable
+            # the backstop, with the thread method: a connector stuck in native code (a store client waiting
+            # on its server) never returns to Python for a signal to interrupt; this one ends the worker,
+            # which crash isolation reports as that test's failure and replaces
+            item.add_marker(pytest.mark.timeout(min(limit + NATIVE_GRACE_S, per_test), method="thread"))
 
 
 @pytest.hookimpl(wrapper=True)

@@ -49,6 +49,7 @@ class Side:
     caches: dict
     scheduler: SchedulerDriver
     worker: WorkerStandIn
+    closed: bool = False
 
     def run(self, prompts: dict[str, list[int]], max_steps: int = 32) -> None:
         for request_id, prompt in prompts.items():
@@ -56,7 +57,10 @@ class Side:
         self.scheduler.run(self.worker, max_steps)
 
     def close(self) -> None:
-        """Both halves shut down, as vLLM's engine does (``Scheduler.shutdown`` closes the scheduler side)."""
+        """Both halves shut down, as vLLM's engine does (``Scheduler.shutdown`` closes the scheduler side); once."""
+        if self.closed:
+            return
+        self.closed = True
         self.worker.shutdown()
         self.scheduler.scheduler.shutdown()
 
@@ -72,6 +76,9 @@ class Rig:
     device: str
     max_model_len: int = MAX_MODEL_LEN
     services: dict = field(default_factory=dict)  # the connector's servers' placeholders (conformance/services.py)
+    # every side built, so that the test's teardown shuts down what a failed check left open, as vLLM's engine
+    # does on an error: a connector left to its __del__ would close against a server stopped by then
+    sides: list = field(default_factory=list, repr=False)
     # the worker-side stand-in to build (the bench swaps in a timed one)
     worker_class: ClassVar[type[WorkerStandIn]] = WorkerStandIn
 
@@ -158,7 +165,20 @@ class Rig:
         with refusal_as(ConnectorRefused, self.connector):
             worker = self.worker_class(config, kv_cache_config, caches, self.connector.name, self.device, metadata)
             scheduler = SchedulerDriver(config, kv_cache_config)
-        return Side(config, kv_cache_config, caches, scheduler, worker)
+        side = Side(config, kv_cache_config, caches, scheduler, worker)
+        self.sides.append(side)
+        return side
+
+    def close_sides(self) -> None:
+        """Shut down every side a check left open (one that failed before its own ``close()``).
+
+        Errors are not raised here: the check's own ``close()`` is where shutdown is judged; this only
+        frees what a check that already failed (or never closed) held."""
+        for side in self.sides:
+            try:
+                side.close()
+            except Exception:  # noqa: BLE001 - judged where the check closes its sides, not in this backstop
+                pass
 
     def roles(self) -> tuple[str, str]:
         """(producer role, consumer role) from the profile."""

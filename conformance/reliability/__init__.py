@@ -14,7 +14,11 @@ plugin of its own, watching every conformance test (one parametrized with a
   leaked non-daemon thread never keeps pytest alive: it exits with the run's status;
 - ``storage``: new entries in the connector's *default* storage location (the
   profile always points it at a per-test folder) are an error naming them;
-- ``cleanup``: a passed test's temporary folder is removed right away.
+- ``cleanup``: a passed test's temporary folder is removed right away;
+- ``zmq_contexts``: ZeroMQ contexts a test leaves open are named and kept alive, so
+  that pyzmq's destroy-on-collection cannot hang a later test;
+- ``finalizers``: no garbage collection (a connector's ``__del__``) while pytest
+  formats a conformance test's report.
 
 ``check_vllm_version()`` says whether the installed vLLM is a release CI tests.
 """
@@ -29,6 +33,8 @@ pytest_plugins = [
     "conformance.reliability.threads",
     "conformance.reliability.storage",
     "conformance.reliability.cleanup",
+    "conformance.reliability.zmq_contexts",
+    "conformance.reliability.finalizers",
 ]
 
 __all__ = ["SUPPORTED_VLLM", "VllmVersionError", "check_vllm_version"]

@@ -7,13 +7,18 @@ that does not work looks like.
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
+import time
 from types import SimpleNamespace
 
 import pytest
 
 from conformance.profiles import ConnectorProfile, ProfileError, load_profiles
-from conformance.services import ServicePool, ServiceSpec, ServiceUnavailable, service_timeout, start
+from conformance.reliability import zmq_contexts
+from conformance.services import (ServicePool, ServiceSpec, ServiceTimeout, ServiceUnavailable, Watchdog,
+                                  service_timeout, start)
 
 HTTP_SERVER = ["{python}", "-m", "http.server", "--bind", "127.0.0.1", "{port:main}"]
 
@@ -111,3 +116,48 @@ def test_the_shipped_services_are_loopback_only():
             command = " ".join(service.command)
             assert "0.0.0.0" not in command, name
             assert "127.0.0.1" in command, f"{name}: its server must be told to bind loopback"
+
+
+def _connector_code_that_swallows_errors(wait):
+    """Stands in for a connector's own wait on its server, wrapped in ``except Exception`` as
+    MooncakeStore's lookup is (it answers "no hit" on any error)."""
+    try:
+        wait()
+    except Exception:  # noqa: BLE001 - the point: a bound must pass through this
+        return "swallowed"
+    return "answered"
+
+
+def test_the_watchdog_fails_a_wait_in_python_naming_where_and_passes_except_exception():
+    watchdog = Watchdog("SlowConnector", 0.3)
+    never = threading.Event()
+    watchdog.arm()
+    try:
+        with pytest.raises(ServiceTimeout, match=r"SlowConnector: no answer within 0\.3 s .* waiting in "
+                                                 r"tests/services/test_services\.py:\d+ \(wait_on_the_server\)"):
+            def wait_on_the_server():  # the innermost frame outside the standard library (Event.wait's)
+                never.wait(10)
+            _connector_code_that_swallows_errors(wait_on_the_server)
+    finally:
+        watchdog.disarm()
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+def test_a_disarmed_watchdog_never_fires():
+    watchdog = Watchdog("QuickConnector", 0.2)
+    watchdog.arm()
+    watchdog.disarm()
+    assert _connector_code_that_swallows_errors(lambda: time.sleep(0.4)) == "answered"
+
+
+def test_a_zmq_context_left_open_by_a_test_is_kept_referenced():
+    zmq = pytest.importorskip("zmq")
+    zmq_contexts.pytest_configure(None)  # idempotent: the plugin has patched Context already in this run
+    zmq_contexts._watching = created = []
+    try:
+        left_open, closed = zmq.Context(), zmq.Context()
+        closed.term()
+    finally:
+        zmq_contexts._watching = None
+    assert created == [left_open, closed]
+    left_open.term()

@@ -1,0 +1,73 @@
+"""ZeroMQ contexts a connector leaves open: kept alive, so that no garbage collection can hang the run.
+
+pyzmq's ``Context.__del__`` destroys a context nobody closed: it closes the sockets
+it still knows of, then calls ``term()``, which blocks until every socket of that
+context is closed. When the context dies in a reference cycle, the list of its
+sockets (weak references) is cleared first, so ``term()`` waits forever for a socket
+that nobody will close, in whatever code happened to trigger the collection: a later
+test, or pytest formatting a failure. MooncakeStoreConnector's scheduler never closes
+its LookupKeyClient (its ``shutdown()`` is a no-op on the scheduler role) and hung
+runs that way.
+
+So every context created during a conformance test that is still open once the test
+is over is referenced here until the process ends (at interpreter exit pyzmq skips
+that destroy), and named in the test's report as a section: what the connector left
+open, said without judging the test, like a failed test's leaked threads.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.reliability.items import connector_of
+
+_CREATED_KEY = pytest.StashKey[list]()
+_PARKED: list = []  # open contexts of finished tests: never collected, so never destroyed mid-run
+_watching: list | None = None  # the running conformance test's new contexts
+
+
+def _zmq_context_class():
+    try:
+        from zmq.sugar.context import Context
+    except ImportError:  # pyzmq absent: nothing to watch
+        return None
+    return Context
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    context_class = _zmq_context_class()
+    if context_class is None or getattr(context_class.__init__, "_kvconform_watched", False):
+        return
+    original = context_class.__init__
+
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        if _watching is not None:
+            _watching.append(self)
+
+    __init__._kvconform_watched = True
+    context_class.__init__ = __init__
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    global _watching
+    if connector_of(item) is not None:
+        _watching = item.stash[_CREATED_KEY] = []
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    global _watching
+    report = yield
+    if call.when == "teardown" and _CREATED_KEY in item.stash:
+        _watching = None
+        left_open = [c for c in item.stash[_CREATED_KEY] if not c.closed]
+        del item.stash[_CREATED_KEY]
+        if left_open:
+            _PARKED.extend(left_open)
+            report.sections.append(("kvconform: zmq contexts left open",
+                                    f"{connector_of(item).name} left {len(left_open)} zmq context(s) open after "
+                                    f"the test and the connector's shutdown(); kept referenced until the process "
+                                    f"exits, so that pyzmq's destroy-on-collection cannot hang the run"))
+    return report
