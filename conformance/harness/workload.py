@@ -257,7 +257,7 @@ class EnginePhase:
                 self._check(checks.claim_within_known(rid, prompt, claim.num_computed_tokens,
                                                       claim.num_external_tokens, known))
                 self._check(checks.claim_meets_promise(rid, prompt, claim.num_computed_tokens,
-                                                       claim.num_external_tokens, list(self.ledger.stored),
+                                                       claim.num_external_tokens, self.ledger.stored,
                                                        promise, self.block_size))
                 self._note_hit(rid, prompt, claim, promise)
                 if claim.num_external_tokens:
@@ -270,15 +270,13 @@ class EnginePhase:
 
     def _note_hit(self, rid: str, prompt: list[int], claim, promise: str | None) -> None:
         """Count, for the report, the promises held and the hits on prompts only the peer had computed."""
-        if self.name != "consumer" or not claim.num_external_tokens or claim.num_external_tokens < 0:
+        if self.name != "consumer" or claim.num_external_tokens is None:
             return
         if promise is not None:
-            from conformance.claims import PROMISED_HITS
-
-            owed = [PROMISED_HITS[promise].tokens(len(s), len(prompt), self.block_size)
-                    for s in self.ledger.stored if tuple(prompt[:len(s)]) == s
-                    and PROMISED_HITS[promise].covers(len(s), len(prompt), self.block_size)]
-            self.report.promised_tokens += max(owed, default=0)
+            self.report.promised_tokens += checks.promised_tokens(prompt, self.ledger.stored, promise,
+                                                                  self.block_size)[0]
+        if claim.num_external_tokens <= 0:
+            return
         total = claim.num_computed_tokens + claim.num_external_tokens
         sources = {engine for s, engine in self.ledger.stored.items()
                    if len(s) >= total and tuple(prompt[:total]) == s[:total]}

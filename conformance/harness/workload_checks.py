@@ -107,28 +107,37 @@ def claim_within_known(rid: str, prompt: list[int], num_computed: int, external:
     return None
 
 
+def promised_tokens(prompt: list[int], stored, promise_name: str, block_size: int) -> tuple[int, int | None]:
+    """(tokens the promise owes ``prompt``, length of the stored prompt that owes them): the most over the stored
+    prompts ``prompt`` starts with that the promise covers; (0, None) when none does."""
+    from conformance.claims import PROMISED_HITS
+
+    promise = PROMISED_HITS[promise_name]
+    owed, source = 0, None
+    for seq in stored:
+        if len(seq) <= len(prompt) and tuple(prompt[:len(seq)]) == tuple(seq) and \
+                promise.covers(len(seq), len(prompt), block_size):
+            tokens = promise.tokens(len(seq), len(prompt), block_size)
+            if tokens > owed:
+                owed, source = tokens, len(seq)
+    return owed, source
+
+
 def claim_meets_promise(rid: str, prompt: list[int], num_computed: int, external: int | None,
-                        stored: list[tuple[int, ...]], promise_name: str | None, block_size: int) -> str | None:
+                        stored, promise_name: str | None, block_size: int) -> str | None:
     """None when the claim covers the promised hit of every stored prompt ``prompt`` starts with (and the
     promise covers); else what was promised and what was offered, in words."""
     if promise_name is None or external is None:
         return None
     from conformance.claims import PROMISED_HITS
 
-    promise = PROMISED_HITS[promise_name]
-    owed, source = 0, None
-    for seq in stored:
-        if len(seq) <= len(prompt) and tuple(prompt[:len(seq)]) == seq and \
-                promise.covers(len(seq), len(prompt), block_size):
-            tokens = promise.tokens(len(seq), len(prompt), block_size)
-            if tokens > owed:
-                owed, source = tokens, len(seq)
+    owed, source = promised_tokens(prompt, stored, promise_name, block_size)
     offered = num_computed + max(external, 0)
     if offered < owed:
         return (f"request {rid} ({len(prompt)}-token prompt): the connector claimed {external} external tokens after "
                 f"{num_computed} computed ones, {offered} in all, but its profile promises a hit of {owed} tokens "
-                f"for it ({promise_name}: {promise.doc}; a {source}-token prompt it starts with was stored before "
-                f"this engine started; block size {block_size})")
+                f"for it ({promise_name}: {PROMISED_HITS[promise_name].doc}; a {source}-token prompt it starts with "
+                f"was stored before this engine started; block size {block_size})")
     return None
 
 

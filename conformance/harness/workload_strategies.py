@@ -1,8 +1,9 @@
 """Hypothesis strategies for workloads: every feature mixed, biased toward cache hits.
 
-Consumer requests are mostly drawn from the producer's (the same prompt, an
-extension, a shorter one, a sibling that diverges after a shared stem), because
-a workload with no hit checks little. Pool sizes stay large enough for the
+Consumer requests are mostly drawn from the producer's and the peer's (the same
+prompt, an extension, a shorter one, a sibling that diverges after a shared
+stem), because a workload with no hit checks little; the peer engine (none, or
+up to two requests) writes one store only, so a wrapper's children differ. Pool sizes stay large enough for the
 longest request, so "stuck" means a connector or scheduler bug, not an
 impossible workload. Shrinking moves toward fewer, shorter requests, no aborts
 and default limits (the strategies list their simplest choice first).
@@ -59,18 +60,19 @@ def workload_specs(draw, chunked: bool, block_size: int = 32) -> WorkloadSpec:
     bug does not hide everything else)."""
     first = draw(_producer_request(min_length=CHUNKED_MIN_PROMPT if chunked else 2))
     producer = tuple(_fix_abort(r) for r in (first, *draw(st.lists(_producer_request(), max_size=2))))
-    consumer = tuple(draw(st.lists(_consumer_request(producer), min_size=1, max_size=3)))
+    peer = tuple(_fix_abort(r) for r in draw(st.lists(_producer_request(), max_size=2)))
+    consumer = tuple(draw(st.lists(_consumer_request(producer + peer), min_size=1, max_size=3)))
     occupants = draw(st.integers(0, 3))
     producer_occupants = draw(st.integers(0, 2))
     max_seqs = draw(st.sampled_from([16, 4]))
     token_budget = draw(st.sampled_from([64, 48, 32])) if chunked else 2048
     token_budget = max(token_budget, max_seqs)
-    requests = producer + consumer
+    requests = producer + peer + consumer
     longest = max(-(-(r.length + r.max_tokens) // block_size) for r in requests)
     last = max(r.arrive for r in requests)
     occupant_blocks = max(occupants, producer_occupants) * -(-(OCCUPANT_LENGTH + last + OCCUPANT_TOKENS) // block_size)
     floor = longest + occupant_blocks + 2  # the null block, and room for one more
     num_blocks = draw(st.sampled_from([48, floor + 4, floor]))
-    return WorkloadSpec(producer=producer, consumer=consumer, token_budget=token_budget,
+    return WorkloadSpec(producer=producer, consumer=consumer, peer=peer, token_budget=token_budget,
                         num_blocks=max(num_blocks, floor), occupants=occupants,
                         producer_occupants=producer_occupants, max_seqs=max_seqs, block_size=block_size)

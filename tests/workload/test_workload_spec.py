@@ -25,6 +25,14 @@ def test_prompts_share_the_stem_and_diverge_after_it():
     assert longer.prompt()[:70] == a.prompt()  # an extension keeps the prompt it extends
 
 
+def test_peer_requests_print_only_when_present_and_replay():
+    plain = WorkloadSpec(producer=(RequestSpec(length=40),), consumer=(RequestSpec(length=40),))
+    assert '"peer"' not in plain.to_text()
+    with_peer = WorkloadSpec(producer=plain.producer, consumer=plain.consumer, peer=(RequestSpec(family=3, length=50),))
+    assert WorkloadSpec.from_text(with_peer.to_text()) == with_peer
+    assert list(with_peer.requests("peer")) == ["x0"] and list(with_peer.requests("consumer")) == ["c0"]
+
+
 @pytest.mark.parametrize("text, words", [
     ("not json", "one line of JSON"),
     ("[1]", "a JSON object"),
@@ -46,11 +54,11 @@ def test_generated_chunked_specs_are_valid_and_chunked(spec):
     spec.validate()
     assert WorkloadSpec.from_text(spec.to_text()) == spec
     assert spec.producer[0].length >= CHUNKED_MIN_PROMPT > spec.token_budget
-    longest = max(-(-(r.length + r.max_tokens) // spec.block_size) for r in spec.producer + spec.consumer)
+    longest = max(-(-(r.length + r.max_tokens) // spec.block_size) for r in spec.producer + spec.peer + spec.consumer)
     assert spec.num_blocks >= longest + 2  # the longest request always fits: stuck means a bug
 
 
 @settings(max_examples=40, derandomize=True, database=None, deadline=None)
 @given(spec=workload_specs(chunked=False))
 def test_generated_whole_specs_fit_one_step(spec):
-    assert all(r.length <= spec.token_budget for r in spec.producer + spec.consumer)
+    assert all(r.length <= spec.token_budget for r in spec.producer + spec.peer + spec.consumer)
