@@ -21,6 +21,16 @@ def _closure(name: str):
     return closure
 
 
+WORKER = "vllm/v1/simple_kv_offload/worker.py"
+
+
+def _priority_range_line() -> int:
+    """Where the installed vLLM calls torch.cuda.Stream.priority_range() (worker.py:165 in 0.32.0, 171 in 0.33.0)."""
+    closure = _closure("SimpleCPUOffloadConnector")
+    lines = (closure.root / WORKER).read_text(encoding="utf-8").splitlines()
+    return next(n for n, line in enumerate(lines, 1) if "torch.cuda.Stream.priority_range()" in line)
+
+
 def test_simple_cpu_offload_runs_its_helpers_and_its_own_module_comes_first():
     closure = _closure("SimpleCPUOffloadConnector")
     assert closure.files[0] == "vllm/distributed/kv_transfer/kv_connector/v1/simple_cpu_offload_connector.py"
@@ -31,7 +41,7 @@ def test_simple_cpu_offload_runs_its_helpers_and_its_own_module_comes_first():
 def test_findings_in_helpers_are_named_by_their_path_inside_vllm_and_line():
     findings = _closure("SimpleCPUOffloadConnector").lint()
     places = {(f.path, f.line, f.rule) for f in findings if f.severity == "error"}
-    assert ("vllm/v1/simple_kv_offload/worker.py", 165, "KVC004") in places  # torch.cuda.Stream.priority_range()
+    assert (WORKER, _priority_range_line(), "KVC004") in places  # torch.cuda.Stream.priority_range()
 
 
 def test_the_lint_of_the_registered_module_alone_would_have_passed():
@@ -53,8 +63,9 @@ def test_the_lint_check_fails_naming_file_and_line(pytester):
                                 "--connector", "SimpleCPUOffloadConnector", "-k", "test_lint",
                                 "--kvconform-expectations", "empty.yaml", "-rf")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*SimpleCPUOffloadConnector: 5 lint error(s) in the 9 file(s) of vLLM it runs: "
-                                 "*vllm/v1/simple_kv_offload/worker.py:165 KVC004*"])
+    # 9 files on vLLM 0.32.0, 10 on 0.33.0
+    result.stdout.fnmatch_lines(["*SimpleCPUOffloadConnector: 5 lint error(s) in the * file(s) of vLLM it runs: "
+                                 f"*{WORKER}:{_priority_range_line()} KVC004*"])
 
 
 def test_a_symlinked_folder_is_read_as_the_gate_overlay_links_it(tmp_path):
