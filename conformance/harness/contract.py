@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from conformance.harness import kvcache
+from conformance.harness.affinity import kept_cpu_affinity
 from conformance.harness.devices import DeviceGuard
 from conformance.harness.model import attention_layer_names
 from conformance.harness.rig import ConnectorRefused, Rig, refusal_as
@@ -368,7 +369,8 @@ class ContractRig:
         from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
 
         label = f"{self.name} ({kv_role}, {side} side)"
-        with refusal_as(ConnectorRefused, self.rig.connector):  # vLLM's config checks may refuse it too
+        # vLLM's config checks may refuse it too; a worker may pin this thread to its own core (affinity.py)
+        with refusal_as(ConnectorRefused, self.rig.connector), kept_cpu_affinity():
             config, kv_cache_config = self.configs(kv_role)
             connector = self.cls(config, KVConnectorRole[side.upper()], kv_cache_config)
         return label, connector, config, kv_cache_config

@@ -33,6 +33,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from conformance.harness.affinity import kept_cpu_affinity
 from conformance.harness.distributed import single_rank_parallel_state
 from conformance.harness.rig import Rig, Side
 from conformance.harness.roundtrip import (RoundTripResult, Scenario, scenario_prompts, token_slot_bytes,
@@ -84,18 +85,6 @@ def _environ(values: dict[str, str]) -> Iterator[None]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-
-
-@contextmanager
-def _kept_cpu_affinity() -> Iterator[None]:
-    """Undo the CPU worker side's ``os.sched_setaffinity`` (it pins the whole process to one core per
-    NUMA node for its transfers), so the tests that run after it in this process keep every core."""
-    saved = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
-    try:
-        yield
-    finally:
-        if saved is not None:
-            os.sched_setaffinity(0, saved)
 
 
 class TransferParamsLog:
@@ -251,7 +240,8 @@ def open_pair(rig: Rig, stored: dict[str, list[int]]) -> Iterator[LivePair]:
     producer_role, consumer_role = rig.roles()
     name = rig.connector.name
     producer = consumer = None
-    with single_rank_parallel_state(rig.vllm_config(producer_role)), _kept_cpu_affinity():
+    # each worker side restores the harness thread's affinity once built (affinity.py); this covers the rest
+    with single_rank_parallel_state(rig.vllm_config(producer_role)), kept_cpu_affinity():
         try:
             producer = _serving_producer(rig, producer_role)
             handed_over = TransferParamsLog(producer)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from conformance.harness.affinity import kept_cpu_affinity
 from conformance.harness.devices import DeviceGuard
 
 
@@ -141,11 +142,12 @@ class WorkerStandIn:
         # the layers first, as vLLM loads the model before it builds the connector
         self.vllm_config.compilation_config.static_forward_context.update(
             layer_stand_ins(self.vllm_config, self.kv_cache_config, self.caches, self.guard))
-        self.connector = KVConnectorFactory.create_connector(self.vllm_config, KVConnectorRole.WORKER,
-                                                             self.kv_cache_config)
-        if self.register:
-            with self.guard:
-                self.connector.register_kv_caches(self.caches)
+        with kept_cpu_affinity():  # a connector may pin this thread to its own core (see affinity.py)
+            self.connector = KVConnectorFactory.create_connector(self.vllm_config, KVConnectorRole.WORKER,
+                                                                 self.kv_cache_config)
+            if self.register:
+                with self.guard:
+                    self.connector.register_kv_caches(self.caches)
         if self.attention_layers is None:
             self.attention_layers = list(self.caches)
 
