@@ -54,7 +54,7 @@ TP_VENV     ?= .venv-thirdparty
 TP_BIN      := $(TP_VENV)/bin
 TP_STAMP    := $(TP_VENV)/.kvconform-installed
 TP_DEBS     ?= libibverbs1 libnl-3-200 libnl-route-3-200
-TP_CONNECTORS ?= LMCacheMPConnector
+TP_CONNECTORS ?= LMCacheMPConnector MooncakeStoreConnector MooncakeConnector
 TP_OUT      ?= $(OUT)/thirdparty
 
 venv-thirdparty: $(TP_STAMP)

@@ -34,7 +34,11 @@ def _zmq_context_class():
     return Context
 
 
-def pytest_configure(config: pytest.Config) -> None:
+def pytest_configure(config: pytest.Config | None) -> None:
+    from conformance.plugin import is_active
+
+    if config is not None and not is_active(config):  # another project's run: leave its pyzmq alone
+        return
     context_class = _zmq_context_class()
     if context_class is None or getattr(context_class.__init__, "_kvconform_watched", False):
         return
