@@ -1,4 +1,5 @@
-"""The service fixtures' own machinery (conformance/services.py), with small real servers.
+"""The service fixtures' own machinery (conformance/services.py), with small real servers; and the two
+reliability parts Mooncake's run needed (zmq_contexts, finalizers).
 
 Python's http.server stands in for LMCache's and Mooncake's servers: it binds a
 loopback port, answers HTTP, and refuses POST (501), which is what a reset call
@@ -7,6 +8,7 @@ that does not work looks like.
 
 from __future__ import annotations
 
+import gc
 import signal
 import sys
 import threading
@@ -16,7 +18,7 @@ from types import SimpleNamespace
 import pytest
 
 from conformance.profiles import ConnectorProfile, ProfileError, load_profiles
-from conformance.reliability import zmq_contexts
+from conformance.reliability import finalizers, zmq_contexts
 from conformance.services import (ServicePool, ServiceSpec, ServiceTimeout, ServiceUnavailable, Watchdog,
                                   service_timeout, start)
 
@@ -161,3 +163,12 @@ def test_a_zmq_context_left_open_by_a_test_is_kept_referenced():
         zmq_contexts._watching = None
     assert created == [left_open, closed]
     left_open.term()
+
+
+def test_no_garbage_collection_runs_inside_a_wrapped_parse():
+    """A finalizer inside CPython 3.11's ast.parse breaks the parser (SystemError): collection pauses there."""
+    seen = []
+    parse = finalizers._without_collection(lambda source: seen.append(gc.isenabled()) or source)
+    assert gc.isenabled()
+    assert parse("x = 1") == "x = 1"
+    assert seen == [False] and gc.isenabled()
