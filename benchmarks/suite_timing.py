@@ -16,6 +16,7 @@ connector from the JUnit file (kvconform labels every test with
 and the time a fresh process needs to import the vLLM modules the harness uses.
 
     .venv/bin/python benchmarks/suite_timing.py [--runs serial,xdist,gate] [--json FILE] [--results-dir DIR]
+    .venv/bin/python benchmarks/suite_timing.py --runs serial,xdist --connector NixlConnector   # a subset
     .venv/bin/python benchmarks/suite_timing.py --compare BEFORE.results.json AFTER.results.json
 """
 
@@ -268,6 +269,14 @@ def table(results: dict[str, RunResult]) -> str:
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
 
 
+def _restricted(run: SuiteRun, connectors: list[str]) -> SuiteRun:
+    """``run`` on the given connectors only; its target no longer applies (it is the whole suite's)."""
+    if not connectors or run.name == "gate":
+        return run
+    chosen = [arg for name in connectors for arg in ("--connector", name)]
+    return SuiteRun(run.name, f"{run.doc}, {', '.join(connectors)} only", (*run.args, *chosen), None)
+
+
 README_RUNS = {"serial": "full CPU suite without the engine tier, serial",
                "xdist": "the same with `-n 2`",
                "gate": "one connector (`--connector ExampleConnector`)"}
@@ -314,6 +323,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="where each run writes its results.json (<run>.results.json; default: "
                              f"{DEFAULT_RESULTS_DIR.relative_to(ROOT)})")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds one run may take (default: 1800)")
+    parser.add_argument("--connector", action="append", default=[], metavar="NAME",
+                        help="restrict the serial, -n 2 and collect runs to these connectors' tests (repeatable): a "
+                             "subset that finishes on a loaded machine, for before/after comparisons")
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("BEFORE", "AFTER"),
                         help="compare two results.json files test by test and exit (1 when any outcome differs)")
     args = parser.parse_args(argv)
@@ -324,13 +336,14 @@ def main(argv: list[str] | None = None) -> int:
     if unknown or not names:
         parser.error(f"--runs: unknown run {', '.join(unknown) or '(none given)'}; choose from {', '.join(RUNS)}")
 
+    runs = {name: _restricted(run, args.connector) for name, run in RUNS.items()}
     import_s = vllm_import_seconds(args.python)
     args.results_dir.mkdir(parents=True, exist_ok=True)
     results: dict[str, RunResult] = {}
     with tempfile.TemporaryDirectory(prefix="kvconform-suite-timing-") as scratch:
         for name in names:
-            print(f"suite_timing: {name}: {RUNS[name].doc} ...", file=sys.stderr, flush=True)
-            results[name] = run_suite(RUNS[name], args.python, Path(scratch), args.timeout, args.results_dir)
+            print(f"suite_timing: {name}: {runs[name].doc} ...", file=sys.stderr, flush=True)
+            results[name] = run_suite(runs[name], args.python, Path(scratch), args.timeout, args.results_dir)
     notes = findings(results, import_s)
     paired = [results[n] for n in SAME_TESTS if n in results and results[n].results_json]
     agree = None

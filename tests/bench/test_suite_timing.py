@@ -129,3 +129,12 @@ def test_an_unknown_run_is_a_usage_error(suite_timing, capsys):
         suite_timing.main(["--runs", "serial,nightly"])
     assert exit_info.value.code == 2
     assert "--runs: unknown run nightly" in capsys.readouterr().err
+
+
+def test_connector_restricts_the_full_suite_runs_and_drops_their_targets(suite_timing):
+    serial = suite_timing._restricted(suite_timing.RUNS["serial"], ["NixlConnector"])
+    assert serial.args[-2:] == ("--connector", "NixlConnector") and serial.target_s is None
+    assert "NixlConnector only" in serial.doc
+    gate = suite_timing.RUNS["gate"]
+    assert suite_timing._restricted(gate, ["NixlConnector"]) is gate, "the gate run is already one connector's"
+    assert suite_timing._restricted(suite_timing.RUNS["xdist"], []) is suite_timing.RUNS["xdist"]
