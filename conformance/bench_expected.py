@@ -29,14 +29,13 @@ class KnownResults:
 
     @classmethod
     def load(cls, platform: str, backend: str, dtype: str) -> "KnownResults":
-        from conformance.expectations import (ANY_PLATFORM, EXPECTATIONS_DIR, ExpectationError,
-                                              load_expectations)
+        from conformance.expectations import EXPECTATIONS_DIR, ExpectationError, holding_here, load_expectations
 
         try:
             loaded = load_expectations([EXPECTATIONS_DIR])
         except ExpectationError as exc:
             raise UserError(str(exc)) from None
-        return cls([e for e in loaded if e.platform in (platform, ANY_PLATFORM)], platform, backend, dtype)
+        return cls(holding_here(loaded, platform), platform, backend, dtype)
 
     def entry_for(self, connector: str):
         """The expectation that decides the round-trip test the bench stands for, or None."""

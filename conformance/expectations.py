@@ -338,6 +338,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="fail the run when an expectation entry matches no collected test")
 
 
+def holding_here(loaded: list[Expectation], platform: str | None) -> list[Expectation]:
+    """The entries for ``platform`` (or any platform) whose ``vllm:`` condition the installed vLLM meets.
+
+    The suite and ``kvconform bench`` both decide with these, so a finding pinned per vLLM release
+    is the same finding in both.
+    """
+    vllm = installed_vllm()
+    return [e for e in loaded if e.platform in (platform, ANY_PLATFORM) and e.entry.holds_on(vllm[0] if vllm else None)]
+
+
 @pytest.hookimpl(trylast=True)  # after conformance.plugin has resolved the run's platform
 def pytest_configure(config: pytest.Config) -> None:
     paths = config.getoption("kvconform_expectations", default=[]) or [EXPECTATIONS_DIR]
@@ -345,10 +355,7 @@ def pytest_configure(config: pytest.Config) -> None:
         loaded = load_expectations(paths)
     except ExpectationError as exc:
         raise pytest.UsageError(str(exc)) from None
-    platform = _run_platform(config)
-    vllm = installed_vllm()
-    config.stash[_STATE] = _State([e for e in loaded if e.platform in (platform, ANY_PLATFORM)
-                                   and e.entry.holds_on(vllm[0] if vllm else None)],
+    config.stash[_STATE] = _State(holding_here(loaded, _run_platform(config)),
                                   bool(config.getoption("kvconform_strict", default=False)),
                                   collects_whole_suite(config))
 

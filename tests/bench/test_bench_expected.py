@@ -42,3 +42,12 @@ def test_a_connector_without_an_entry_has_no_finding_and_a_skip_entry_skips(tmp_
     assert results.failure("Healthy", RuntimeError("boom")) == (None, None)
     assert results.skip_reason("Absent") == f"its package is not in this image ({tmp_path}/cpu.yaml:10)"
     assert results.skip_reason("Crashing") is None
+
+
+def test_the_entry_for_the_installed_vllm_decides():
+    """cpu.yaml pins SimpleCPUOffloadConnector's crash per vLLM release (AttributeError on 0.32.0,
+    AcceleratorError on 0.33.0): the bench takes the installed release's entry, as the suite does."""
+    from conformance.reliability.vllm_version import installed_vllm
+
+    expectation = KnownResults.load("cpu", "CPU_ATTN", "float16").entry_for("SimpleCPUOffloadConnector")
+    assert expectation.entry.vllm == installed_vllm()[0], expectation.where
