@@ -295,10 +295,10 @@ def readme_table(results: dict[str, RunResult]) -> str:
             target = f"{SPEEDUP_TARGET}x faster than serial"
             met = serial is not None and run.wall_s and serial.wall_s / run.wall_s >= SPEEDUP_TARGET
         else:
-            speedup, target, met = "", f"<= {run.target_s:.0f} s", run.met
-        verdict = "met" if met else "**not met**"
+            speedup, target, met = "", f"<= {run.target_s:.0f} s" if run.target_s else None, run.met
+        verdict = f"{target}: " + ("met" if met else "**not met**") if target else "-"  # --connector: none
         rows.append(f"| {label} | {run.wall_s:.1f} s{speedup} | {run.cpu_s:.1f} s | "
-                    f"{run.load_before[0]:.1f} / {run.load_after[0]:.1f} | {target}: {verdict} |")
+                    f"{run.load_before[0]:.1f} / {run.load_after[0]:.1f} | {verdict} |")
     return "\n".join(rows)
 
 

@@ -138,3 +138,9 @@ def test_connector_restricts_the_full_suite_runs_and_drops_their_targets(suite_t
     gate = suite_timing.RUNS["gate"]
     assert suite_timing._restricted(gate, ["NixlConnector"]) is gate, "the gate run is already one connector's"
     assert suite_timing._restricted(suite_timing.RUNS["xdist"], []) is suite_timing.RUNS["xdist"]
+
+
+def test_the_readme_table_of_a_restricted_run_claims_no_target(suite_timing):
+    serial = suite_timing._restricted(suite_timing.RUNS["serial"], ["NixlConnector"])
+    result = suite_timing.RunResult("serial", serial.doc, [], 30.0, 0, serial.target_s, [1.0] * 3, [2.0] * 3)
+    assert suite_timing.readme_table({"serial": result}).splitlines()[2].endswith("| 1.0 / 2.0 | - |")
