@@ -42,17 +42,17 @@ AXIS_PARAMS = {"platform": "platform", "attn_backend": "backend", "connector": "
 
 # A platform's column when one report holds its results from several vLLM releases: ``cpu (vLLM 0.33.0)``.
 # Without the version the runs would share the column and, test for test, the later would replace the earlier.
-_VLLM_COLUMN = " (vLLM {vllm})"
+_VLLM_COLUMN = " (vLLM "
 
 
 def platform_column(platform: str, vllm: str) -> str:
     """The column of ``platform``'s results on vLLM ``vllm``, in a report across vLLM releases."""
-    return platform + _VLLM_COLUMN.format(vllm=vllm)
+    return f"{platform}{_VLLM_COLUMN}{vllm})"
 
 
 def column_platform(column: str) -> str:
     """The platform a column holds (``cpu`` for ``cpu (vLLM 0.33.0)``, and for ``cpu``)."""
-    return column.split(_VLLM_COLUMN.split("{", 1)[0], 1)[0]
+    return column.split(_VLLM_COLUMN, 1)[0]
 
 
 @dataclass(frozen=True)
