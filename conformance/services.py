@@ -303,7 +303,7 @@ class Watchdog:
 
 SERVICES_USED = pytest.StashKey[list[RunningService]]()
 SERVICE_LIMIT = pytest.StashKey[float]()  # the in-process bound of a test whose connector has servers
-WATCHDOGS = pytest.StashKey[list[Watchdog]]()
+WATCHDOG = pytest.StashKey[Watchdog]()  # one per test, armed by its first rig
 
 
 @pytest.hookimpl(wrapper=True)
@@ -313,8 +313,8 @@ def pytest_runtest_call(item: pytest.Item):
     try:
         return (yield)
     finally:
-        for watchdog in item.stash.get(WATCHDOGS, []):
-            watchdog.disarm()
+        if WATCHDOG in item.stash:
+            item.stash[WATCHDOG].disarm()
 
 
 @pytest.fixture(scope="session")
@@ -332,13 +332,12 @@ def connector_services(request, service_pool, monkeypatch):
     many rigs it builds. A server that cannot start skips the test, quoting why.
     """
     used: dict[str, RunningService] = {}
-    watchdogs = request.node.stash.setdefault(WATCHDOGS, [])
 
     def use(connector) -> dict[str, str]:
         limit = request.node.stash.get(SERVICE_LIMIT, None)
-        if limit and not watchdogs:  # from the first rig on: what waits on a server runs after this
-            watchdogs.append(Watchdog(connector.name, limit))
-            watchdogs[0].arm()
+        if limit and WATCHDOG not in request.node.stash:  # from the first rig on: what waits on a server runs after
+            request.node.stash[WATCHDOG] = Watchdog(connector.name, limit)
+            request.node.stash[WATCHDOG].arm()
         placeholders: dict[str, str] = {}
         for name, spec in connector.profile.services.items():
             if name not in used:
@@ -355,8 +354,8 @@ def connector_services(request, service_pool, monkeypatch):
         return placeholders
 
     yield use
-    for watchdog in watchdogs:
-        watchdog.disarm()
+    if WATCHDOG in request.node.stash:
+        request.node.stash[WATCHDOG].disarm()
 
 
 def service_timeout(connector, per_test: float | None) -> float | None:
