@@ -35,14 +35,14 @@ $(STAMP): pyproject.toml Makefile
 # an expectation that matches nothing, or an xfail that passes, fails the run.
 test: venv
 	$(BIN)/python -m pytest tests -q -n 2 --durations=15 $(PYTEST_ARGS)
-	$(BIN)/python -m pytest --pyargs conformance --platform=cpu -q -n 2 --max-worker-restart=16 --kvconform-strict \
+	$(BIN)/python -m pytest --pyargs kvconform.conformance --platform=cpu -q -n 2 --max-worker-restart=16 --kvconform-strict \
 		--junitxml=$(OUT)/test-cpu/junit.xml $(PYTEST_ARGS)
 
 # The main job: the suite on the detected platform, rendered into reports/out/ and printed.
 # The report groups skip reasons per connector x check; PYTEST_ARGS=-rs adds pytest's own list of them.
 conformance: venv
 	mkdir -p $(OUT)
-	$(BIN)/python -m pytest --pyargs conformance --platform=$(PLATFORM) -q -n $(WORKERS) --max-worker-restart=16 \
+	$(BIN)/python -m pytest --pyargs kvconform.conformance --platform=$(PLATFORM) -q -n $(WORKERS) --max-worker-restart=16 \
 		--junitxml=$(OUT)/junit.xml --kvconform-json=$(OUT)/results-run.json $(PYTEST_ARGS); status=$$?; \
 	$(BIN)/kvconform report $(OUT)/junit.xml $(OUT)/results-run.json --out $(OUT) --print-matrix || status=1; \
 	exit $$status
@@ -72,7 +72,7 @@ $(TP_STAMP): pyproject.toml Makefile
 # other connectors' expectations unmatched, which only a full run may call stale.
 test-thirdparty: venv-thirdparty
 	mkdir -p $(TP_OUT)
-	$(TP_BIN)/python -m pytest --pyargs conformance --platform=cpu -q -n 2 --max-worker-restart=16 \
+	$(TP_BIN)/python -m pytest --pyargs kvconform.conformance --platform=cpu -q -n 2 --max-worker-restart=16 \
 		$(foreach c,$(TP_CONNECTORS),--connector $(c)) \
 		--kvconform-expectations conformance/expectations --kvconform-expectations conformance/expectations/thirdparty \
 		--junitxml=$(TP_OUT)/junit.xml --kvconform-json=$(TP_OUT)/results-run.json $(PYTEST_ARGS); status=$$?; \
@@ -87,7 +87,7 @@ SMOKE_ARGS   ?=
 smoke-accelerator:
 	$(SMOKE_PYTHON) -m pip install --quiet .
 	mkdir -p $(OUT)/smoke
-	$(SMOKE_PYTHON) -P -m conformance.smoke --out $(OUT)/smoke $(SMOKE_ARGS)
+	$(SMOKE_PYTHON) -P -m kvconform.conformance.smoke --out $(OUT)/smoke $(SMOKE_ARGS)
 
 # vLLM 0.33.0, the newest release, in a second environment, so that its support is tested, not claimed.
 # No CPU build of 0.33 is published: the plain wheel selects vLLM's CpuPlatform with VLLM_TARGET_DEVICE=cpu.
@@ -120,7 +120,7 @@ $(STAMP033): pyproject.toml Makefile .ci/vllm_requirements.py
 # The same as `make test`, on vLLM 0.33.0: the project's own tests, then the full CPU suite, strict.
 test-vllm033: venv-vllm033
 	VLLM_TARGET_DEVICE=cpu $(BIN033)/python -m pytest tests -q -n 2 $(PYTEST_ARGS)
-	VLLM_TARGET_DEVICE=cpu $(BIN033)/python -m pytest --pyargs conformance --platform=cpu -q -n 2 --max-worker-restart=16 \
+	VLLM_TARGET_DEVICE=cpu $(BIN033)/python -m pytest --pyargs kvconform.conformance --platform=cpu -q -n 2 --max-worker-restart=16 \
 		--kvconform-strict --junitxml=$(OUT)/test-cpu-vllm033/junit.xml $(PYTEST_ARGS)
 
 clean:

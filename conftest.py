@@ -5,4 +5,4 @@ entry-point plugins are disabled does this file load it for a source checkout.""
 import os
 
 if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
-    pytest_plugins = ["conformance.plugin"]
+    pytest_plugins = ["kvconform.conformance.plugin"]

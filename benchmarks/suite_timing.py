@@ -40,7 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_JSON = ROOT / "reports" / "out" / "suite-timing.json"
 DEFAULT_RESULTS_DIR = ROOT / "reports" / "out" / "suite-timing"
-SUITE = ["--pyargs", "conformance", "--platform=cpu", "-m", "not engine", "-p", "no:cacheprovider", "-q"]
+SUITE = ["--pyargs", "kvconform.conformance", "--platform=cpu", "-m", "not engine", "-p", "no:cacheprovider", "-q"]
 
 
 @dataclass(frozen=True)

@@ -52,9 +52,9 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import platforms
-from conformance.cli import UserError
-from conformance.needs import declared_package, missing_module_failure
+from kvconform import platforms
+from kvconform.conformance.cli import UserError
+from kvconform.conformance.needs import declared_package, missing_module_failure
 
 DEFAULT_SIZES = (256, 1024, 4096)
 DEFAULT_REPEAT = 5
@@ -87,8 +87,8 @@ def quiet_vllm() -> None:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     quiet_vllm()
-    from conformance.harness.kvcache import KV_DTYPES
-    from conformance.harness.timing import GEOMETRIES
+    from kvconform.conformance.harness.kvcache import KV_DTYPES
+    from kvconform.conformance.harness.timing import GEOMETRIES
 
     parser.add_argument("--connector", action="append", default=[], metavar="NAME|module:Class",
                         help="connector to measure (repeatable; default: every registered connector)")
@@ -148,7 +148,7 @@ def check_sizes(sizes: list[int], block_size: int) -> None:
 
 def block_size_for(backend: str, asked: int | None) -> int:
     """``asked``, or the size vLLM's config picks for ``backend``; a size its kernels refuse is a UserError."""
-    from conformance.harness.backends import backend_class
+    from kvconform.conformance.harness.backends import backend_class
 
     cls = backend_class(backend)
     if asked is None:
@@ -183,8 +183,8 @@ def target(args: argparse.Namespace):
 
 def connectors(args: argparse.Namespace) -> list:
     """The connectors asked for (default: every registered one); a bad name or profile file is a UserError."""
-    from conformance.profiles import ProfileError, load_profiles
-    from conformance.selection import ConnectorSpecError, resolve_connectors
+    from kvconform.conformance.profiles import ProfileError, load_profiles
+    from kvconform.conformance.selection import ConnectorSpecError, resolve_connectors
 
     try:
         for path in args.profiles:  # a malformed file fails before vLLM is imported for the registry
@@ -250,7 +250,7 @@ def _one_line(exc: BaseException) -> str:
 
 def _not_benched(connector, spec, known) -> str | None:
     """Why a connector is not measured here, before anything is built: its profile, or a skip entry."""
-    from conformance.needs import unmet_need
+    from kvconform.conformance.needs import unmet_need
 
     reason = unmet_need(connector, spec, "roundtrip")
     if reason:
@@ -264,10 +264,10 @@ def _not_benched(connector, spec, known) -> str | None:
 def bench_all(args, spec, backend, block_size: int, sizes: list[int], chosen: list, known) -> Outcome:
     from vllm.config import VllmConfig
 
-    from conformance.harness.distributed import single_rank_parallel_state
-    from conformance.harness.kvcache import CacheShape
-    from conformance.harness.rig import ConnectorRefused
-    from conformance.harness.timing import GEOMETRIES, BenchRig, measure, write_model
+    from kvconform.conformance.harness.distributed import single_rank_parallel_state
+    from kvconform.conformance.harness.kvcache import CacheShape
+    from kvconform.conformance.harness.rig import ConnectorRefused
+    from kvconform.conformance.harness.timing import GEOMETRIES, BenchRig, measure, write_model
 
     outcome = Outcome([], [], [])
     geometry = GEOMETRIES[args.kv_shape]
@@ -325,8 +325,8 @@ def document(args, spec, backend, block_size, sizes, outcome: Outcome, load_befo
     import torch
     import vllm
 
-    from conformance.harness.kvcache import KV_DTYPES
-    from conformance.harness.timing import GEOMETRIES
+    from kvconform.conformance.harness.kvcache import KV_DTYPES
+    from kvconform.conformance.harness.timing import GEOMETRIES
 
     geometry = GEOMETRIES[args.kv_shape]
     return {
@@ -407,7 +407,7 @@ def write_json(doc: dict, destination: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from conformance.bench_expected import KnownResults
+    from kvconform.conformance.bench_expected import KnownResults
 
     quiet_vllm()
     sizes = parse_sizes(args.sizes)

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from conformance.cli import UserError
-from reports import identity as ident
+from kvconform.conformance.cli import UserError
+from kvconform.reports import identity as ident
 
 BENCHED_TEST = "conformance/test_roundtrip.py::test_roundtrip[{param_id}]"
 CHECK = "roundtrip"
@@ -29,7 +29,7 @@ class KnownResults:
 
     @classmethod
     def load(cls, platform: str, backend: str, dtype: str) -> "KnownResults":
-        from conformance.expectations import EXPECTATIONS_DIR, ExpectationError, holding_here, load_expectations
+        from kvconform.conformance.expectations import EXPECTATIONS_DIR, ExpectationError, holding_here, load_expectations
 
         try:
             loaded = load_expectations([EXPECTATIONS_DIR])
@@ -39,7 +39,7 @@ class KnownResults:
 
     def entry_for(self, connector: str):
         """The expectation that decides the round-trip test the bench stands for, or None."""
-        from conformance.expectations import decide
+        from kvconform.conformance.expectations import decide
 
         param_id = f"{self.platform}-{self.backend}-{connector}-{self.dtype}"
         identity = ident.Identity(check=CHECK, platform=self.platform, backend=self.backend, connector=connector,

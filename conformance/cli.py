@@ -13,12 +13,12 @@ import sys
 
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "platforms": ("platforms.cli", "show each platform, whether it is detected and why, and its backends"),
-    "pipeline": ("pipelines.cli", "write a Buildkite pipeline for a platform"),
-    "gate": ("pipelines.gate_cli", "decide and run the conformance tests a vLLM change touches"),
-    "report": ("reports.cli", "render JUnit/JSON results into results.json, summary.md and index.html"),
-    "lint": ("conformance.lint.cli", "find hard-coded device assumptions in connector source"),
-    "bench": ("conformance.bench", "measure connector save/load throughput against the platform baseline"),
+    "platforms": ("kvconform.platforms.cli", "show each platform, whether it is detected and why, and its backends"),
+    "pipeline": ("kvconform.pipelines.cli", "write a Buildkite pipeline for a platform"),
+    "gate": ("kvconform.pipelines.gate_cli", "decide and run the conformance tests a vLLM change touches"),
+    "report": ("kvconform.reports.cli", "render JUnit/JSON results into results.json, summary.md and index.html"),
+    "lint": ("kvconform.conformance.lint.cli", "find hard-coded device assumptions in connector source"),
+    "bench": ("kvconform.conformance.bench", "measure connector save/load throughput against the platform baseline"),
 }
 
 

@@ -28,9 +28,9 @@ import pytest
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from conformance.profiles import load_yaml_model
-from conformance.reliability.vllm_version import installed_vllm
-from reports import identity as ident
+from kvconform.conformance.profiles import load_yaml_model
+from kvconform.conformance.reliability.vllm_version import installed_vllm
+from kvconform.reports import identity as ident
 
 EXPECTATIONS_DIR = Path(__file__).with_name("expectations")
 SELECTORS = ("test", "connector", "check", "backend")
@@ -160,7 +160,7 @@ class ExpectationsFile(BaseModel):
     @field_validator("platform")
     @classmethod
     def _known_platform(cls, name: str) -> str:
-        from platforms import PLATFORMS
+        from kvconform.platforms import PLATFORMS
 
         if name not in PLATFORMS and name != ANY_PLATFORM:
             raise ValueError(f"unknown platform {name!r}; choose one of: {', '.join([*PLATFORMS, ANY_PLATFORM])}")
@@ -288,7 +288,7 @@ _ENTRY = pytest.StashKey[Expectation]()
 
 
 def _run_platform(config: pytest.Config) -> str | None:
-    from conformance.plugin import TARGET_KEY
+    from kvconform.conformance.plugin import TARGET_KEY
 
     target = config.stash.get(TARGET_KEY, None)
     return target.platform.name if target is not None else None

@@ -75,7 +75,7 @@ def require(connector, platform, check: str):
 @contextmanager
 def refusals_skip():
     """A connector's own refusal of the platform (see ``refusal`` in its profile) is a skip, quoted."""
-    from conformance.harness.rig import ConnectorRefused
+    from kvconform.conformance.harness.rig import ConnectorRefused
 
     try:
         yield

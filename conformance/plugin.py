@@ -13,16 +13,17 @@ from pathlib import Path
 
 import pytest
 
-import platforms
-from conformance import vllm_source
-from conformance.versions import installed
-from platforms.spec import PlatformSpec, Probe
+from kvconform import platforms
+from kvconform.conformance import vllm_source
+from kvconform.conformance.versions import installed
+from kvconform.platforms.spec import PlatformSpec, Probe
 
 # Sibling plugin modules, each with one concern; loaded with this one (so their options parse too).
-pytest_plugins = ["conformance.expectations", "conformance.results", "conformance.reliability",
-                  "conformance.harness.workload_options", "conformance.services"]
+pytest_plugins = ["kvconform.conformance.expectations", "kvconform.conformance.results", "kvconform.conformance.reliability",
+                  "kvconform.conformance.harness.workload_options", "kvconform.conformance.services"]
 
 CONFORMANCE_DIR = Path(__file__).resolve().parent
+PACKAGE = __spec__.parent  # "kvconform.conformance": the name `pytest --pyargs` takes
 
 MARKERS = {
     "engine": "end-to-end runs of vLLM's LLM engine (slow; part of make test)",
@@ -106,7 +107,7 @@ def pytest_configure(config: pytest.Config) -> None:
     worker = getattr(config, "workerinput", None)
     if worker and "kvconform_platform" in worker:
         # an xdist worker: take its own device before anything probes or initialises it
-        from conformance.workers import pin_worker_device
+        from kvconform.conformance.workers import pin_worker_device
 
         pin_worker_device(platforms.get(worker["kvconform_platform"]), worker["kvconform_device_count"])
     try:
@@ -116,7 +117,7 @@ def pytest_configure(config: pytest.Config) -> None:
     except platforms.PlatformError as exc:
         raise pytest.UsageError(str(exc)) from None
     if _targets_conformance(config):  # the harness drives vLLM internals that move between series
-        from conformance.reliability import VllmVersionError, check_vllm_version
+        from kvconform.conformance.reliability import VllmVersionError, check_vllm_version
 
         try:
             check_vllm_version()
@@ -126,8 +127,8 @@ def pytest_configure(config: pytest.Config) -> None:
     profiles = tuple(Path(p) for p in config.getoption("profiles"))
     config.stash[TARGET_KEY] = RunTarget(spec, found, backends, requested, profiles, mla_backends)
     if requested or profiles:  # validate before collection, so a typo is one line, not N errors
-        from conformance.profiles import ProfileError, load_profiles
-        from conformance.selection import ConnectorSpecError, connector_params
+        from kvconform.conformance.profiles import ProfileError, load_profiles
+        from kvconform.conformance.selection import ConnectorSpecError, connector_params
 
         try:
             for path in profiles:
@@ -141,7 +142,7 @@ def _targets_conformance(config: pytest.Config) -> bool:
     """Whether the run collects the conformance package (by path, or by name under ``--pyargs``)."""
     for arg in config.args:
         target = arg.split("::")[0]
-        if target == "conformance" or target.startswith("conformance."):
+        if target == PACKAGE or target.startswith(f"{PACKAGE}."):
             return True
         path = Path(config.invocation_params.dir, target).resolve()
         if path == CONFORMANCE_DIR or CONFORMANCE_DIR in path.parents:
@@ -162,7 +163,7 @@ def pytest_configure_node(node) -> None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """``-n auto``: xdist asks before ``pytest_configure``, so the platform is resolved here too."""
-    from conformance.workers import auto_workers
+    from kvconform.conformance.workers import auto_workers
 
     if not is_active(config):
         return None
@@ -181,7 +182,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     the fixtures of the hundreds of tests a profile or a missing package rules out.
     A check marker's ``needs=`` names the profile check it depends on (default: itself).
     """
-    from conformance.needs import unmet_need
+    from kvconform.conformance.needs import unmet_need
 
     if TARGET_KEY not in config.stash:
         return
@@ -241,7 +242,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("attn_backend", [_backend_param(metafunc.config, b) for b in backends],
                              scope="session")
     if "connector" in metafunc.fixturenames:
-        from conformance.selection import connector_params
+        from kvconform.conformance.selection import connector_params
 
         params = connector_params(metafunc.config, metafunc.definition)
         metafunc.parametrize("connector", params, ids=[p.id for p in params], scope="session")
@@ -258,7 +259,7 @@ def _backend_param(config: pytest.Config, backend: str):
         config.stash[_AVAILABILITY_KEY] = {}
     verdicts = config.stash[_AVAILABILITY_KEY]
     if backend not in verdicts:
-        from platforms.vllm_backends import confirm
+        from kvconform.platforms.vllm_backends import confirm
 
         verdicts[backend] = confirm(backend)
     verdict = verdicts[backend]

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from conformance.services import ServiceSpec
+from kvconform.conformance.services import ServiceSpec
 
 PROFILES_FILE = Path(__file__).with_name("connectors.yaml")
 
@@ -63,7 +63,7 @@ class ConnectorProfile(BaseModel):
     @field_validator("promised_hit")
     @classmethod
     def _known_promise(cls, name: str | None) -> str | None:
-        from conformance.claims import PROMISED_HITS
+        from kvconform.conformance.claims import PROMISED_HITS
 
         if name is not None and name not in PROMISED_HITS:
             raise ValueError(f"unknown promised_hit {name!r}; known: {', '.join(PROMISED_HITS)}")

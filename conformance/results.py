@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from conformance import vllm_source
-from conformance.versions import installed
-from reports import identity as ident
-from reports.model import CaseResult, RunInfo, build, clip, first_line
-from reports.readers import expected_from_properties
-from reports.outcomes import OUTCOMES, is_failing
+from kvconform.conformance import vllm_source
+from kvconform.conformance.versions import installed
+from kvconform.reports import identity as ident
+from kvconform.reports.model import CaseResult, RunInfo, build, clip, first_line
+from kvconform.reports.readers import expected_from_properties
+from kvconform.reports.outcomes import OUTCOMES, is_failing
 
 _WORKER_KEY = "kvconform_results"
 
@@ -107,7 +107,7 @@ class _Collector:
         return _run_platform(self.config)
 
     def run_info(self, exitstatus: int) -> RunInfo:
-        from conformance.expectations import stale_as_dicts
+        from kvconform.conformance.expectations import stale_as_dicts
 
         commits = {c for c in (_vllm_commit(), *self.worker_commits) if c}
         return RunInfo(
@@ -147,14 +147,14 @@ class _Collector:
 
 
 def _run_platform(config: pytest.Config) -> str:
-    from conformance.plugin import TARGET_KEY
+    from kvconform.conformance.plugin import TARGET_KEY
 
     target = config.stash.get(TARGET_KEY, None)
     return target.platform.name if target is not None else ident.UNKNOWN
 
 
 def _device_name(config: pytest.Config) -> str | None:
-    from conformance.plugin import TARGET_KEY
+    from kvconform.conformance.plugin import TARGET_KEY
 
     target = config.stash.get(TARGET_KEY, None)
     if target is None:

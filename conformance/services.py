@@ -45,7 +45,7 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from conformance.harness.distributed import free_port
+from kvconform.conformance.harness.distributed import free_port
 
 LOG_TAIL_LINES = 40
 START_ATTEMPTS = 3  # a fresh port each time: another process may take the one we picked first
@@ -369,8 +369,8 @@ def service_timeout(connector, per_test: float | None) -> float | None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Before the per-test timeout is set: a connector with servers gets its shorter bound."""
-    from conformance.reliability.items import connector_of
-    from conformance.reliability.timeouts import effective_timeout
+    from kvconform.conformance.reliability.items import connector_of
+    from kvconform.conformance.reliability.timeouts import effective_timeout
 
     per_test = effective_timeout(config)
     for item in items:

@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.harness.contract import (ContractRig, ContractViolation, check_answer, check_reported_ids,
+from kvconform.conformance.harness.contract import (ContractRig, ContractViolation, check_answer, check_reported_ids,
                                           install_checks, make_request, no_blocks, scheduler_output,
                                           supports_hma)
-from conformance.harness.kvcache import CacheShape
-from conformance.harness.rig import ConnectorRefused, refusal_as
-from conformance.harness.roundtrip import prompt_tokens
-from conformance.needs import refusals_skip, require
+from kvconform.conformance.harness.kvcache import CacheShape
+from kvconform.conformance.harness.rig import ConnectorRefused, refusal_as
+from kvconform.conformance.harness.roundtrip import prompt_tokens
+from kvconform.conformance.needs import refusals_skip, require
 
 pytestmark = pytest.mark.check("contract")
 

@@ -16,8 +16,8 @@ import sys
 
 import pytest
 
-from conformance.harness.engine_run import CANNOT_RUN
-from conformance.needs import require
+from kvconform.conformance.harness.engine_run import CANNOT_RUN
+from kvconform.conformance.needs import require
 
 pytestmark = [pytest.mark.check("engine"), pytest.mark.engine]
 
@@ -36,7 +36,7 @@ def engine_options(attn_backend: str) -> dict:
     """
     import torch
 
-    from conformance.harness.backends import backend_class
+    from kvconform.conformance.harness.backends import backend_class
 
     backend = backend_class(attn_backend)
     dtype = next(name for name in ENGINE_DTYPES if getattr(torch, name) in backend.supported_dtypes)
@@ -46,7 +46,7 @@ def engine_options(attn_backend: str) -> dict:
 def _run_engine(tiny_model, transfer: dict, name: str, engine: dict) -> list[dict]:
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     proc = subprocess.run(
-        [sys.executable, "-m", "conformance.harness.engine_run", str(tiny_model), json.dumps(transfer),
+        [sys.executable, "-m", "kvconform.conformance.harness.engine_run", str(tiny_model), json.dumps(transfer),
          json.dumps(engine)],
         capture_output=True, text=True, timeout=ENGINE_TIMEOUT_S, env=env)
     cannot = [line for line in proc.stdout.splitlines() if line.startswith(CANNOT_RUN)]

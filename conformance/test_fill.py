@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.harness.fill import run_fill
-from conformance.harness.hybrid import (ATTENTION_ONLY_KINDS, HYBRID_KINDS, REGISTRATIONS, UNEXPECTED_ENTRIES,
+from kvconform.conformance.harness.fill import run_fill
+from kvconform.conformance.harness.hybrid import (ATTENTION_ONLY_KINDS, HYBRID_KINDS, REGISTRATIONS, UNEXPECTED_ENTRIES,
                                         layer_kinds)
-from conformance.harness.kvcache import KV_DTYPES, CacheShape
-from conformance.needs import refusals_skip, require
+from kvconform.conformance.harness.kvcache import KV_DTYPES, CacheShape
+from kvconform.conformance.needs import refusals_skip, require
 
 pytestmark = pytest.mark.check("fill")
 

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from conformance.lint import lint_files, python_files
-from conformance.lint.closure import connector_closure
-from conformance.lint.findings import Finding
+from kvconform.conformance.lint import lint_files, python_files
+from kvconform.conformance.lint.closure import connector_closure
+from kvconform.conformance.lint.findings import Finding
 
 pytestmark = pytest.mark.check("lint")
 
@@ -32,7 +32,7 @@ def lint_target(source: Path) -> Path:
 def connector_findings(connector) -> tuple[str, list[Finding]]:
     """(what was read, in words; the findings) for a connector: its closure in vLLM, else its own source."""
     if not connector.is_third_party:
-        from conformance.selection import registry_modules
+        from kvconform.conformance.selection import registry_modules
 
         closure = connector_closure(registry_modules()[connector.name][0])
         if closure is not None:

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.harness.kvcache import CacheShape
-from conformance.harness.load_failure import POLICIES, SABOTAGES, NothingStored, run_load_failure
-from conformance.needs import refusals_skip, require
+from kvconform.conformance.harness.kvcache import CacheShape
+from kvconform.conformance.harness.load_failure import POLICIES, SABOTAGES, NothingStored, run_load_failure
+from kvconform.conformance.needs import refusals_skip, require
 
 pytestmark = pytest.mark.check("load_failure", needs="roundtrip")
 

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.harness.kvcache import CacheShape
-from conformance.harness.load_failure import POLICIES
-from conformance.harness.pair_faults import PAIR_FAULTS, NoTransportHook, run_pair_load_failure, run_pair_slow_roundtrip
-from conformance.harness.roundtrip import SCENARIOS
-from conformance.needs import refusals_skip, require
+from kvconform.conformance.harness.kvcache import CacheShape
+from kvconform.conformance.harness.load_failure import POLICIES
+from kvconform.conformance.harness.pair_faults import PAIR_FAULTS, NoTransportHook, run_pair_load_failure, run_pair_slow_roundtrip
+from kvconform.conformance.harness.roundtrip import SCENARIOS
+from kvconform.conformance.needs import refusals_skip, require
 
 
 def _require_pair(connector, platform):

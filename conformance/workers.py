@@ -47,7 +47,7 @@ def auto_workers(spec, device_count: int) -> int | None:
 
 
 def require_devices(platform, needed: int) -> None:
-    from platforms import probe
+    from kvconform.platforms import probe
 
     visible = probe(platform.name).device_count
     if visible < needed:

@@ -9,10 +9,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from conformance.cli import UserError
-from pipelines.generate import ALL, build_pipeline, render_yaml
-from pipelines.lanes import LANES_FILE, LanesError
-from platforms import PLATFORMS
+from kvconform.conformance.cli import UserError
+from kvconform.pipelines.generate import ALL, build_pipeline, render_yaml
+from kvconform.pipelines.lanes import LANES_FILE, LanesError
+from kvconform.platforms import PLATFORMS
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

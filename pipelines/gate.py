@@ -24,8 +24,8 @@ import subprocess
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from conformance.factory_source import FACTORY_FILE, FactorySourceError, parse_registrations
-from conformance.import_graph import (  # noqa: F401  (re-exported: the gate's selection reads them)
+from kvconform.conformance.factory_source import FACTORY_FILE, FactorySourceError, parse_registrations
+from kvconform.conformance.import_graph import (  # noqa: F401  (re-exported: the gate's selection reads them)
     EVERY_CONNECTOR,
     IMPORT_GRAPH_ROOTS,
     SourceTree,
@@ -214,7 +214,7 @@ def _add_wrappers(reasons: dict[str, list[str]], registry: dict[str, str],
 
 def profile_wraps() -> dict[str, list[str]]:
     """wrapper -> wrapped connectors, from the connector profiles."""
-    from conformance.profiles import load_profiles
+    from kvconform.conformance.profiles import load_profiles
 
     return {name: list(p.wraps) for name, p in load_profiles().connectors.items() if p.wraps}
 

@@ -20,10 +20,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import platforms
-from conformance.cli import UserError, one_line
-from pipelines.gate import GateError, Selection, select_change
-from pipelines.gate_source import CannotTest, WrongVllm, read_imports, tested_vllm
+from kvconform import platforms
+from kvconform.conformance.cli import UserError, one_line
+from kvconform.pipelines.gate import GateError, Selection, select_change
+from kvconform.pipelines.gate_source import CannotTest, WrongVllm, read_imports, tested_vllm
 
 # flag -> the attribute argparse stores it under; exactly one must be given.
 MODES: dict[str, str] = {"--dry-run": "dry_run", "--run": "run_tests", "--emit-pipeline": "emit_pipeline"}
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
 
 def claimed_platforms(connector: str) -> tuple[str, ...]:
     """The platforms a connector claims (its profile's ``requires.platforms``; none listed: all)."""
-    from conformance.profiles import profile_for
+    from kvconform.conformance.profiles import profile_for
 
     claimed = profile_for(connector).requires.platforms
     return tuple(p for p in platforms.PLATFORMS if claimed is None or p in claimed)
@@ -162,7 +162,7 @@ def pytest_command(platform: str, connectors: list[str], results: Path, python: 
     Connector names come from the checkout's factory, so they are passed glued to
     their option (``--connector=NAME``) and can never be read as an option themselves.
     """
-    return [python, "-m", "pytest", "--pyargs", "conformance", f"--platform={platform}",
+    return [python, "-m", "pytest", "--pyargs", "kvconform.conformance", f"--platform={platform}",
             *(f"--connector={name}" for name in connectors), "-p", "no:cacheprovider", "-rs",
             *(["-k", keyword] if keyword else []),
             # a worker process, so a connector that crashes it fails its test and the run goes on
@@ -195,7 +195,7 @@ def read_junit(path: Path, connectors: list[str]) -> list[TestResult] | None:
     Connector and check are the suite's own labels (JUnit properties) when present,
     else read off the test's name the way ``kvconform report`` reads it.
     """
-    from reports.identity import from_test_name
+    from kvconform.reports.identity import from_test_name
 
     try:
         root = ElementTree.parse(path).getroot()
@@ -267,7 +267,7 @@ def _why_not_exercised(own: list[TestResult]) -> str:
 
 def where_it_runs(connector: str) -> str:
     """The platforms a connector could run on, from its profile, and what it needs there."""
-    from conformance.profiles import profile_for
+    from kvconform.conformance.profiles import profile_for
 
     profile = profile_for(connector)
     runtime = [check for check in profile.checks or [] if check in RUNTIME_CHECKS]
@@ -384,8 +384,8 @@ def _print_verdict(verdict: Verdict, here: list[str], elsewhere: list[str], plat
 
 def pipeline_for(selection: Selection, platform: str | None, config: Path | None) -> dict:
     """The selected connectors on every platform each claims (or only ``platform``), with one report step."""
-    from pipelines.generate import selected_pipeline
-    from pipelines.lanes import LanesError
+    from kvconform.pipelines.generate import selected_pipeline
+    from kvconform.pipelines.lanes import LanesError
 
     wanted = [platform] if platform not in (None, "auto") else list(platforms.PLATFORMS)
     per_platform = {p: [c for c in selection.connectors if p in claimed_platforms(c)] for p in wanted}
@@ -396,7 +396,7 @@ def pipeline_for(selection: Selection, platform: str | None, config: Path | None
 
 
 def emit_pipeline(selection: Selection, args: argparse.Namespace) -> int:
-    from pipelines.generate import render_yaml
+    from kvconform.pipelines.generate import render_yaml
 
     pipeline = pipeline_for(selection, args.platform, args.config)
     text = render_yaml(pipeline)

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from conformance.vllm_source import TOLD_COMMIT_ENV
-from pipelines.gate import GateError
-from pipelines.overlay import InstalledBuild, build_overlay, compiled_changes, installed_build
+from kvconform.conformance.vllm_source import TOLD_COMMIT_ENV
+from kvconform.pipelines.gate import GateError
+from kvconform.pipelines.overlay import InstalledBuild, build_overlay, compiled_changes, installed_build
 
 PROBE_TIMEOUT_S = 300
 # Imports what every conformance test imports first; prints the process's record as JSON.
@@ -41,7 +41,7 @@ try:
 except BaseException as exc:
     print(json.dumps({"error": f"{type(exc).__name__}: {exc}".splitlines()[0]}))
     sys.exit(0)
-from conformance.vllm_source import imported
+from kvconform.conformance.vllm_source import imported
 print(json.dumps(imported("probe")))
 """
 

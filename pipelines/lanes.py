@@ -18,9 +18,9 @@ from typing import Annotated, Any, Iterator, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator, model_validator
 
-from conformance.profiles import ProfileError, load_profiles, load_yaml_model
-from pipelines import policy
-from platforms import PLATFORMS
+from kvconform.conformance.profiles import ProfileError, load_profiles, load_yaml_model
+from kvconform.pipelines import policy
+from kvconform.platforms import PLATFORMS
 
 LANES_FILE = Path(__file__).with_name("lanes.yaml")
 

@@ -24,8 +24,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from conformance.versions import installed
-from pipelines.gate import GateError, _git, compile_glob
+from kvconform.conformance.versions import installed
+from kvconform.pipelines.gate import GateError, _git, compile_glob
 
 PACKAGE = "vllm"
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
 
 if TYPE_CHECKING:
-    from pipelines.lanes import LanesConfig, RetryRule
+    from kvconform.pipelines.lanes import LanesConfig, RetryRule
 
 Problem = tuple[tuple, str]
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Union
 
 if TYPE_CHECKING:
-    from pipelines.lanes import Wrapper
+    from kvconform.pipelines.lanes import Wrapper
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pipelines.lanes import Lane, LanesConfig, RetryRule, RunSpec
-from pipelines.shell import Raw, Word, for_upload, join, wrap
-from platforms import PLATFORMS
-from platforms.spec import PlatformSpec
+from kvconform.pipelines.lanes import Lane, LanesConfig, RetryRule, RunSpec
+from kvconform.pipelines.shell import Raw, Word, for_upload, join, wrap
+from kvconform.platforms import PLATFORMS
+from kvconform.platforms.spec import PlatformSpec
 
 KEY_PREFIX = "kvconform"
 JUNIT_ROOT = "reports/out/junit"
@@ -29,7 +29,7 @@ IMAGE_ENV = "KVCONFORM_IMAGE"
 # a path (a vLLM checkout has no conformance/ folder, and an image with kvconform installed beside a
 # source copy would load two). ``-P``: the step's folder is a vLLM checkout, whose own ``vllm/`` must
 # not shadow the vLLM built into the image (Python 3.11+, as vLLM's images have).
-PYTEST = ["python3", "-P", "-m", "pytest", "--pyargs", "conformance"]
+PYTEST = ["python3", "-P", "-m", "pytest", "--pyargs", "kvconform.conformance"]
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from platforms import PLATFORMS, probe
-from platforms.vllm_backends import confirm
+from kvconform.platforms import PLATFORMS, probe
+from kvconform.platforms.vllm_backends import confirm
 
 
 def describe(name: str, with_vllm: bool = True) -> dict:

@@ -16,10 +16,10 @@ import argparse
 import json
 from pathlib import Path
 
-from conformance.cli import UserError
-from reports import render_html, render_markdown, render_terminal
-from reports.readers import ReportInputError, read_all
-from reports.verdict import verdict
+from kvconform.conformance.cli import UserError
+from kvconform.reports import render_html, render_markdown, render_terminal
+from kvconform.reports.readers import ReportInputError, read_all
+from kvconform.reports.verdict import verdict
 
 # file name -> renderer of its text
 OUTPUTS = {

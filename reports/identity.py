@@ -153,7 +153,7 @@ def parse_param_id(param_id: str) -> dict[str, str]:
     them is the connector. With neither, a token is taken as a connector only if
     its name says so, rather than guessed.
     """
-    from platforms import PLATFORMS  # no torch, no vLLM: the table alone
+    from kvconform.platforms import PLATFORMS  # no torch, no vLLM: the table alone
 
     tokens = param_id.split("-") if param_id else []
     parsed: dict[str, str] = {}

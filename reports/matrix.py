@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from reports.identity import column_platform
-from reports.model import CaseResult, Cell, Results
-from reports.outcomes import OUTCOMES, ORDER, is_failing
+from kvconform.reports.identity import column_platform
+from kvconform.reports.model import CaseResult, Cell, Results
+from kvconform.reports.outcomes import OUTCOMES, ORDER, is_failing
 
 # Checks in the order a connector meets them; others follow alphabetically, collection errors last.
 CHECK_ORDER = ("roundtrip", "load_failure", "fill", "contract", "lint", "engine")
@@ -20,7 +20,7 @@ LAST_CHECKS = ("collection",)
 
 
 def _platform_order() -> list[str]:
-    from platforms import PLATFORMS
+    from kvconform.platforms import PLATFORMS
 
     return list(PLATFORMS)
 

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from reports.outcomes import ORDER, worst
+from kvconform.reports.outcomes import ORDER, worst
 
 FORMAT = "kvconform-results"
 VERSION = 1

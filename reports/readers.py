@@ -14,8 +14,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from reports import identity as ident
-from reports.model import FORMAT, CaseResult, Expected, Results, RunInfo, build, clip, first_line
+from kvconform.reports import identity as ident
+from kvconform.reports.model import FORMAT, CaseResult, Expected, Results, RunInfo, build, clip, first_line
 
 
 class ReportInputError(Exception):

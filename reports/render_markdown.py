@@ -10,13 +10,13 @@ from __future__ import annotations
 import html
 import re
 
-from reports.findings import findings, where_text
-from reports.matrix import build_matrix, cell_counts, failures, totals_line
-from reports.model import Results
-from reports.outcomes import OUTCOMES
-from reports.render_terminal import run_line
-from reports.skips import skip_groups
-from reports.verdict import verdict
+from kvconform.reports.findings import findings, where_text
+from kvconform.reports.matrix import build_matrix, cell_counts, failures, totals_line
+from kvconform.reports.model import Results
+from kvconform.reports.outcomes import OUTCOMES
+from kvconform.reports.render_terminal import run_line
+from kvconform.reports.skips import skip_groups
+from kvconform.reports.verdict import verdict
 
 FAILURES_SHOWN = 50
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]|#~])")

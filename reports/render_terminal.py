@@ -9,11 +9,11 @@ line), stale expectations and the verdict.
 
 from __future__ import annotations
 
-from reports.findings import findings, where_text
-from reports.matrix import build_matrix, cell_count_parts, failures, totals_line
-from reports.model import Results, RunInfo
-from reports.skips import skip_groups
-from reports.verdict import verdict
+from kvconform.reports.findings import findings, where_text
+from kvconform.reports.matrix import build_matrix, cell_count_parts, failures, totals_line
+from kvconform.reports.model import Results, RunInfo
+from kvconform.reports.skips import skip_groups
+from kvconform.reports.verdict import verdict
 
 FAILURES_SHOWN = 20
 

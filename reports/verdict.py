@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from reports.model import Results
-from reports.outcomes import is_failing
+from kvconform.reports.model import Results
+from kvconform.reports.outcomes import is_failing
 
 
 @dataclass(frozen=True)

@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from conformance.harness import kvcache
-from conformance.harness.affinity import kept_cpu_affinity
-from conformance.harness.devices import DeviceGuard
-from conformance.harness.model import attention_layer_names
-from conformance.harness.rig import ConnectorRefused, Rig, refusal_as
-from conformance.harness.runner import AttentionLayerStandIn
+from kvconform.conformance.harness import kvcache
+from kvconform.conformance.harness.affinity import kept_cpu_affinity
+from kvconform.conformance.harness.devices import DeviceGuard
+from kvconform.conformance.harness.model import attention_layer_names
+from kvconform.conformance.harness.rig import ConnectorRefused, Rig, refusal_as
+from kvconform.conformance.harness.runner import AttentionLayerStandIn
 
 
 class ContractViolation(AssertionError):

@@ -14,8 +14,8 @@ import json
 import os
 import sys
 
-from conformance.harness.model import MAX_MODEL_LEN
-from conformance.harness.roundtrip import prompt_tokens
+from kvconform.conformance.harness.model import MAX_MODEL_LEN
+from kvconform.conformance.harness.roundtrip import prompt_tokens
 
 ENGINE_BLOCK_SIZE = 32  # vLLM's CPU attention kernels want a multiple of 32
 PROMPT_LENGTHS = (77, 45)

@@ -33,10 +33,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from conformance.harness import kvcache
-from conformance.harness.devices import forked_rng
-from conformance.harness.hybrid import REGISTRATIONS, HybridCaches, hybrid_side
-from conformance.harness.rig import Rig, Side
+from kvconform.conformance.harness import kvcache
+from kvconform.conformance.harness.devices import forked_rng
+from kvconform.conformance.harness.hybrid import REGISTRATIONS, HybridCaches, hybrid_side
+from kvconform.conformance.harness.rig import Rig, Side
 
 RANDOM_STD = 0.5
 SIGMAS = 6.0  # statistical tolerance in standard errors (see check_statistics)

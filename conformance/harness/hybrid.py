@@ -26,12 +26,12 @@ from typing import Callable
 
 import torch
 
-from conformance.harness import kvcache, vllm_api
-from conformance.harness.backends import metadata_type_of_builder, metadata_instance
-from conformance.harness.model import HEAD_SIZE, NUM_KV_HEADS
-from conformance.harness.rig import ConnectorRefused, Rig, Side, refusal_as
-from conformance.harness.runner import WorkerStandIn
-from conformance.harness.scheduler import SchedulerDriver
+from kvconform.conformance.harness import kvcache, vllm_api
+from kvconform.conformance.harness.backends import metadata_type_of_builder, metadata_instance
+from kvconform.conformance.harness.model import HEAD_SIZE, NUM_KV_HEADS
+from kvconform.conformance.harness.rig import ConnectorRefused, Rig, Side, refusal_as
+from kvconform.conformance.harness.runner import WorkerStandIn
+from kvconform.conformance.harness.scheduler import SchedulerDriver
 
 LAYERS_PER_KIND = 2
 SLIDING_WINDOW = 32  # tokens: two 16-token blocks, so a long prompt has null blocks below the window

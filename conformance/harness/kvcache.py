@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from conformance.harness.model import HEAD_SIZE, MLA_HEAD_SIZE, NUM_KV_HEADS
+from kvconform.conformance.harness.model import HEAD_SIZE, MLA_HEAD_SIZE, NUM_KV_HEADS
 
 # KV dtype axis: name -> (torch dtype of the cache tensor, CacheConfig.cache_dtype, model dtype)
 KV_DTYPES: dict[str, tuple[torch.dtype, str, str]] = {
@@ -82,7 +82,7 @@ def build_kv_cache_config(vllm_config, groups: list[tuple[list[str], object]], n
     """A real KVCacheConfig with ``num_blocks`` blocks for the given (layer names, spec) groups."""
     from vllm.v1.kv_cache_interface import KVCacheGroupSpec
 
-    from conformance.harness.vllm_api import find
+    from kvconform.conformance.harness.vllm_api import find
 
     get_kv_cache_config_from_groups = find("get_kv_cache_config_from_groups")
 

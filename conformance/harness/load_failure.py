@@ -25,9 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from conformance.harness.devices import DeviceMismatch
-from conformance.harness.rig import Rig, Side
-from conformance.harness.roundtrip import prompt_tokens, token_slot_bytes
+from kvconform.conformance.harness.devices import DeviceMismatch
+from kvconform.conformance.harness.rig import Rig, Side
+from kvconform.conformance.harness.roundtrip import prompt_tokens, token_slot_bytes
 
 POLICIES = ("fail", "recompute")  # vLLM's KVTransferConfig.kv_load_failure_policy values
 

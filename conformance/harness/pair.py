@@ -33,12 +33,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from conformance.harness.affinity import kept_cpu_affinity
-from conformance.harness.distributed import single_rank_parallel_state
-from conformance.harness.rig import Rig, Side
-from conformance.harness.roundtrip import (RoundTripResult, Scenario, scenario_prompts, token_slot_bytes,
+from kvconform.conformance.harness.affinity import kept_cpu_affinity
+from kvconform.conformance.harness.distributed import single_rank_parallel_state
+from kvconform.conformance.harness.rig import Rig, Side
+from kvconform.conformance.harness.roundtrip import (RoundTripResult, Scenario, scenario_prompts, token_slot_bytes,
                                           verify_roundtrip)
-from conformance.harness.side_channel import HOST, HandshakeFailure, PortTaken, reserved_port, serve_handshake
+from kvconform.conformance.harness.side_channel import HOST, HandshakeFailure, PortTaken, reserved_port, serve_handshake
 
 # What a P/D proxy puts on the prefill request: "after this prompt, a remote engine decodes".
 PRODUCER_REQUEST_PARAMS = {"do_remote_decode": True}

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 
 import torch
 
-from conformance.harness.load_failure import (LoadFailureAnswer, LoadFailureViolation, PolicyRig,
+from kvconform.conformance.harness.load_failure import (LoadFailureAnswer, LoadFailureViolation, PolicyRig,
                                               _check_kept_slots, kept_tokens, loading_blocks)
-from conformance.harness.pair import drained, open_pair, run_pair_roundtrip
-from conformance.harness.rig import Rig, Side
-from conformance.harness.roundtrip import RoundTripResult, Scenario, prompt_tokens
+from kvconform.conformance.harness.pair import drained, open_pair, run_pair_roundtrip
+from kvconform.conformance.harness.rig import Rig, Side
+from kvconform.conformance.harness.roundtrip import RoundTripResult, Scenario, prompt_tokens
 
 # Where a pair connector's worker keeps the transport it posts reads on (attribute path from the connector).
 TRANSPORT_PATHS = (

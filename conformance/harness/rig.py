@@ -14,14 +14,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import ClassVar
 
-from conformance.harness import kvcache
-from conformance.harness.backends import MLA_BACKENDS, backend_class, metadata_instance
-from conformance.harness.kvcache import CacheShape
-from conformance.harness.model import MAX_MODEL_LEN, attention_layer_names
-from conformance.harness.runner import WorkerStandIn
+from kvconform.conformance.harness import kvcache
+from kvconform.conformance.harness.backends import MLA_BACKENDS, backend_class, metadata_instance
+from kvconform.conformance.harness.kvcache import CacheShape
+from kvconform.conformance.harness.model import MAX_MODEL_LEN, attention_layer_names
+from kvconform.conformance.harness.runner import WorkerStandIn
 
 VLLM_DEFAULT_BLOCK_SIZE = 16  # CacheConfig's default, which backends adjust through get_preferred_block_size
-from conformance.harness.scheduler import SchedulerDriver
+from kvconform.conformance.harness.scheduler import SchedulerDriver
 
 
 class ConnectorRefused(Exception):

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from conformance.harness.rig import Rig, Side
+from kvconform.conformance.harness.rig import Rig, Side
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ class ClaimMismatch(RoundTripFailure):
 
 def promised_hits(rig: Rig, stored: dict[str, list[int]], wanted: dict[str, list[int]]) -> dict[str, int] | None:
     """Tokens each request's hit must cover in all (local + external), per the profile's promise; None without one."""
-    from conformance.claims import PROMISED_HITS
+    from kvconform.conformance.claims import PROMISED_HITS
 
     name = rig.connector.profile.promised_hit
     if name is None:
@@ -92,7 +92,7 @@ def promised_hits(rig: Rig, stored: dict[str, list[int]], wanted: dict[str, list
 
 def check_promise(rig: Rig, consumer: Side, claimed: dict[str, int], promised: dict[str, int] | None) -> None:
     """A connector with a promised hit claims exactly it: a short claim is lost work vLLM never notices."""
-    from conformance.claims import PROMISED_HITS
+    from kvconform.conformance.claims import PROMISED_HITS
 
     for rid, total in (promised or {}).items():
         answer = consumer.scheduler.answered_claim(rid)

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from conformance.harness.affinity import kept_cpu_affinity
-from conformance.harness.devices import DeviceGuard
+from kvconform.conformance.harness.affinity import kept_cpu_affinity
+from kvconform.conformance.harness.devices import DeviceGuard
 
 
 class AttentionLayerStandIn:

@@ -26,11 +26,11 @@ from pathlib import Path
 
 import torch
 
-from conformance.harness import kvcache
-from conformance.harness.model import HEAD_SIZE, NUM_KV_HEADS, NUM_LAYERS, TINY_LLAMA, attention_layer_names
-from conformance.harness.rig import Rig, Side
-from conformance.harness.runner import WorkerStandIn
-from conformance.harness.scheduler import SchedulerDriver
+from kvconform.conformance.harness import kvcache
+from kvconform.conformance.harness.model import HEAD_SIZE, NUM_KV_HEADS, NUM_LAYERS, TINY_LLAMA, attention_layer_names
+from kvconform.conformance.harness.rig import Rig, Side
+from kvconform.conformance.harness.runner import WorkerStandIn
+from kvconform.conformance.harness.scheduler import SchedulerDriver
 
 # Blocks beyond the longest request: the null block, the decode token's block, and slack.
 SPARE_BLOCKS = 8

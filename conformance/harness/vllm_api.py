@@ -51,7 +51,7 @@ PLACES: dict[str, Place] = {
 
 def vllm_version() -> str:
     """The installed vLLM's version, for messages (from package metadata; 'not installed' when absent)."""
-    from conformance.reliability.vllm_version import installed_vllm
+    from kvconform.conformance.reliability.vllm_version import installed_vllm
 
     found = installed_vllm()
     return f"{found[0]} ({found[1]})" if found else "not installed"

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from conformance.harness import workload_checks as checks
-from conformance.harness.rig import Rig
-from conformance.harness.workload_checks import WorkloadFailure
-from conformance.harness.workload_kv import PrefixKV
-from conformance.harness.workload_peer import peer_rig
-from conformance.harness.workload_spec import OCCUPANT_LENGTH, OCCUPANT_TOKENS, RequestSpec, WorkloadSpec
+from kvconform.conformance.harness import workload_checks as checks
+from kvconform.conformance.harness.rig import Rig
+from kvconform.conformance.harness.workload_checks import WorkloadFailure
+from kvconform.conformance.harness.workload_kv import PrefixKV
+from kvconform.conformance.harness.workload_peer import peer_rig
+from kvconform.conformance.harness.workload_spec import OCCUPANT_LENGTH, OCCUPANT_TOKENS, RequestSpec, WorkloadSpec
 
 PHASE_FILL_SEEDS = {"producer": 11, "peer": 13, "consumer": 12}  # caches start with other bytes, as a busy server's do
 OCCUPANT_FAMILIES = {"producer": 10_000, "peer": 30_000, "consumer": 20_000}  # prompts of their own: no hits

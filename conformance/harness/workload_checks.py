@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from conformance.harness.workload_kv import PrefixKV, slots_of
+from kvconform.conformance.harness.workload_kv import PrefixKV, slots_of
 
 
 class WorkloadFailure(AssertionError):
@@ -110,7 +110,7 @@ def claim_within_known(rid: str, prompt: list[int], num_computed: int, external:
 def promised_tokens(prompt: list[int], stored, promise_name: str, block_size: int) -> tuple[int, int | None]:
     """(tokens the promise owes ``prompt``, length of the stored prompt that owes them): the most over the stored
     prompts ``prompt`` starts with that the promise covers; (0, None) when none does."""
-    from conformance.claims import PROMISED_HITS
+    from kvconform.conformance.claims import PROMISED_HITS
 
     promise = PROMISED_HITS[promise_name]
     owed, source = 0, None
@@ -129,7 +129,7 @@ def claim_meets_promise(rid: str, prompt: list[int], num_computed: int, external
     promise covers); else what was promised and what was offered, in words."""
     if promise_name is None or external is None:
         return None
-    from conformance.claims import PROMISED_HITS
+    from kvconform.conformance.claims import PROMISED_HITS
 
     owed, source = promised_tokens(prompt, stored, promise_name, block_size)
     offered = num_computed + max(external, 0)

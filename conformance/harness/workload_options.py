@@ -26,7 +26,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     text = config.getoption("kvconform_replay", default=None)
     if text is not None:
-        from conformance.harness.workload_spec import SpecError, WorkloadSpec
+        from kvconform.conformance.harness.workload_spec import SpecError, WorkloadSpec
 
         try:
             WorkloadSpec.from_text(text)

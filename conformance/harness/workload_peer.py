@@ -23,8 +23,8 @@ def children(profile) -> list[dict]:
 
 def peer_connector(connector):
     """The connector the peer engine runs: a wrapper's last child, as the wrapper would build it; else itself."""
-    from conformance.profiles import ConnectorProfile
-    from conformance.selection import ConnectorParam
+    from kvconform.conformance.profiles import ConnectorProfile
+    from kvconform.conformance.selection import ConnectorParam
 
     kids = children(connector.profile)
     if not kids:

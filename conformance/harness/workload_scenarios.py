@@ -8,8 +8,8 @@ fails rather than passing on nothing.
 
 from __future__ import annotations
 
-from conformance.harness.workload_spec import RequestSpec as R
-from conformance.harness.workload_spec import WorkloadSpec
+from kvconform.conformance.harness.workload_spec import RequestSpec as R
+from kvconform.conformance.harness.workload_spec import WorkloadSpec
 
 _A = R(family=0, shared=40, length=70, tail=1)
 _B = R(family=0, shared=40, length=90, tail=2)

@@ -13,10 +13,10 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from conformance.cli import UserError
-from conformance.lint.findings import Finding, lint_files
-from conformance.lint.paths import LintPathError, default_connector_dir, python_files
-from conformance.lint.rules import RULES, SEVERITIES
+from kvconform.conformance.cli import UserError
+from kvconform.conformance.lint.findings import Finding, lint_files
+from kvconform.conformance.lint.paths import LintPathError, default_connector_dir, python_files
+from kvconform.conformance.lint.rules import RULES, SEVERITIES
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

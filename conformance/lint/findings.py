@@ -12,9 +12,9 @@ import tokenize
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from conformance.lint.checker import Hit, check_tree
-from conformance.lint.rules import RULES
-from conformance.lint.suppressions import allowed_rules
+from kvconform.conformance.lint.checker import Hit, check_tree
+from kvconform.conformance.lint.rules import RULES
+from kvconform.conformance.lint.suppressions import allowed_rules
 
 UNPARSEABLE = "KVC000"
 

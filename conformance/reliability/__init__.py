@@ -25,16 +25,16 @@ plugin of its own, watching every conformance test (one parametrized with a
 
 from __future__ import annotations
 
-from conformance.reliability.vllm_version import SUPPORTED_VLLM, VllmVersionError, check_vllm_version
+from kvconform.conformance.reliability.vllm_version import SUPPORTED_VLLM, VllmVersionError, check_vllm_version
 
 pytest_plugins = [
-    "conformance.reliability.timeouts",
-    "conformance.reliability.crashes",
-    "conformance.reliability.threads",
-    "conformance.reliability.storage",
-    "conformance.reliability.cleanup",
-    "conformance.reliability.zmq_contexts",
-    "conformance.reliability.finalizers",
+    "kvconform.conformance.reliability.timeouts",
+    "kvconform.conformance.reliability.crashes",
+    "kvconform.conformance.reliability.threads",
+    "kvconform.conformance.reliability.storage",
+    "kvconform.conformance.reliability.cleanup",
+    "kvconform.conformance.reliability.zmq_contexts",
+    "kvconform.conformance.reliability.finalizers",
 ]
 
 __all__ = ["SUPPORTED_VLLM", "VllmVersionError", "check_vllm_version"]

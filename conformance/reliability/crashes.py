@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.reliability.items import check_of, connector_of
+from kvconform.conformance.reliability.items import check_of, connector_of
 
 LEDGER_INPUT_KEY = "kvconform_ledger"  # xdist workerinput: the ledger file's path
 
@@ -156,7 +156,7 @@ class CrashReporter:
 
     def _connector_names(self) -> list[str]:
         try:
-            from conformance.selection import connector_params
+            from kvconform.conformance.selection import connector_params
 
             return [p.name for p in connector_params(self.config)]
         except Exception:

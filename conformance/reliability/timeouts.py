@@ -13,8 +13,8 @@ import os
 
 import pytest
 
-from conformance.reliability.crashes import record_stop
-from conformance.reliability.items import connector_of
+from kvconform.conformance.reliability.crashes import record_stop
+from kvconform.conformance.reliability.items import connector_of
 
 DEFAULT_TIMEOUT_S = 300.0
 

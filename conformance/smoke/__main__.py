@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import platforms
-from conformance.smoke import torch_only
+from kvconform import platforms
+from kvconform.conformance.smoke import torch_only
 
 CONNECTORS = ("ExampleConnector", "DecodeBenchConnector", "NixlConnector", "MultiConnector")
 TIME_LIMIT_S = 540  # under 10 minutes with the torch-only part
@@ -18,8 +18,8 @@ TIME_LIMIT_S = 540  # under 10 minutes with the torch-only part
 def suite_command(spec, device_count: int, out: Path, extra: list[str]) -> list[str]:
     """The bounded run: four connectors, the platform's first backend, first case per check, results in ``out``."""
     workers = max(1, device_count) if spec.torch_device_type != "cpu" else 1
-    command = [sys.executable, "-P", "-m", "pytest", "--pyargs", "conformance", f"--platform={spec.name}",
-               f"--attn-backend={spec.backends[0]}", "-p", "conformance.smoke.select", "-q", "-rs",
+    command = [sys.executable, "-P", "-m", "pytest", "--pyargs", "kvconform.conformance", f"--platform={spec.name}",
+               f"--attn-backend={spec.backends[0]}", "-p", "kvconform.conformance.smoke.select", "-q", "-rs",
                "-n", str(workers), "--max-worker-restart=4", "-p", "no:cacheprovider",
                f"--junitxml={out / 'junit.xml'}", f"--kvconform-json={out / 'results.json'}"]
     for name in CONNECTORS:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from conformance import cli
+from kvconform.conformance import cli
 
 
 @dataclass

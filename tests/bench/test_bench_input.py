@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from conformance import bench as bench_module
-from conformance.cli import UserError, build_parser
+from kvconform.conformance import bench as bench_module
+from kvconform.conformance.cli import UserError, build_parser
 
 
 def parse(*args: str):

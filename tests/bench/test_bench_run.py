@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conformance.reliability.vllm_version import installed_vllm
+from kvconform.conformance.reliability.vllm_version import installed_vllm
 
 ROOT = Path(__file__).resolve().parents[2]
 SIZE = 32
@@ -28,7 +28,7 @@ TINY_BYTES_PER_TOKEN = 2 * 2 * 2 * 32 * 2  # K and V x 2 layers x 2 KV heads x h
 
 def test_a_tiny_bench_run(tmp_path):
     out = tmp_path / "bench.json"
-    command = [sys.executable, "-m", "conformance.cli", "bench", "--platform", "cpu",
+    command = [sys.executable, "-m", "kvconform.conformance.cli", "bench", "--platform", "cpu",
                "--connector", "ExampleConnector", "--connector", "DecodeBenchConnector", "--connector", SILENT,
                "--connector", LAZY_IMPORT,
                "--connector", "SimpleCPUOffloadConnector", "--connector", "NixlConnector",

@@ -52,7 +52,7 @@ STALE = """
     reason: matches nothing
 """
 
-BASE_ARGS = ("-p", "conformance.expectations", "-p", "conformance.results", "--platform=cpu",
+BASE_ARGS = ("-p", "kvconform.conformance.expectations", "-p", "kvconform.conformance.results", "--platform=cpu",
              "-p", "no:cacheprovider", "-rA")
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.expectations import Entry
-from conformance.reliability.vllm_version import installed_vllm
+from kvconform.conformance.expectations import Entry
+from kvconform.conformance.reliability.vllm_version import installed_vllm
 from tests.expectations.test_expectations_plugin import FAKE_SUITE, XFAIL_EXAMPLE, _expectations, _run
 
 pytest_plugins = ["pytester"]

@@ -12,10 +12,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from conformance.claims import PROMISED_HITS
-from conformance.harness.roundtrip import ClaimMismatch, check_promise, promised_hits
-from conformance.harness.scheduler import SchedulerDriver
-from conformance.profiles import ConnectorProfile
+from kvconform.conformance.claims import PROMISED_HITS
+from kvconform.conformance.harness.roundtrip import ClaimMismatch, check_promise, promised_hits
+from kvconform.conformance.harness.scheduler import SchedulerDriver
+from kvconform.conformance.profiles import ConnectorProfile
 
 
 class AskAgainThenHit:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.lint.closure import connector_closure
-from conformance.selection import registry_modules
+from kvconform.conformance.lint.closure import connector_closure
+from kvconform.conformance.selection import registry_modules
 
 pytest_plugins = ["pytester"]
 
@@ -45,7 +45,7 @@ def test_findings_in_helpers_are_named_by_their_path_inside_vllm_and_line():
 
 
 def test_the_lint_of_the_registered_module_alone_would_have_passed():
-    from conformance.lint import lint_files
+    from kvconform.conformance.lint import lint_files
 
     own = _closure("SimpleCPUOffloadConnector").paths()[0]
     assert not [f for f in lint_files([own]) if f.severity == "error"]
@@ -59,7 +59,7 @@ def test_hisparse_and_mooncake_store_helpers_are_linted():
 
 def test_the_lint_check_fails_naming_file_and_line(pytester):
     pytester.makefile(".yaml", empty="platform: cpu\nexpectations: []\n")
-    result = pytester.runpytest("--pyargs", "conformance.test_lint", "--platform=cpu", "-p", "no:cacheprovider",
+    result = pytester.runpytest("--pyargs", "kvconform.conformance.test_lint", "--platform=cpu", "-p", "no:cacheprovider",
                                 "--connector", "SimpleCPUOffloadConnector", "-k", "test_lint",
                                 "--kvconform-expectations", "empty.yaml", "-rf")
     result.assert_outcomes(failed=1)
@@ -69,7 +69,7 @@ def test_the_lint_check_fails_naming_file_and_line(pytester):
 
 
 def test_a_symlinked_folder_is_read_as_the_gate_overlay_links_it(tmp_path):
-    from conformance.import_graph import installed_sources
+    from kvconform.conformance.import_graph import installed_sources
 
     real = tmp_path / "real" / "kv_offload"
     real.mkdir(parents=True)

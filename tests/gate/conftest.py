@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.cli import main
+from kvconform.conformance.cli import main
 from tests.gate.vllm_checkout import GateResult, VllmRepo, build_template, clone_template
 
 

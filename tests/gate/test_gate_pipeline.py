@@ -40,7 +40,7 @@ def test_a_connector_change_runs_on_every_platform_it_claims(gate, vllm_repo, tm
     assert groups(pipeline) == ["kvconform-cuda", "kvconform-rocm", "kvconform-xpu", "kvconform-cpu"]
     named = {name for line in pytest_lines(pipeline) for name in re.findall(r"--connector=(\S+)", line)}
     assert named == {"ExampleConnector", "MultiConnector"}
-    assert all("python3 -P -m pytest --pyargs conformance " in line for line in pytest_lines(pipeline))
+    assert all("python3 -P -m pytest --pyargs kvconform.conformance " in line for line in pytest_lines(pipeline))
     schema = subprocess.run([str(Path(sys.executable).with_name("check-jsonschema")), "--builtin-schema",
                              "vendor.buildkite", str(out)], capture_output=True, text=True, check=False)
     assert schema.returncode == 0, schema.stdout + schema.stderr

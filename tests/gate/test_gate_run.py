@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from tests.gate.vllm_checkout import CONNECTORS
 
-from conformance.reliability.vllm_version import installed_vllm
-from pipelines import gate_cli, gate_source
+from kvconform.conformance.reliability.vllm_version import installed_vllm
+from kvconform.pipelines import gate_cli, gate_source
 
 EXAMPLE = f"{CONNECTORS}/v1/example_connector.py"
 REAL_PROBE = gate_source.PROBE  # before any test swaps it for the cheap one
@@ -287,7 +287,7 @@ def test_connectors_that_do_not_claim_the_platform_are_not_exercised_there(gate,
 
 def test_the_real_command_is_an_argument_list_with_glued_values():
     command = gate_cli.pytest_command("cpu", ["ExampleConnector", "--rf", "$(touch pwned)"], Path("/r"))
-    assert command[:5] == [sys.executable, "-m", "pytest", "--pyargs", "conformance"]
+    assert command[:5] == [sys.executable, "-m", "pytest", "--pyargs", "kvconform.conformance"]
     assert "--connector=--rf" in command and "--connector=$(touch pwned)" in command
     assert "--rf" not in command and "--platform=cpu" in command
     assert "--junitxml=/r/junit.xml" in command and "--kvconform-json=/r/results.json" in command

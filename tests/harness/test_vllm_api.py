@@ -12,9 +12,9 @@ import types
 
 import pytest
 
-from conformance.harness import vllm_api
-from conformance.harness.vllm_api import PLACES, Place, VllmApiError, find, optional
-from conformance.reliability.vllm_version import installed_vllm
+from kvconform.conformance.harness import vllm_api
+from kvconform.conformance.harness.vllm_api import PLACES, Place, VllmApiError, find, optional
+from kvconform.conformance.reliability.vllm_version import installed_vllm
 
 NEW, OLD = "kvconform_test_new_home", "kvconform_test_old_home"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.lint import lint_source
+from kvconform.conformance.lint import lint_source
 
 
 @pytest.fixture

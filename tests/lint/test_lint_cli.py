@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance.cli import main
-from conformance.lint import paths
+from kvconform.conformance.cli import main
+from kvconform.conformance.lint import paths
 
 LOAD_PATH_WITH_CUDA = '''\
 from safetensors.torch import load_file

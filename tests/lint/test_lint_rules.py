@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.lint import RULES, lint_files, lint_source
+from kvconform.conformance.lint import RULES, lint_files, lint_source
 
 PREAMBLE = "import torch\nfrom vllm.platforms import current_platform\n"
 

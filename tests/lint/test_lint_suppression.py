@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.lint.suppressions import allowed_rules
+from kvconform.conformance.lint.suppressions import allowed_rules
 
 
 @pytest.mark.parametrize("code", [

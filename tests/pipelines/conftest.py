@@ -9,7 +9,7 @@ import pytest
 import yaml
 from pipeline_testkit import FakeBin
 
-from pipelines.lanes import LANES_FILE
+from kvconform.pipelines.lanes import LANES_FILE
 
 
 @pytest.fixture

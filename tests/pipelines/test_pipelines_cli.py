@@ -7,8 +7,8 @@ import re
 import pytest
 import yaml
 
-from conformance.cli import main
-from pipelines.generate import build_pipeline, render_yaml
+from kvconform.conformance.cli import main
+from kvconform.pipelines.generate import build_pipeline, render_yaml
 
 
 def _one_error_line(capsys) -> str:

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.lanes import Container, Lane, LanesConfig, RunSpec, Wrapper
-from pipelines.shell import Raw, join, wrap
-from pipelines.steps import FORWARD_ENV, LaneRun, group_step, report_step, sharded_step
-from platforms import PLATFORMS
+from kvconform.pipelines.lanes import Container, Lane, LanesConfig, RunSpec, Wrapper
+from kvconform.pipelines.shell import Raw, join, wrap
+from kvconform.pipelines.steps import FORWARD_ENV, LaneRun, group_step, report_step, sharded_step
+from kvconform.platforms import PLATFORMS
 
 HOSTILE = [
     "$(touch pwned)",
@@ -43,7 +43,7 @@ def lane_run(wrapper: Wrapper | None = None, **fields) -> LaneRun:
 
 
 def expected_pytest(connectors: list[str], junit: str, workers: int = 1) -> list[str]:
-    return ["--pyargs", "conformance", "--platform=xpu", *[f"--connector={c}" for c in connectors],
+    return ["--pyargs", "kvconform.conformance", "--platform=xpu", *[f"--connector={c}" for c in connectors],
             "-n", str(workers), "--max-worker-restart=16", "-rs", f"--junitxml={junit}"]
 
 
@@ -230,14 +230,14 @@ def test_a_container_step_fails_with_the_commands_exit_status(fake_bin):
 
 def test_shipped_steps_call_nothing_from_a_kvconform_checkout():
     """Steps run in a vLLM pull request's checkout: no script path of ours, and the suite by package name."""
-    from pipelines.generate import build_pipeline
+    from kvconform.pipelines.generate import build_pipeline
 
     pipeline = build_pipeline(["all"])
     commands = [command for step in pipeline["steps"] for inner in step.get("steps", [step])
                 for command in inner.get("commands", [])]
     assert commands and not [c for c in commands if "pipelines/" in c or "wrappers" in c]
     runs = [c for c in commands if "pytest" in c]
-    assert runs and all("python3 -P -m pytest --pyargs conformance " in c for c in runs)
+    assert runs and all("python3 -P -m pytest --pyargs kvconform.conformance " in c for c in runs)
 
 
 def test_a_lane_gives_a_container_or_a_wrapper_not_both():

@@ -18,10 +18,10 @@ import pytest
 import yaml
 from pipeline_testkit import conformance_steps, step_commands
 
-from conformance.profiles import load_profiles
-from pipelines.generate import build_pipeline, render_yaml
-from pipelines.lanes import LANES_FILE, LanesError
-from platforms import PLATFORMS
+from kvconform.conformance.profiles import load_profiles
+from kvconform.pipelines.generate import build_pipeline, render_yaml
+from kvconform.pipelines.lanes import LANES_FILE, LanesError
+from kvconform.platforms import PLATFORMS
 
 HERE = Path(__file__).parent
 GOLDEN = HERE / "golden"
@@ -156,7 +156,7 @@ def test_each_platform_runs_every_connector_once_with_its_platform_flag(platform
     pipeline = generated(platform)
     ran = []
     for step in conformance_steps(pipeline):
-        pytest_lines = [c for c in step["commands"] if "-m pytest --pyargs conformance" in c]
+        pytest_lines = [c for c in step["commands"] if "-m pytest --pyargs kvconform.conformance" in c]
         assert pytest_lines, step["key"]
         for line in pytest_lines:
             assert f"--platform={platform}" in line and "--platform=" not in line.replace(f"--platform={platform}", "")
@@ -169,7 +169,7 @@ def test_xpu_pipeline_runs_the_example_connector_on_xpu():
     steps = conformance_steps(generated("xpu"))
     lines = [c for s in steps for c in s["commands"] if "--connector=ExampleConnector" in c]
     assert len(lines) == 1
-    assert "python3 -P -m pytest --pyargs conformance --platform=xpu" in lines[0]
+    assert "python3 -P -m pytest --pyargs kvconform.conformance --platform=xpu" in lines[0]
     assert "--junitxml=reports/out/junit/xpu/" in lines[0]
     assert all(step["agents"] == {"queue": "intel_gpu"} for step in steps)
     assert all(step["env"]["ZE_AFFINITY_MASK"] == "0,1" for step in steps)

@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from pipelines.lanes import LANES_FILE, LanesConfig, LanesError, load_lanes
-from pipelines.policy import RETRYABLE_EXIT_STATUSES, RETRYABLE_SIGNAL_REASONS
-from platforms import PLATFORMS
+from kvconform.pipelines.lanes import LANES_FILE, LanesConfig, LanesError, load_lanes
+from kvconform.pipelines.policy import RETRYABLE_EXIT_STATUSES, RETRYABLE_SIGNAL_REASONS
+from kvconform.platforms import PLATFORMS
 
 
 def _set(path: str, value):

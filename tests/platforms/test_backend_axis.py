@@ -9,9 +9,9 @@ import textwrap
 
 import pytest
 
-import platforms
-import platforms.vllm_backends
-from conformance import plugin
+from kvconform import platforms
+from kvconform.platforms import vllm_backends
+from kvconform.conformance import plugin
 
 
 class _Config:
@@ -27,7 +27,7 @@ class _Config:
 
 def test_a_backend_vllm_cannot_load_is_skipped_quoting_vllm():
     pytest.importorskip("vllm")
-    if platforms.vllm_backends.confirm("FLASHINFER").confirmed is not False:
+    if vllm_backends.confirm("FLASHINFER").confirmed is not False:
         pytest.skip("flashinfer imports here; the case needs a backend whose class does not")
     param = plugin._backend_param(_Config(), "FLASHINFER")
     (mark,) = param.marks
@@ -79,7 +79,7 @@ def test_mla_marked_tests_take_the_mla_backends(tmp_path):
 
 def test_an_mla_backend_is_read_off_a_test_id():
     """JUnit written without kvconform's properties: the MLA backend in the id is a backend, not a connector."""
-    from reports.identity import parse_param_id
+    from kvconform.reports.identity import parse_param_id
 
     assert parse_param_id("cpu-CPU_MLA-ExampleConnector-float16") == {
         "platform": "cpu", "backend": "CPU_MLA", "connector": "ExampleConnector", "variant": "float16"}

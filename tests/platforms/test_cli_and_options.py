@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance import cli
+from kvconform.conformance import cli
 
 
 def _pytest(tmp_path: Path, *args: str, test: str = "def test_nothing(platform):\n    assert platform.name\n"):
@@ -81,14 +81,14 @@ def test_unknown_connector_lists_known_ones(tmp_path):
 ])
 def test_bad_third_party_connector(spec, words):
     """The same ConnectorSpecError the plugin turns into a one-line usage error (shown above)."""
-    from conformance.selection import ConnectorSpecError, resolve_connectors
+    from kvconform.conformance.selection import ConnectorSpecError, resolve_connectors
 
     with pytest.raises(ConnectorSpecError, match=words.replace("(", r"\(")):
         resolve_connectors([spec])
 
 
 def test_plugin_works_installed_from_elsewhere(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--pyargs", "conformance",
+    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--pyargs", "kvconform.conformance",
                              "--platform=cpu", "--collect-only", "-q", "--connector", "ExampleConnector",
                              "-k", "test_roundtrip and float16"],
                             cwd=tmp_path, capture_output=True, text=True, timeout=180)

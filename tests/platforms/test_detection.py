@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-import platforms
+from kvconform import platforms
 
 
 def test_cpu_only_machine(fake_torch):

@@ -75,8 +75,8 @@ def run_suite(tmp: Path, args: list[str], env: dict[str, str] | None = None) -> 
     inherited = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}  # not our workers'
     full_env = {**inherited, **(env or {}), "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "--pyargs", "conformance", "--platform=cpu", "-q", "-p", "no:cacheprovider",
-         "-p", "conformance.reliability", "--kvconform-expectations", str(no_expectations(tmp)),
+        [sys.executable, "-m", "pytest", "--pyargs", "kvconform.conformance", "--platform=cpu", "-q", "-p", "no:cacheprovider",
+         "-p", "kvconform.conformance.reliability", "--kvconform-expectations", str(no_expectations(tmp)),
          "-o", "junit_family=xunit1", f"--junitxml={junit}", *args],
         cwd=tmp, env=full_env, capture_output=True, text=True, timeout=RUN_DEADLINE_S)
     cases = _read_junit(junit) if junit.exists() else []

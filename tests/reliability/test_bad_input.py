@@ -52,7 +52,7 @@ def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     pytester.makepyfile(test_trivial=TRIVIAL)
     for name, text in PROFILES.items():
         pytester.path.joinpath(name).write_text(text)
-    return pytester.runpytest("-p", "conformance.reliability", "--platform=cpu", "-p", "no:cacheprovider", *args)
+    return pytester.runpytest("-p", "kvconform.conformance.reliability", "--platform=cpu", "-p", "no:cacheprovider", *args)
 
 
 @pytest.mark.parametrize("case", list(BAD_INPUT))
@@ -92,7 +92,7 @@ def test_slow_other():
 def test_the_timeout_applies_to_conformance_tests_only_and_names_the_connector(pytester):
     """Runs in this process: pytest-timeout's signal method interrupts the sleep in the main thread."""
     pytester.makepyfile(test_slow=SLOW_TESTS)
-    result = pytester.runpytest("-p", "conformance.reliability", "--platform=cpu", "-p", "no:cacheprovider",
+    result = pytester.runpytest("-p", "kvconform.conformance.reliability", "--platform=cpu", "-p", "no:cacheprovider",
                                 "--connector", "ExampleConnector", "--kvconform-timeout=1", "-rf", "-vv")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["FAILED *test_slow_check*ExampleConnector* - ExampleConnector did not finish "

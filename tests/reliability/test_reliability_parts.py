@@ -9,11 +9,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from conformance.harness.load_failure import kept_tokens
-from conformance.reliability import SUPPORTED_VLLM, VllmVersionError, check_vllm_version
-from conformance.reliability.crashes import connector_in_nodeid, how_it_ended
-from conformance.reliability.storage import DEFAULT_STORAGE, DefaultStorage, default_storage, storage_table
-from conformance.reliability.threads import leaked_threads
+from kvconform.conformance.harness.load_failure import kept_tokens
+from kvconform.conformance.reliability import SUPPORTED_VLLM, VllmVersionError, check_vllm_version
+from kvconform.conformance.reliability.crashes import connector_in_nodeid, how_it_ended
+from kvconform.conformance.reliability.storage import DEFAULT_STORAGE, DefaultStorage, default_storage, storage_table
+from kvconform.conformance.reliability.threads import leaked_threads
 
 SUPPORTED_LINE = "kvconform supports vLLM 0.32.0 and 0.33.0"
 

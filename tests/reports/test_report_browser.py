@@ -18,7 +18,7 @@ import subprocess
 
 import pytest
 
-from conformance.cli import main
+from kvconform.conformance.cli import main
 from tests.reports.samples import CPU_WITH_PROPERTIES, CUDA_PLAIN
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.cli import main
+from kvconform.conformance.cli import main
 from tests.reports.samples import CPU_WITH_PROPERTIES, CUDA_PLAIN, HOSTILE, HOSTILE_MESSAGE
 
 SCHEMA = Path(__file__).resolve().parents[2] / "reports" / "results.schema.json"

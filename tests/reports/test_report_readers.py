@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from reports.matrix import build_matrix
-from reports.readers import ReportInputError, read, read_all
-from reports.render_terminal import run_line
+from kvconform.reports.matrix import build_matrix
+from kvconform.reports.readers import ReportInputError, read, read_all
+from kvconform.reports.render_terminal import run_line
 from tests.reports.samples import CPU_WITH_PROPERTIES, CUDA_PLAIN
 
 

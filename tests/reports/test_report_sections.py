@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from reports.findings import findings, where_text
-from reports.matrix import build_matrix
-from reports.model import CaseResult, Expected, RunInfo, build, first_line
-from reports.render_html import error_text
-from reports.skips import skip_groups
-from reports.verdict import verdict
+from kvconform.reports.findings import findings, where_text
+from kvconform.reports.matrix import build_matrix
+from kvconform.reports.model import CaseResult, Expected, RunInfo, build, first_line
+from kvconform.reports.render_html import error_text
+from kvconform.reports.skips import skip_groups
+from kvconform.reports.verdict import verdict
 
 
 @pytest.mark.parametrize("text, line", [

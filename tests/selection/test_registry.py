@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.factory_source import FactorySourceError, parse_registrations
-from conformance.selection import registry_modules
+from kvconform.conformance.factory_source import FactorySourceError, parse_registrations
+from kvconform.conformance.selection import registry_modules
 
 
 def test_source_registry_matches_the_imported_factory():

@@ -28,7 +28,7 @@ def run_suite(tmp: Path, args: list[str]) -> tuple[int, list[Outcome], str]:
     junit = tmp / "junit.xml"
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "--pyargs", "conformance", "--platform=cpu", "-q", "-p", "no:cacheprovider",
+        [sys.executable, "-m", "pytest", "--pyargs", "kvconform.conformance", "--platform=cpu", "-q", "-p", "no:cacheprovider",
          "-o", "junit_family=xunit1", f"--junitxml={junit}", *args],
         cwd=tmp, env=env, capture_output=True, text=True, timeout=600)
     outcomes = []

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conformance.harness.side_channel import HOST, HandshakeFailure, PortTaken, reserved_port, serve_handshake
+from kvconform.conformance.harness.side_channel import HOST, HandshakeFailure, PortTaken, reserved_port, serve_handshake
 
 needs_nixl = pytest.mark.skipif(importlib.util.find_spec("nixl") is None,
                                 reason="NixlConnector needs package nixl, which is not installed here")
@@ -22,12 +22,12 @@ needs_nixl = pytest.mark.skipif(importlib.util.find_spec("nixl") is None,
 
 def _nixl_scheduler_side(tmp_path, monkeypatch, port: int):
     """vLLM's own scheduler-side NixlConnector, configured to serve its handshake on ``port``."""
-    import platforms
-    from conformance.harness import kvcache
-    from conformance.harness.kvcache import CacheShape
-    from conformance.harness.model import write_tiny_model
-    from conformance.harness.rig import Rig
-    from conformance.selection import resolve_connectors
+    from kvconform import platforms
+    from kvconform.conformance.harness import kvcache
+    from kvconform.conformance.harness.kvcache import CacheShape
+    from kvconform.conformance.harness.model import write_tiny_model
+    from kvconform.conformance.harness.rig import Rig
+    from kvconform.conformance.selection import resolve_connectors
     from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
     from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
 

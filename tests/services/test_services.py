@@ -17,9 +17,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from conformance.profiles import ConnectorProfile, ProfileError, load_profiles
-from conformance.reliability import finalizers, zmq_contexts
-from conformance.services import (ServicePool, ServiceSpec, ServiceTimeout, ServiceUnavailable, Watchdog,
+from kvconform.conformance.profiles import ConnectorProfile, ProfileError, load_profiles
+from kvconform.conformance.reliability import finalizers, zmq_contexts
+from kvconform.conformance.services import (ServicePool, ServiceSpec, ServiceTimeout, ServiceUnavailable, Watchdog,
                                   service_timeout, start)
 
 HTTP_SERVER = ["{python}", "-m", "http.server", "--bind", "127.0.0.1", "{port:main}"]

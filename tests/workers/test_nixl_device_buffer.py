@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.selection import resolve_connectors, with_variants
+from kvconform.conformance.selection import resolve_connectors, with_variants
 
 
 @pytest.mark.parametrize("platform", ["cuda", "rocm", "xpu"])

@@ -15,9 +15,9 @@ import textwrap
 
 import pytest
 
-import platforms
-from conformance.smoke import __main__ as smoke
-from conformance.smoke import torch_only
+from kvconform import platforms
+from kvconform.conformance.smoke import __main__ as smoke
+from kvconform.conformance.smoke import torch_only
 
 
 def test_torch_only_part_on_cpu():
@@ -41,7 +41,7 @@ def test_pinning_is_checked_in_real_worker_processes():
 
 def test_suite_command_is_bounded():
     command = smoke.suite_command(platforms.get("cuda"), 2, smoke.Path("/out"), ["-k", "contract"])
-    assert command[command.index("-p") + 1] == "conformance.smoke.select"
+    assert command[command.index("-p") + 1] == "kvconform.conformance.smoke.select"
     assert [command[i + 1] for i, a in enumerate(command) if a == "--connector"] == list(smoke.CONNECTORS)
     assert "--attn-backend=FLASH_ATTN" in command and "--junitxml=/out/junit.xml" in command
     assert "--kvconform-json=/out/results.json" in command and command[-2:] == ["-k", "contract"]
@@ -60,7 +60,7 @@ def test_select_keeps_the_first_case_per_check_and_connector(tmp_path):
         def test_layout(layout):
             pass
     '''))
-    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "conformance.smoke.select",
+    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "kvconform.conformance.smoke.select",
                           "--collect-only", "-q", str(tmp_path)], cwd=tmp_path, capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -80,7 +80,7 @@ def test_smoke_run_writes_one_folder(tmp_path):
     out = tmp_path / "smoke"
     expectations = tmp_path / "expect-nothing.yaml"  # the check's outcome is not the point here
     expectations.write_text("platform: cpu\nexpectations: []\n")
-    proc = subprocess.run([sys.executable, "-m", "conformance.smoke", "--out", str(out), "--platform", "cpu",
+    proc = subprocess.run([sys.executable, "-m", "kvconform.conformance.smoke", "--out", str(out), "--platform", "cpu",
                            "--", "-k", "test_contract_scheduler", "--kvconform-expectations", str(expectations)],
                           capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-import platforms
-from conformance import workers
+from kvconform import platforms
+from kvconform.conformance import workers
 
 
 @pytest.mark.parametrize("name,count,index,expected", [

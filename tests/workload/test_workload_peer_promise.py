@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from conformance.claims import PROMISED_HITS
-from conformance.harness.workload_checks import claim_meets_promise, promised_tokens
-from conformance.harness.workload_peer import peer_connector
-from conformance.profiles import profile_for
-from conformance.selection import ConnectorParam
+from kvconform.conformance.claims import PROMISED_HITS
+from kvconform.conformance.harness.workload_checks import claim_meets_promise, promised_tokens
+from kvconform.conformance.harness.workload_peer import peer_connector
+from kvconform.conformance.profiles import profile_for
+from kvconform.conformance.selection import ConnectorParam
 
 
 def _param(name: str) -> ConnectorParam:
