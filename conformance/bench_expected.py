@@ -28,8 +28,13 @@ class KnownResults:
     dtype: str
 
     @classmethod
-    def load(cls, platform: str, backend: str, dtype: str) -> "KnownResults":
-        from kvconform.conformance.expectations import EXPECTATIONS_DIR, ExpectationError, holding_here, load_expectations
+    def load(cls, platform: str, backend: str, dtype: str) -> KnownResults:
+        from kvconform.conformance.expectations import (
+            EXPECTATIONS_DIR,
+            ExpectationError,
+            holding_here,
+            load_expectations,
+        )
 
         try:
             loaded = load_expectations([EXPECTATIONS_DIR])

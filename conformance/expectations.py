@@ -122,7 +122,7 @@ class Entry(BaseModel):
         return pattern
 
     @model_validator(mode="after")
-    def _complete(self) -> "Entry":
+    def _complete(self) -> Entry:
         if not any(getattr(self, key) for key in SELECTORS):
             raise ValueError(f"an entry needs at least one of: {', '.join(SELECTORS)}")
         missing = [key for key in REQUIRED[self.expect] if not getattr(self, _FIELD_OF.get(key, key))]

@@ -12,7 +12,6 @@ from contextlib import contextmanager
 
 import pytest
 
-
 # Checks that read source, not a device: they need neither the connector's packages nor its platforms.
 STATIC_CHECKS = frozenset({"lint"})
 

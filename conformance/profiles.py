@@ -7,7 +7,7 @@ not a silently ignored setting.
 from __future__ import annotations
 
 import copy
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -53,7 +53,7 @@ class ConnectorProfile(BaseModel):
     refusal: str | None = None  # regex: an error at construction matching it is the connector refusing this platform
     variants: dict[str, Variant] = Field(default_factory=dict)
 
-    def as_variant(self, name: str) -> "ConnectorProfile":
+    def as_variant(self, name: str) -> ConnectorProfile:
         """This profile with variant ``name``'s settings (and no variants of its own)."""
         variant = self.variants[name]
         return self.model_copy(update={"kv_buffer_device": variant.kv_buffer_device, "variants": {}})
@@ -137,7 +137,7 @@ def load_yaml_model(path: Path, model: type[BaseModel], error: type[Exception]):
         raise error(f"{where}: {key}: {first['msg']}") from None
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_profiles(path: Path = PROFILES_FILE) -> ProfilesFile:
     profiles = load_yaml_model(path, ProfilesFile, ProfileError)
     for profile in profiles.connectors.values():

@@ -21,8 +21,8 @@ from kvconform.conformance import vllm_source
 from kvconform.conformance.versions import installed
 from kvconform.reports import identity as ident
 from kvconform.reports.model import CaseResult, RunInfo, build, clip, first_line
-from kvconform.reports.readers import expected_from_properties
 from kvconform.reports.outcomes import OUTCOMES, is_failing
+from kvconform.reports.readers import expected_from_properties
 
 _WORKER_KEY = "kvconform_results"
 

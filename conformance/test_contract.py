@@ -23,9 +23,17 @@ from __future__ import annotations
 
 import pytest
 
-from kvconform.conformance.harness.contract import (ContractRig, ContractViolation, check_answer, check_reported_ids,
-                                          install_checks, make_request, no_blocks, scheduler_output,
-                                          supports_hma)
+from kvconform.conformance.harness.contract import (
+    ContractRig,
+    ContractViolation,
+    check_answer,
+    check_reported_ids,
+    install_checks,
+    make_request,
+    no_blocks,
+    scheduler_output,
+    supports_hma,
+)
 from kvconform.conformance.harness.kvcache import CacheShape
 from kvconform.conformance.harness.rig import ConnectorRefused, refusal_as
 from kvconform.conformance.harness.roundtrip import prompt_tokens

@@ -21,8 +21,13 @@ from __future__ import annotations
 import pytest
 
 from kvconform.conformance.harness.fill import run_fill
-from kvconform.conformance.harness.hybrid import (ATTENTION_ONLY_KINDS, HYBRID_KINDS, REGISTRATIONS, UNEXPECTED_ENTRIES,
-                                        layer_kinds)
+from kvconform.conformance.harness.hybrid import (
+    ATTENTION_ONLY_KINDS,
+    HYBRID_KINDS,
+    REGISTRATIONS,
+    UNEXPECTED_ENTRIES,
+    layer_kinds,
+)
 from kvconform.conformance.harness.kvcache import KV_DTYPES, CacheShape
 from kvconform.conformance.needs import refusals_skip, require
 

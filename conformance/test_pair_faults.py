@@ -18,7 +18,12 @@ import pytest
 
 from kvconform.conformance.harness.kvcache import CacheShape
 from kvconform.conformance.harness.load_failure import POLICIES
-from kvconform.conformance.harness.pair_faults import PAIR_FAULTS, NoTransportHook, run_pair_load_failure, run_pair_slow_roundtrip
+from kvconform.conformance.harness.pair_faults import (
+    PAIR_FAULTS,
+    NoTransportHook,
+    run_pair_load_failure,
+    run_pair_slow_roundtrip,
+)
 from kvconform.conformance.harness.roundtrip import SCENARIOS
 from kvconform.conformance.needs import refusals_skip, require
 

@@ -22,10 +22,10 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from kvconform.conformance.vllm_source import TOLD_COMMIT_ENV
 from kvconform.pipelines.gate import GateError

@@ -7,8 +7,9 @@ pipeline on any agent with Python, pydantic and PyYAML.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import yaml
 

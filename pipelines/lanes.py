@@ -12,8 +12,9 @@ policy in ``pipelines.policy``.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, Iterator, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator, model_validator
@@ -52,7 +53,7 @@ class RetryRule(_Strict):
     limit: int = Field(ge=1, le=10)
 
     @model_validator(mode="after")
-    def _says_when(self) -> "RetryRule":
+    def _says_when(self) -> RetryRule:
         if self.exit_status is None and self.signal_reason is None:
             raise ValueError("a retry rule needs exit_status or signal_reason")
         return self
@@ -96,7 +97,7 @@ class RunSpec(_Strict):
     timeout_in_minutes: int | None = Field(default=None, ge=1)
 
     @model_validator(mode="after")
-    def _one_way_to_run(self) -> "RunSpec":
+    def _one_way_to_run(self) -> RunSpec:
         if self.wrapper is not None and self.container is not None:
             raise ValueError("give a wrapper or a container, not both")
         return self

@@ -19,8 +19,8 @@ from __future__ import annotations
 import hashlib
 import importlib.machinery
 import os
-import sys
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 

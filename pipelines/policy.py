@@ -9,8 +9,9 @@ say they are experimental and why. Every rule here yields problems as
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from kvconform.pipelines.lanes import LanesConfig, RetryRule
@@ -50,7 +51,7 @@ def _allowed_list() -> str:
     return ", ".join(exits + reasons)
 
 
-def _rule_problems(rule: "RetryRule", platform: str | None) -> Iterator[str]:
+def _rule_problems(rule: RetryRule, platform: str | None) -> Iterator[str]:
     """Why ``rule`` may not retry on ``platform`` (None: a rule that applies to every lane)."""
     checks = []
     if rule.exit_status is not None:
@@ -67,7 +68,7 @@ def _rule_problems(rule: "RetryRule", platform: str | None) -> Iterator[str]:
                    f"not {where}")
 
 
-def retry_problems(config: "LanesConfig") -> Iterator[Problem]:
+def retry_problems(config: LanesConfig) -> Iterator[Problem]:
     """Automatic retries only for infrastructure exits, per platform."""
     for index, rule in enumerate(config.defaults.retry):
         for message in _rule_problems(rule, None):
@@ -78,7 +79,7 @@ def retry_problems(config: "LanesConfig") -> Iterator[Problem]:
                 yield ("lanes", name, "retry", index), message
 
 
-def soft_fail_problems(config: "LanesConfig") -> Iterator[Problem]:
+def soft_fail_problems(config: LanesConfig) -> Iterator[Problem]:
     """Soft-fail only on experimental lanes, and an experimental lane says why it is one."""
     for name, lane in config.lanes.items():
         if lane.soft_fail not in (False, []) and not lane.experimental:

@@ -12,8 +12,9 @@ syntax this module writes itself (a glob, ``$?``, a redirection) is marked
 from __future__ import annotations
 
 import shlex
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Union
+from typing import TYPE_CHECKING, Union
 
 if TYPE_CHECKING:
     from kvconform.pipelines.lanes import Wrapper
@@ -34,7 +35,7 @@ def join(words: Iterable[Word]) -> str:
     return " ".join(word.text if isinstance(word, Raw) else shlex.quote(word) for word in words)
 
 
-def wrap(words: list[Word], wrapper: "Wrapper | None") -> str:
+def wrap(words: list[Word], wrapper: Wrapper | None) -> str:
     """``words`` as a command line, run through the lane's wrapper when it has one."""
     if wrapper is None:
         return join(words)

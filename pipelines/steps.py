@@ -43,7 +43,7 @@ class LaneRun:
     retry: list[RetryRule]
 
     @classmethod
-    def of(cls, config: LanesConfig, name: str) -> "LaneRun":
+    def of(cls, config: LanesConfig, name: str) -> LaneRun:
         lane = config.lanes[name]
         return cls(name, lane, PLATFORMS[lane.platform], config.timeout_of(lane), config.retry_of(lane))
 

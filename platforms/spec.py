@@ -7,8 +7,8 @@ about any particular platform, so adding one is a new module and one line in
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,9 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 UNKNOWN = "-"
 

@@ -7,8 +7,8 @@ The first rule that holds decides.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from kvconform.reports.model import Results
 from kvconform.reports.outcomes import is_failing

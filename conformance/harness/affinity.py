@@ -15,8 +15,8 @@ built: the connector's own threads stay where vLLM put them, the harness does no
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 
 @contextmanager

@@ -10,13 +10,13 @@ run on another platform lacks; no connector in vLLM 0.32/0.33 reads its fields.
 from __future__ import annotations
 
 import typing
-from functools import lru_cache
+from functools import cache
 
 # The MLA backend a platform's MLA layers use, as data (non-MLA backends come from platforms/).
 MLA_BACKENDS: dict[str, str] = {"cpu": "CPU_MLA", "cuda": "TRITON_MLA", "rocm": "TRITON_MLA", "xpu": "TRITON_MLA"}
 
 
-@lru_cache(maxsize=None)
+@cache
 def backend_class(name: str):
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
@@ -34,7 +34,7 @@ def metadata_type_of_builder(builder_cls) -> type:
     raise TypeError(f"{builder_cls.__name__} does not name its metadata class")
 
 
-@lru_cache(maxsize=None)
+@cache
 def metadata_class(backend: str) -> type:
     return metadata_type_of_builder(backend_class(backend).get_builder_cls())
 

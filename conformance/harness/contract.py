@@ -299,7 +299,7 @@ class Half:
     def close(self) -> None:
         self.connector.shutdown()
 
-    def __enter__(self) -> "Half":
+    def __enter__(self) -> Half:
         return self
 
     def __exit__(self, kind, error, traceback) -> bool:

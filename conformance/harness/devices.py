@@ -11,8 +11,8 @@ staging and allowed. This observes the real connector; it replaces nothing.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import torch
 from torch.overrides import TorchFunctionMode

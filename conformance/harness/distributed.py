@@ -13,8 +13,8 @@ from __future__ import annotations
 import shutil
 import socket
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 
 def free_port() -> int:
@@ -30,9 +30,13 @@ def single_rank_parallel_state(vllm_config, local_rank: int = 0) -> Iterator[Non
     Inside an existing group (the test session's, see conformance/conftest.py) it changes nothing.
     """
     from vllm.config import set_current_vllm_config
-    from vllm.distributed.parallel_state import (destroy_distributed_environment, destroy_model_parallel,
-                                                 ensure_model_parallel_initialized, init_distributed_environment,
-                                                 model_parallel_is_initialized)
+    from vllm.distributed.parallel_state import (
+        destroy_distributed_environment,
+        destroy_model_parallel,
+        ensure_model_parallel_initialized,
+        init_distributed_environment,
+        model_parallel_is_initialized,
+    )
 
     if model_parallel_is_initialized():
         yield

@@ -21,13 +21,13 @@ State entries are tuples for the Mamba2 layers and lists for the KDA-like ones.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
 from kvconform.conformance.harness import kvcache, vllm_api
-from kvconform.conformance.harness.backends import metadata_type_of_builder, metadata_instance
+from kvconform.conformance.harness.backends import metadata_instance, metadata_type_of_builder
 from kvconform.conformance.harness.model import HEAD_SIZE, NUM_KV_HEADS
 from kvconform.conformance.harness.rig import ConnectorRefused, Rig, Side, refusal_as
 from kvconform.conformance.harness.runner import WorkerStandIn

@@ -78,7 +78,7 @@ class PolicyRig(Rig):
     policy: str = "fail"
 
     @classmethod
-    def of(cls, rig: Rig, policy: str) -> "PolicyRig":
+    def of(cls, rig: Rig, policy: str) -> PolicyRig:
         return cls(**{f.name: getattr(rig, f.name) for f in fields(Rig)}, policy=policy)
 
     def vllm_config(self, role: str):

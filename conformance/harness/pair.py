@@ -28,16 +28,20 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator
 
 from kvconform.conformance.harness.affinity import kept_cpu_affinity
 from kvconform.conformance.harness.distributed import single_rank_parallel_state
 from kvconform.conformance.harness.rig import Rig, Side
-from kvconform.conformance.harness.roundtrip import (RoundTripResult, Scenario, scenario_prompts, token_slot_bytes,
-                                          verify_roundtrip)
+from kvconform.conformance.harness.roundtrip import (
+    RoundTripResult,
+    Scenario,
+    scenario_prompts,
+    token_slot_bytes,
+    verify_roundtrip,
+)
 from kvconform.conformance.harness.side_channel import HOST, HandshakeFailure, PortTaken, reserved_port, serve_handshake
 
 # What a P/D proxy puts on the prefill request: "after this prompt, a remote engine decodes".

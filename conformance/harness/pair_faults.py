@@ -22,8 +22,14 @@ from dataclasses import dataclass
 
 import torch
 
-from kvconform.conformance.harness.load_failure import (LoadFailureAnswer, LoadFailureViolation, PolicyRig,
-                                              _check_kept_slots, kept_tokens, loading_blocks)
+from kvconform.conformance.harness.load_failure import (
+    LoadFailureAnswer,
+    LoadFailureViolation,
+    PolicyRig,
+    _check_kept_slots,
+    kept_tokens,
+    loading_blocks,
+)
 from kvconform.conformance.harness.pair import drained, open_pair, run_pair_roundtrip
 from kvconform.conformance.harness.rig import Rig, Side
 from kvconform.conformance.harness.roundtrip import RoundTripResult, Scenario, prompt_tokens

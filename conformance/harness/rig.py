@@ -19,9 +19,9 @@ from kvconform.conformance.harness.backends import MLA_BACKENDS, backend_class, 
 from kvconform.conformance.harness.kvcache import CacheShape
 from kvconform.conformance.harness.model import MAX_MODEL_LEN, attention_layer_names
 from kvconform.conformance.harness.runner import WorkerStandIn
+from kvconform.conformance.harness.scheduler import SchedulerDriver
 
 VLLM_DEFAULT_BLOCK_SIZE = 16  # CacheConfig's default, which backends adjust through get_preferred_block_size
-from kvconform.conformance.harness.scheduler import SchedulerDriver
 
 
 class ConnectorRefused(Exception):
@@ -123,8 +123,15 @@ class Rig:
         return self.shape.layout or kvcache.preferred_layout(backend_class(self.effective_backend))
 
     def vllm_config(self, role: str):
-        from vllm.config import (AttentionConfig, CacheConfig, DeviceConfig, KVTransferConfig, ModelConfig,
-                                 SchedulerConfig, VllmConfig)
+        from vllm.config import (
+            AttentionConfig,
+            CacheConfig,
+            DeviceConfig,
+            KVTransferConfig,
+            ModelConfig,
+            SchedulerConfig,
+            VllmConfig,
+        )
         from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
         profile = self.connector.profile

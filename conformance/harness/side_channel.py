@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 HOST = "127.0.0.1"
 # vLLM's listener: the thread's name and the function it runs (whose ``ready_event`` the caller waits on)

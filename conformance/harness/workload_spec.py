@@ -64,7 +64,7 @@ class WorkloadSpec:
         return json.dumps(shown, separators=(",", ":"))
 
     @staticmethod
-    def from_text(text: str) -> "WorkloadSpec":
+    def from_text(text: str) -> WorkloadSpec:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:

@@ -8,7 +8,6 @@ DecodeBenchConnector's (decode_bench_broken.yaml beside this file).
 from __future__ import annotations
 
 import torch
-
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
 from vllm.distributed.kv_transfer.kv_connector.v1.decode_bench_connector import (
     DecodeBenchConnector,

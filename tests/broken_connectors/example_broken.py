@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import safetensors.torch
 import torch
-
 from vllm.distributed.kv_transfer.kv_connector.v1.example_connector import ExampleConnector
 
 

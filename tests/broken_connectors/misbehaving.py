@@ -19,7 +19,6 @@ import time
 import safetensors
 import safetensors.torch
 import torch
-
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
 from vllm.distributed.kv_transfer.kv_connector.v1.example_connector import ExampleConnector
 

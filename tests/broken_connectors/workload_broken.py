@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import safetensors.torch
 import torch
-
 from vllm.distributed.kv_transfer.kv_connector.v1.example_connector import ExampleConnector
 from vllm.distributed.kv_transfer.kv_connector.v1.multi_connector import MultiConnector
 

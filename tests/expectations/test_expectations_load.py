@@ -7,8 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from kvconform.conformance.expectations import (EXPECTATIONS_DIR, Entry, ExpectationError, check_link, decide,
-                                      load_expectations, load_file, raised_as)
+from kvconform.conformance.expectations import (
+    EXPECTATIONS_DIR,
+    Entry,
+    ExpectationError,
+    check_link,
+    decide,
+    load_expectations,
+    load_file,
+    raised_as,
+)
 from kvconform.reports.identity import Identity
 
 ROUNDTRIP_ID = "conformance/test_roundtrip.py::test_roundtrip[cpu-CPU_ATTN-{connector}-{variant}]"

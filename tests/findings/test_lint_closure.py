@@ -7,8 +7,6 @@ device assumptions sit in helper modules outside its own file.
 
 from __future__ import annotations
 
-import pytest
-
 from kvconform.conformance.lint.closure import connector_closure
 from kvconform.conformance.selection import registry_modules
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from tests.gate.vllm_checkout import FACTORY, git
 
 

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from tests.gate.vllm_checkout import CONNECTORS, GIT_ENV
 
 V1 = f"{CONNECTORS}/v1"

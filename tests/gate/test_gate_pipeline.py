@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import yaml
+
 from tests.gate.vllm_checkout import CONNECTORS
 
 V1 = f"{CONNECTORS}/v1"

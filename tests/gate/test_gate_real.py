@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
+
 from tests.gate.vllm_checkout import CONNECTORS
 
 EXAMPLE = f"{CONNECTORS}/v1/example_connector.py"

@@ -16,10 +16,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from tests.gate.vllm_checkout import CONNECTORS
 
 from kvconform.conformance.reliability.vllm_version import installed_vllm
 from kvconform.pipelines import gate_cli, gate_source
+from tests.gate.vllm_checkout import CONNECTORS
 
 EXAMPLE = f"{CONNECTORS}/v1/example_connector.py"
 REAL_PROBE = gate_source.PROBE  # before any test swaps it for the cheap one

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from tests.gate.vllm_checkout import CONNECTORS, FACTORY, VLLM_SOURCE, git, installed_connector_names
 
 from kvconform.pipelines.gate import EVERY_CONNECTOR, IMPORT_GRAPH_ROOTS, compile_glob, shared_reason
+from tests.gate.vllm_checkout import CONNECTORS, FACTORY, VLLM_SOURCE, git, installed_connector_names
 
 V1 = f"{CONNECTORS}/v1"
 NIXL_NAMES = ["NixlConnector", "NixlPullConnector", "NixlPushConnector"]

@@ -10,11 +10,11 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = ("conformance", "platforms", "pipelines", "reports")

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import subprocess
-from pathlib import Path
 
 import pytest
 

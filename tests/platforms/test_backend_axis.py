@@ -10,8 +10,8 @@ import textwrap
 import pytest
 
 from kvconform import platforms
-from kvconform.platforms import vllm_backends
 from kvconform.conformance import plugin
+from kvconform.platforms import vllm_backends
 
 
 class _Config:

@@ -41,7 +41,7 @@ class SuiteRun:
         return [c for c in self.cases if f"-{connector}-" in c.nodeid or c.nodeid.endswith(f"-{connector}]")]
 
     @classmethod
-    def from_json(cls, text: str) -> "SuiteRun":
+    def from_json(cls, text: str) -> SuiteRun:
         data = json.loads(text)
         return cls(data["returncode"], [Case(**case) for case in data["cases"]], data["output"])
 

@@ -22,14 +22,15 @@ needs_nixl = pytest.mark.skipif(importlib.util.find_spec("nixl") is None,
 
 def _nixl_scheduler_side(tmp_path, monkeypatch, port: int):
     """vLLM's own scheduler-side NixlConnector, configured to serve its handshake on ``port``."""
+    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+
     from kvconform import platforms
     from kvconform.conformance.harness import kvcache
     from kvconform.conformance.harness.kvcache import CacheShape
     from kvconform.conformance.harness.model import write_tiny_model
     from kvconform.conformance.harness.rig import Rig
     from kvconform.conformance.selection import resolve_connectors
-    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
-    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
 
     monkeypatch.setenv("VLLM_NIXL_SIDE_CHANNEL_HOST", HOST)
     monkeypatch.setenv("VLLM_NIXL_SIDE_CHANNEL_PORT", str(port))

@@ -19,8 +19,15 @@ import pytest
 
 from kvconform.conformance.profiles import ConnectorProfile, ProfileError, load_profiles
 from kvconform.conformance.reliability import finalizers, zmq_contexts
-from kvconform.conformance.services import (ServicePool, ServiceSpec, ServiceTimeout, ServiceUnavailable, Watchdog,
-                                  service_timeout, start)
+from kvconform.conformance.services import (
+    ServicePool,
+    ServiceSpec,
+    ServiceTimeout,
+    ServiceUnavailable,
+    Watchdog,
+    service_timeout,
+    start,
+)
 
 HTTP_SERVER = ["{python}", "-m", "http.server", "--bind", "127.0.0.1", "{port:main}"]
 
