@@ -3,7 +3,7 @@
 For each connector that round-trips here (its profile runs the ``roundtrip``
 check and its needs are met; otherwise it is listed as skipped, with the reason)
 and each request size, the bench times the connector's worker-side save and load
-(``conformance.harness.timing``), then a baseline moving the same blocks of the
+(``conformance.harness.bench_harness``), then a baseline moving the same blocks of the
 same caches: plain files in the same storage folder for storage connectors, a
 device/host copy for the rest. It runs as the suite does: in a tensor-parallel
 group of one (some connectors ask vLLM for their rank), at the block size vLLM
@@ -88,7 +88,7 @@ def quiet_vllm() -> None:
 def configure(parser: argparse.ArgumentParser) -> None:
     quiet_vllm()
     from kvconform.conformance.harness.kvcache import KV_DTYPES
-    from kvconform.conformance.harness.timing import GEOMETRIES
+    from kvconform.conformance.harness.bench_harness import GEOMETRIES
 
     parser.add_argument("--connector", action="append", default=[], metavar="NAME|module:Class",
                         help="connector to measure (repeatable; default: every registered connector)")
@@ -267,7 +267,7 @@ def bench_all(args, spec, backend, block_size: int, sizes: list[int], chosen: li
     from kvconform.conformance.harness.distributed import single_rank_parallel_state
     from kvconform.conformance.harness.kvcache import CacheShape
     from kvconform.conformance.harness.rig import ConnectorRefused
-    from kvconform.conformance.harness.timing import GEOMETRIES, BenchRig, measure, write_model
+    from kvconform.conformance.harness.bench_harness import GEOMETRIES, BenchRig, measure, write_model
 
     outcome = Outcome([], [], [])
     geometry = GEOMETRIES[args.kv_shape]
@@ -326,7 +326,7 @@ def document(args, spec, backend, block_size, sizes, outcome: Outcome, load_befo
     import vllm
 
     from kvconform.conformance.harness.kvcache import KV_DTYPES
-    from kvconform.conformance.harness.timing import GEOMETRIES
+    from kvconform.conformance.harness.bench_harness import GEOMETRIES
 
     geometry = GEOMETRIES[args.kv_shape]
     return {

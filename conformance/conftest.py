@@ -61,7 +61,7 @@ def device(platform, worker_rank, worker_process):
 @pytest.fixture
 def off_current_device(platform, worker_rank, worker_process):
     """A device that is not the current one (kvconform's stricter policy case); needs two visible devices."""
-    from kvconform.conformance.workers import require_devices
+    from kvconform.conformance.xdist_devices import require_devices
 
     require_devices(platform, 2)
     return platform.device((worker_rank + 1) % _device_count(platform))
@@ -80,4 +80,4 @@ def make_rig(platform, attn_backend, connector, tiny_model, storage, device, wor
 
     yield make
     for rig in rigs:  # what a failed check left open, shut down while the connector's servers still run
-        rig.close_sides()
+        rig.close_engines()

@@ -107,7 +107,7 @@ def pytest_configure(config: pytest.Config) -> None:
     worker = getattr(config, "workerinput", None)
     if worker and "kvconform_platform" in worker:
         # an xdist worker: take its own device before anything probes or initialises it
-        from kvconform.conformance.workers import pin_worker_device
+        from kvconform.conformance.xdist_devices import pin_worker_device
 
         pin_worker_device(platforms.get(worker["kvconform_platform"]), worker["kvconform_device_count"])
     try:
@@ -163,7 +163,7 @@ def pytest_configure_node(node) -> None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """``-n auto``: xdist asks before ``pytest_configure``, so the platform is resolved here too."""
-    from kvconform.conformance.workers import auto_workers
+    from kvconform.conformance.xdist_devices import auto_workers
 
     if not is_active(config):
         return None

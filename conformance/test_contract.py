@@ -35,8 +35,8 @@ from kvconform.conformance.harness.contract import (
     supports_hma,
 )
 from kvconform.conformance.harness.kvcache import CacheShape
+from kvconform.conformance.harness.prompts import request_prompt
 from kvconform.conformance.harness.rig import ConnectorRefused, refusal_as
-from kvconform.conformance.harness.roundtrip import prompt_tokens
 from kvconform.conformance.needs import refusals_skip, require
 
 pytestmark = pytest.mark.check("contract")
@@ -48,7 +48,7 @@ UNKNOWN_ID = "no-such-request"
 
 def _prompt(block_size: int, index: int = 0) -> list[int]:
     """Three full blocks and a partial one: long enough for any connector to claim a hit."""
-    return prompt_tokens(index, 3 * block_size + 5)
+    return request_prompt(index, 3 * block_size + 5)
 
 
 def _subject(connector, platform, make_rig) -> ContractRig:
@@ -94,7 +94,7 @@ def test_contract_driven(platform, attn_backend, connector, make_rig):
     subject = _subject(connector, platform, make_rig)
     with refusals_skip():
         for index, kv_role in enumerate(subject.rig.roles()):
-            side = subject.rig.side(kv_role)
+            side = subject.rig.engine(kv_role)
             try:
                 _drive_one_request(subject, side, f"{kv_role}, {('producer', 'consumer')[index]}", index)
             finally:
@@ -105,8 +105,8 @@ def _drive_one_request(subject, side, role: str, index: int) -> None:
     label = f"{subject.name} ({role} side, driven by vLLM's Scheduler)"
     scheduler_connector = side.scheduler.connector
     scheduler_calls = install_checks(scheduler_connector, label)
-    worker_calls = install_checks(side.worker.connector, label)
-    check_reported_ids(side.worker.connector, label, lambda: side.scheduler.scheduler.requests)
+    worker_calls = install_checks(side.runner.connector, label)
+    check_reported_ids(side.runner.connector, label, lambda: side.scheduler.scheduler.requests)
     request_id = f"contract-driven-{index}"
     side.scheduler.add(request_id, _prompt(PROMPT_UNIT))
     # vLLM asks again for every request still waiting, so one question before the first step is a legal
@@ -114,7 +114,7 @@ def _drive_one_request(subject, side, role: str, index: int) -> None:
     request = side.scheduler.scheduler.requests[request_id]
     check_answer(label, "get_num_new_matched_tokens", "get_num_new_matched_tokens(request, 0)",
                  type(scheduler_connector).get_num_new_matched_tokens(scheduler_connector, request, 0))
-    side.scheduler.run(side.worker)
+    side.scheduler.run(side.runner)
 
     finish_hook = "request_finished_all_groups" if supports_hma(scheduler_connector) else "request_finished"
     needed = {"get_num_new_matched_tokens": scheduler_calls, "build_connector_meta": scheduler_calls,
@@ -135,7 +135,7 @@ def test_contract_no_load(platform, attn_backend, connector, make_rig):
         for kv_role in subject.kv_roles():
             with subject.scheduler(kv_role) as scheduler, subject.worker(kv_role) as worker:
                 # One token: vLLM always computes the last token itself, so there is nothing to load.
-                request = scheduler.new_request("contract-no-load", prompt_tokens(0, 1))
+                request = scheduler.new_request("contract-no-load", request_prompt(0, 1))
                 scheduler.ask("get_num_new_matched_tokens", request, 0, shown_args="a 1-token request, 0")
                 scheduler.connector.update_state_after_alloc(request, no_blocks(scheduler.kv_cache_config), 0)
                 metadata = scheduler.ask("build_connector_meta", scheduler_output(),

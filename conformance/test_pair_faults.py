@@ -24,7 +24,7 @@ from kvconform.conformance.harness.pair_faults import (
     run_pair_load_failure,
     run_pair_slow_roundtrip,
 )
-from kvconform.conformance.harness.roundtrip import SCENARIOS
+from kvconform.conformance.harness.roundtrip import ROUNDTRIP_SCENARIOS
 from kvconform.conformance.needs import refusals_skip, require
 
 
@@ -54,6 +54,6 @@ def test_pair_slow_transport(platform, attn_backend, connector, make_rig):
     _require_pair(connector, platform)
     with refusals_skip():
         try:
-            run_pair_slow_roundtrip(make_rig(CacheShape()), SCENARIOS["multi"])
+            run_pair_slow_roundtrip(make_rig(CacheShape()), ROUNDTRIP_SCENARIOS["multi"])
         except NoTransportHook as exc:
             pytest.skip(str(exc))

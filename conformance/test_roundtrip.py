@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 
 from kvconform.conformance.harness.kvcache import KV_DTYPES, CacheShape, all_layouts
-from kvconform.conformance.harness.roundtrip import SCENARIOS, run_roundtrip
+from kvconform.conformance.harness.roundtrip import ROUNDTRIP_SCENARIOS, run_roundtrip
 from kvconform.conformance.needs import refusals_skip, require
-from kvconform.conformance.workers import MULTI_DEVICE_GROUP
+from kvconform.conformance.xdist_devices import MULTI_DEVICE_GROUP
 
 pytestmark = pytest.mark.check("roundtrip")
 
@@ -28,13 +28,13 @@ def _roundtrip(make_rig, connector, platform, shape, scenario="unaligned", recor
     if connector.profile.is_pair():  # a producer/consumer pair: both sides live at once
         from kvconform.conformance.harness.pair import pair_inapplicable, run_pair_roundtrip
 
-        if reason := pair_inapplicable(SCENARIOS[scenario]):
+        if reason := pair_inapplicable(ROUNDTRIP_SCENARIOS[scenario]):
             pytest.skip(f"{connector.name}: {reason}")
         with refusals_skip():
-            result = run_pair_roundtrip(rig, SCENARIOS[scenario])
+            result = run_pair_roundtrip(rig, ROUNDTRIP_SCENARIOS[scenario])
     else:
         with refusals_skip():
-            result = run_roundtrip(rig, SCENARIOS[scenario])
+            result = run_roundtrip(rig, ROUNDTRIP_SCENARIOS[scenario])
     if record_property is not None:  # claimed against stored (and promised), for the results
         record_property("kvconform.claim", result.describe())
 
@@ -65,7 +65,7 @@ def test_roundtrip_layout(platform, attn_backend, connector, layout, make_rig, r
 
 
 @pytest.mark.parametrize("block_size", BLOCK_SIZES, ids=[f"bs{b}" for b in BLOCK_SIZES])
-@pytest.mark.parametrize("scenario", list(SCENARIOS))
+@pytest.mark.parametrize("scenario", list(ROUNDTRIP_SCENARIOS))
 def test_roundtrip_scenario(platform, attn_backend, connector, scenario, block_size, make_rig, record_property):
     _roundtrip(make_rig, connector, platform, CacheShape(block_size=block_size), scenario, record_property)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import pytest
 
 from kvconform.conformance.harness.kvcache import CacheShape
-from kvconform.conformance.harness.workload_scenarios import EXERCISES, SCENARIOS
+from kvconform.conformance.harness.workload_scenarios import EXERCISES, WORKLOAD_SCENARIOS
 from kvconform.conformance.needs import refusals_skip, require
 
 pytestmark = pytest.mark.check("workload")
@@ -49,10 +49,10 @@ def _run(workload_rig, spec):
         return run_workload(workload_rig(spec), spec)
 
 
-@pytest.mark.parametrize("scenario", list(SCENARIOS))
+@pytest.mark.parametrize("scenario", list(WORKLOAD_SCENARIOS))
 def test_workload_scenario(platform, attn_backend, connector, scenario, workload_rig):
     require(connector, platform, "workload")
-    spec = SCENARIOS[scenario]
+    spec = WORKLOAD_SCENARIOS[scenario]
     report = _run(workload_rig, spec)
     assert report.verified_loaded_tokens > 0, (
         f"{connector.name}: the {scenario} workload gave the consumer no verified load "

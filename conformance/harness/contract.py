@@ -267,8 +267,12 @@ LATER_WORKER_REPORTS: dict[str, tuple] = {"get_transfer_results": (set(),), "bui
 
 
 @dataclass
-class Half:
-    """One side of a connector, built with ``cls(vllm_config, role, kv_cache_config)``."""
+class ContractConnector:
+    """One role of a connector (scheduler or worker), built directly with ``cls(vllm_config, role,
+    kv_cache_config)`` and asked one method at a time, each answer checked against the base class's contract.
+
+    No vLLM scheduler or runner drives it (that is ``EngineStandIn``, rig.py): the contract checks call
+    each method alone, so a violation names the one call that broke it."""
 
     label: str  # "<connector> (<kv_role>, <side> side)": how violations name it
     connector: object
@@ -299,7 +303,7 @@ class Half:
     def close(self) -> None:
         self.connector.shutdown()
 
-    def __enter__(self) -> Half:
+    def __enter__(self) -> ContractConnector:
         return self
 
     def __exit__(self, kind, error, traceback) -> bool:
@@ -314,7 +318,9 @@ class Half:
 
 
 @dataclass
-class WorkerHalf(Half):
+class ContractWorker(ContractConnector):
+    """The worker role under the contract checks: its caches, their registration and a step with nothing to run."""
+
     caches: dict = field(default_factory=dict)
     guard: DeviceGuard | None = None
 
@@ -375,10 +381,10 @@ class ContractRig:
             connector = self.cls(config, KVConnectorRole[side.upper()], kv_cache_config)
         return label, connector, config, kv_cache_config
 
-    def scheduler(self, kv_role: str) -> Half:
-        return Half(*self._construct(kv_role, "scheduler"))
+    def scheduler(self, kv_role: str) -> ContractConnector:
+        return ContractConnector(*self._construct(kv_role, "scheduler"))
 
-    def worker(self, kv_role: str, register: bool = True) -> WorkerHalf:
+    def worker(self, kv_role: str, register: bool = True) -> ContractWorker:
         """The worker side; with ``register`` its caches are allocated, put in the forward context and registered."""
         label, connector, config, kv_cache_config = self._construct(kv_role, "worker")
         caches = kvcache.allocate(kv_cache_config, config, self.rig.device) if register else {}
@@ -386,7 +392,7 @@ class ContractRig:
         static = config.compilation_config.static_forward_context
         for layer_name, cache in caches.items():
             static[layer_name] = AttentionLayerStandIn(layer_name, cache, guard)
-        worker = WorkerHalf(label, connector, config, kv_cache_config, caches, guard)
+        worker = ContractWorker(label, connector, config, kv_cache_config, caches, guard)
         if register:
             try:
                 with refusal_as(ConnectorRefused, self.rig.connector):

@@ -15,7 +15,7 @@ import os
 import sys
 
 from kvconform.conformance.harness.model import MAX_MODEL_LEN
-from kvconform.conformance.harness.roundtrip import prompt_tokens
+from kvconform.conformance.harness.prompts import request_prompt
 
 ENGINE_BLOCK_SIZE = 32  # vLLM's CPU attention kernels want a multiple of 32
 PROMPT_LENGTHS = (77, 45)
@@ -66,7 +66,7 @@ def main(model_dir: str, transfer_json: str, engine_json: str = "{}") -> int:
         kv_cache_memory_bytes=64 << 20, enable_prefix_caching=True,
         kv_transfer_config=KVTransferConfig(**json.loads(transfer_json)),
     )
-    prompts = [TokensPrompt(prompt_token_ids=prompt_tokens(i, n)) for i, n in enumerate(PROMPT_LENGTHS)]
+    prompts = [TokensPrompt(prompt_token_ids=request_prompt(i, n)) for i, n in enumerate(PROMPT_LENGTHS)]
     outputs = llm.generate(prompts, SamplingParams(max_tokens=8, temperature=0.0, detokenize=False))
     print("KVCONFORM-RESULT " + json.dumps([
         {"tokens": list(o.outputs[0].token_ids), "cached": o.num_cached_tokens or 0, "prompt": len(o.prompt_token_ids)}

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import math
-import random
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -35,8 +34,9 @@ import torch
 
 from kvconform.conformance.harness import kvcache
 from kvconform.conformance.harness.devices import forked_rng
-from kvconform.conformance.harness.hybrid import REGISTRATIONS, HybridCaches, hybrid_side
-from kvconform.conformance.harness.rig import Rig, Side
+from kvconform.conformance.harness.hybrid import REGISTRATIONS, HybridCaches, hybrid_engine
+from kvconform.conformance.harness.prompts import seeded_prompt
+from kvconform.conformance.harness.rig import EngineStandIn, Rig
 
 RANDOM_STD = 0.5
 SIGMAS = 6.0  # statistical tolerance in standard errors (see check_statistics)
@@ -61,18 +61,18 @@ class Phase:
 
 
 @dataclass(frozen=True)
-class Scenario:
+class FillScenario:
     name: str
     phases: tuple[Phase, ...]
     doc: str = ""
 
 
-SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
-    Scenario("two-requests", (Phase((Prompt("a", 5, 1), Prompt("b", 2, 13))),),
+FILL_SCENARIOS: dict[str, FillScenario] = {s.name: s for s in (
+    FillScenario("two-requests", (Phase((Prompt("a", 5, 1), Prompt("b", 2, 13))),),
              doc="two requests in one step, one ending on a block boundary, one mid-block"),
     # The first prompt fills exactly 5 blocks so Mamba's "align" mode checkpoints its state there:
     # only then can a hybrid model get a prefix hit.
-    Scenario("prefix-hit", (Phase((Prompt("a", 5, 1),)), Phase((Prompt("b", 2, 8, extends="a"),), prefix_hit=True)),
+    FillScenario("prefix-hit", (Phase((Prompt("a", 5, 1),)), Phase((Prompt("b", 2, 8, extends="a"),), prefix_hit=True)),
              doc="a second request reuses the first one's prefix from the local prefix cache"),
 )}
 
@@ -86,11 +86,6 @@ class FillMode:
 
 
 FILL_MODES = {"constant": FillMode(None), "random": FillMode(RANDOM_STD)}
-
-
-def _tokens(seed: str, count: int) -> list[int]:
-    rng = random.Random(seed)
-    return [rng.randrange(1, 999) for _ in range(count)]
 
 
 # ---------------------------------------------------------------- warnings
@@ -424,7 +419,7 @@ class FillResult:
 
 def _prompt(prompt: Prompt, block_size: int, earlier: dict[str, list[int]]) -> list[int]:
     start = earlier[prompt.extends] if prompt.extends else []
-    return start + _tokens(f"{prompt.request_id}-{len(start)}", prompt.blocks * block_size + prompt.extra)
+    return start + seeded_prompt(f"{prompt.request_id}-{len(start)}", prompt.blocks * block_size + prompt.extra)
 
 
 @dataclass
@@ -432,7 +427,7 @@ class _FillRun:
     """One connector's side over one hybrid cache, stepped phase by phase."""
 
     name: str
-    side: Side
+    side: EngineStandIn
     caches: HybridCaches
     mean: float
     mode: FillMode
@@ -452,9 +447,9 @@ class _FillRun:
             self.prompts[prompt.request_id] = _prompt(prompt, self.side.vllm_config.cache_config.block_size,
                                                       self.prompts)
             scheduler.add(prompt.request_id, self.prompts[prompt.request_id])
-        first = scheduler.step(self.side.worker)  # the step that schedules the requests is the one that fills
+        first = scheduler.step(self.side.runner)  # the step that schedules the requests is the one that fills
         block_ids = {rid: tuple(list(ids) for ids in scheduler.block_ids[rid]) for rid in first.num_scheduled_tokens}
-        scheduler.run(self.side.worker)
+        scheduler.run(self.side.runner)
         expected = Expected()
         for prompt in phase.prompts:
             rid = prompt.request_id
@@ -487,13 +482,13 @@ def run_fill(rig: Rig, kinds: tuple[str, ...], registration: str, mode: str = "c
         raise FillFailure(f"{name}: the fill check reads fill_mean from the profile's extra_config; "
                           f"its profile gives none")
     fill_mode = FILL_MODES[mode]
-    side, caches = hybrid_side(rig, kinds, registration, fill_mode.extra_config(), unexpected)
+    side, caches = hybrid_engine(rig, kinds, registration, fill_mode.extra_config(), unexpected)
     run = _FillRun(name, side, caches, float(profile_config["fill_mean"]), fill_mode)
     result = FillResult()
     try:
         with captured_warnings() as records, forked_rng(rig.device):  # the accelerator's generators too
             torch.manual_seed(seed)  # random fills draw from the default generators: reproducible runs
-            for number, phase in enumerate(SCENARIOS[scenario].phases, 1):
+            for number, phase in enumerate(FILL_SCENARIOS[scenario].phases, 1):
                 run.phase(phase, f"phase {number} of {scenario!r}", result, seed + number)
     finally:
         side.close()

@@ -29,8 +29,8 @@ import torch
 from kvconform.conformance.harness import kvcache, vllm_api
 from kvconform.conformance.harness.backends import metadata_instance, metadata_type_of_builder
 from kvconform.conformance.harness.model import HEAD_SIZE, NUM_KV_HEADS
-from kvconform.conformance.harness.rig import ConnectorRefused, Rig, Side, refusal_as
-from kvconform.conformance.harness.runner import WorkerStandIn
+from kvconform.conformance.harness.rig import ConnectorRefused, EngineStandIn, Rig, refusal_as
+from kvconform.conformance.harness.runner import ModelRunnerStandIn
 from kvconform.conformance.harness.scheduler import SchedulerDriver
 
 LAYERS_PER_KIND = 2
@@ -270,16 +270,16 @@ def _layer_metadata(caches: HybridCaches, backend: str) -> dict[str, object]:
     return out
 
 
-def hybrid_side(rig: Rig, kinds: tuple[str, ...], registration: str, extra_config: dict | None = None,
-                unexpected: dict[str, str] | None = None) -> tuple[Side, HybridCaches]:
-    """A fresh scheduler + worker pair over a hybrid cache; ``extra_config`` overrides the profile's."""
+def hybrid_engine(rig: Rig, kinds: tuple[str, ...], registration: str, extra_config: dict | None = None,
+                unexpected: dict[str, str] | None = None) -> tuple[EngineStandIn, HybridCaches]:
+    """A fresh engine stand-in over a hybrid cache; ``extra_config`` overrides the profile's."""
     config = rig.vllm_config(rig.roles()[0])
     config.kv_transfer_config.kv_connector_extra_config.update(extra_config or {})
     configure_hybrid(config, rig.connector, kinds)
     caches = build(config, kinds, rig.device, registration, unexpected)
     metadata = _layer_metadata(caches, rig.effective_backend)
     with refusal_as(ConnectorRefused, rig.connector):
-        worker = WorkerStandIn(config, caches.kv_cache_config, caches.registered, rig.connector.name, rig.device,
-                               metadata, attention_layers=caches.attention_layers())
+        runner = ModelRunnerStandIn(config, caches.kv_cache_config, caches.registered, rig.connector.name,
+                                    rig.device, metadata, attention_layers=caches.attention_layers())
         scheduler = SchedulerDriver(config, caches.kv_cache_config)
-    return Side(config, caches.kv_cache_config, caches.registered, scheduler, worker), caches
+    return EngineStandIn(config, caches.kv_cache_config, caches.registered, scheduler, runner), caches

@@ -26,8 +26,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from kvconform.conformance.harness.devices import DeviceMismatch
-from kvconform.conformance.harness.rig import Rig, Side
-from kvconform.conformance.harness.roundtrip import prompt_tokens, token_slot_bytes
+from kvconform.conformance.harness.prompts import request_prompt
+from kvconform.conformance.harness.rig import EngineStandIn, Rig
+from kvconform.conformance.harness.roundtrip import token_slot_bytes
 
 POLICIES = ("fail", "recompute")  # vLLM's KVTransferConfig.kv_load_failure_policy values
 
@@ -97,7 +98,7 @@ class SabotagingWorker:
     request afterwards (its computed tokens when next scheduled).
     """
 
-    worker: object  # WorkerStandIn
+    worker: object  # ModelRunnerStandIn
     scheduler: object  # SchedulerDriver
     storage: Path
     sabotage: Sabotage
@@ -172,18 +173,18 @@ def run_load_failure(rig: Rig, sabotage: Sabotage, policy: str) -> LoadFailureAn
     rig = PolicyRig.of(rig, policy)
     block_size = rig.shape.block_size
     producer_role, consumer_role = rig.roles()
-    stored = {"req-0": prompt_tokens(0, 4 * block_size + 5)}
+    stored = {"req-0": request_prompt(0, 4 * block_size + 5)}
 
-    producer = rig.side(producer_role, fill_seed=1234)
+    producer = rig.engine(producer_role, fill_seed=1234)
     producer.run(stored)
     producer.close()
     if not stored_files(rig.storage):
         raise NothingStored(f"{rig.connector.name} left no file in its storage folder after the producer ran "
                             "(it keeps KV elsewhere): there is no stored data to delete or damage")
 
-    consumer = rig.side(consumer_role)
+    consumer = rig.engine(consumer_role)
     driver = consumer.scheduler
-    saboteur = SabotagingWorker(consumer.worker, driver, rig.storage, sabotage)
+    saboteur = SabotagingWorker(consumer.runner, driver, rig.storage, sabotage)
     for request_id, prompt in stored.items():
         driver.add(request_id, prompt)
     try:
@@ -229,7 +230,7 @@ def loading_blocks(name: str, driver, stored, answer: LoadFailureAnswer) -> dict
     return own_blocks
 
 
-def _check_kept_slots(rig: Rig, producer: Side, consumer: Side, answer: LoadFailureAnswer,
+def _check_kept_slots(rig: Rig, producer: EngineStandIn, consumer: EngineStandIn, answer: LoadFailureAnswer,
                       sabotage: Sabotage) -> None:
     block_size = rig.shape.block_size
     for rid, tokens in answer.kept_tokens.items():

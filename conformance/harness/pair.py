@@ -34,10 +34,10 @@ from dataclasses import dataclass, field
 
 from kvconform.conformance.harness.affinity import kept_cpu_affinity
 from kvconform.conformance.harness.distributed import single_rank_parallel_state
-from kvconform.conformance.harness.rig import Rig, Side
+from kvconform.conformance.harness.rig import EngineStandIn, Rig
 from kvconform.conformance.harness.roundtrip import (
     RoundTripResult,
-    Scenario,
+    RoundTripScenario,
     scenario_prompts,
     token_slot_bytes,
     verify_roundtrip,
@@ -59,7 +59,7 @@ PORT_ATTEMPTS = 3  # fresh side-channel ports tried when another process bound t
 EXPIRY_COUNTERS = ("num_kv_expired_reqs",)
 
 
-def pair_inapplicable(scenario: Scenario) -> str | None:
+def pair_inapplicable(scenario: RoundTripScenario) -> str | None:
     """Why a scenario does not apply to a P/D pair, or None.
 
     A pair hands over one request, not a prefix: the proxy sends the same prompt to both sides, and
@@ -94,7 +94,7 @@ def _environ(values: dict[str, str]) -> Iterator[None]:
 class TransferParamsLog:
     """The ``kv_transfer_params`` a scheduler returns with each finished request's output."""
 
-    def __init__(self, side: Side):
+    def __init__(self, side: EngineStandIn):
         self.params: dict[str, dict] = {}
         scheduler = side.scheduler.scheduler
         update = scheduler.update_from_output
@@ -110,7 +110,7 @@ class TransferParamsLog:
         scheduler.update_from_output = recorded
 
 
-def add_request(side: Side, request_id: str, prompt: list[int], kv_transfer_params: dict) -> None:
+def add_request(side: EngineStandIn, request_id: str, prompt: list[int], kv_transfer_params: dict) -> None:
     """A request carrying ``kv_transfer_params`` in its sampling params' ``extra_args``, as vLLM's API server
     passes them through."""
     from vllm.sampling_params import SamplingParams
@@ -121,9 +121,9 @@ def add_request(side: Side, request_id: str, prompt: list[int], kv_transfer_para
     driver.scheduler.add_request(Request(request_id, list(prompt), params, None, block_hasher=driver._block_hasher))
 
 
-def publish_handshake(side: Side) -> None:
+def publish_handshake(side: EngineStandIn) -> None:
     """What the engine core does after the workers register their caches: the scheduler side serves them."""
-    metadata = side.worker.connector.get_handshake_metadata()
+    metadata = side.runner.connector.get_handshake_metadata()
     if metadata is not None:
         side.scheduler.connector.set_xfer_handshake_metadata_pp_aware({(0, 0): metadata})
 
@@ -146,7 +146,7 @@ class SideLog:
     records only scheduled requests).
     """
 
-    side: Side
+    side: EngineStandIn
     steps: int = 0
     received: dict[str, int] = field(default_factory=dict)  # request -> step it was first reported received
     failed_requests: set[str] = field(default_factory=set)
@@ -166,7 +166,7 @@ class SideLog:
     def step(self, scheduler_output):
         self._note_block_ids()
         try:
-            output = self.side.worker.step(scheduler_output)
+            output = self.side.runner.step(scheduler_output)
         except Exception as exc:
             self.raised = exc
             raise
@@ -178,11 +178,11 @@ class SideLog:
             self.received[request_id] = self.steps
             if self.on_received is not None:
                 self.on_received(request_id, self.steps)
-        self.expired += expired_requests(self.side.worker.connector)
+        self.expired += expired_requests(self.side.runner.connector)
         return output
 
 
-def drained(side: Side) -> bool:
+def drained(side: EngineStandIn) -> bool:
     return not side.scheduler.scheduler.has_requests() and not side.scheduler._pending()
 
 
@@ -191,8 +191,8 @@ class LivePair:
     """A serving producer whose requests finished (their params handed over) and a fresh consumer."""
 
     rig: Rig
-    producer: Side
-    consumer: Side
+    producer: EngineStandIn
+    consumer: EngineStandIn
     params: dict[str, dict]
     logs: dict[str, SideLog]
 
@@ -218,13 +218,13 @@ class LivePair:
             time.sleep(STEP_PAUSE_S)
 
 
-def _serving_producer(rig: Rig, role: str) -> Side:
+def _serving_producer(rig: Rig, role: str) -> EngineStandIn:
     """A producer whose handshake is served on a reserved port; a fresh port when another process took it."""
     taken = []
     for _ in range(PORT_ATTEMPTS):
         with reserved_port() as port:
             with _environ({SIDE_CHANNEL_HOST_VAR: HOST, SIDE_CHANNEL_PORT_VAR: str(port)}):
-                producer = rig.side(role, fill_seed=1234)
+                producer = rig.engine(role, fill_seed=1234)
             try:
                 serve_handshake(lambda: publish_handshake(producer), port)
                 return producer
@@ -252,7 +252,7 @@ def open_pair(rig: Rig, stored: dict[str, list[int]]) -> Iterator[LivePair]:
             for request_id, prompt in stored.items():
                 add_request(producer, request_id, prompt, PRODUCER_REQUEST_PARAMS)
             producer_log = SideLog(producer)
-            consumer = rig.side(consumer_role)
+            consumer = rig.engine(consumer_role)
             pair = LivePair(rig, producer, consumer, handed_over.params,
                             {"consumer": SideLog(consumer), "producer": producer_log})
             pair.step_until(lambda: set(handed_over.params) >= set(stored),
@@ -316,7 +316,7 @@ def _check_completion(pair: LivePair, witness: CompletionWitness) -> None:
         raise PairFailure(witness.wrong[0])
 
 
-def run_pair_roundtrip(rig: Rig, scenario: Scenario,
+def run_pair_roundtrip(rig: Rig, scenario: RoundTripScenario,
                        prepare: Callable[[LivePair], None] | None = None) -> RoundTripResult:
     """The producer prefills and keeps its pages; the consumer pulls them; the bytes are compared.
 

@@ -31,8 +31,9 @@ from kvconform.conformance.harness.load_failure import (
     loading_blocks,
 )
 from kvconform.conformance.harness.pair import drained, open_pair, run_pair_roundtrip
-from kvconform.conformance.harness.rig import Rig, Side
-from kvconform.conformance.harness.roundtrip import RoundTripResult, Scenario, prompt_tokens
+from kvconform.conformance.harness.prompts import request_prompt
+from kvconform.conformance.harness.rig import EngineStandIn, Rig
+from kvconform.conformance.harness.roundtrip import RoundTripResult, RoundTripScenario
 
 # Where a pair connector's worker keeps the transport it posts reads on (attribute path from the connector).
 TRANSPORT_PATHS = (
@@ -70,7 +71,7 @@ SLOW_TRANSPORT = PairFault("slow", "the consumer's READ completed only some poll
 class FaultyTransport:
     """Stands in for the connector's transport: forwards everything, misbehaves as its fault says."""
 
-    def __init__(self, real: object, fault: PairFault, side: Side):
+    def __init__(self, real: object, fault: PairFault, side: EngineStandIn):
         self._real = real
         self._fault = fault
         self._side = side
@@ -107,7 +108,7 @@ class FaultyTransport:
         return state
 
 
-def lose_second_half(side: Side) -> None:
+def lose_second_half(side: EngineStandIn) -> None:
     """Zero the second half of the blocks of every request still waiting for remote KV: what a read that
     stopped midway leaves (the consumer's cache starts zeroed, so those blocks never changed)."""
     from vllm.v1.request import RequestStatus
@@ -122,9 +123,9 @@ def lose_second_half(side: Side) -> None:
             view[lost.to(view.device)] = 0
 
 
-def install_transport(side: Side, fault: PairFault) -> FaultyTransport:
+def install_transport(side: EngineStandIn, fault: PairFault) -> FaultyTransport:
     """Put a ``FaultyTransport`` where the side's worker connector keeps its transport."""
-    connector = side.worker.connector
+    connector = side.runner.connector
     for path in TRANSPORT_PATHS:
         owner = connector
         for attribute in path[:-1]:
@@ -138,7 +139,7 @@ def install_transport(side: Side, fault: PairFault) -> FaultyTransport:
                           f"transfer fault can be injected")
 
 
-def run_pair_slow_roundtrip(rig: Rig, scenario: Scenario) -> RoundTripResult:
+def run_pair_slow_roundtrip(rig: Rig, scenario: RoundTripScenario) -> RoundTripResult:
     """The pair round-trip over a transport whose reads complete late: completion must mean completion."""
     return run_pair_roundtrip(rig, scenario, prepare=lambda pair: install_transport(pair.consumer, SLOW_TRANSPORT))
 
@@ -151,7 +152,7 @@ def run_pair_load_failure(rig: Rig, fault: PairFault, policy: str) -> LoadFailur
     """
     rig = PolicyRig.of(rig, policy)
     block_size = rig.shape.block_size
-    stored = {"req-0": prompt_tokens(0, 4 * block_size + 5)}
+    stored = {"req-0": request_prompt(0, 4 * block_size + 5)}
     name = rig.connector.name
     with open_pair(rig, stored) as pair:
         transport = install_transport(pair.consumer, fault)

@@ -18,7 +18,7 @@ from kvconform.conformance.harness import kvcache
 from kvconform.conformance.harness.backends import MLA_BACKENDS, backend_class, metadata_instance
 from kvconform.conformance.harness.kvcache import CacheShape
 from kvconform.conformance.harness.model import MAX_MODEL_LEN, attention_layer_names
-from kvconform.conformance.harness.runner import WorkerStandIn
+from kvconform.conformance.harness.runner import ModelRunnerStandIn
 from kvconform.conformance.harness.scheduler import SchedulerDriver
 
 VLLM_DEFAULT_BLOCK_SIZE = 16  # CacheConfig's default, which backends adjust through get_preferred_block_size
@@ -41,27 +41,28 @@ def refusal_as(error: type[Exception], connector):
 
 
 @dataclass
-class Side:
-    """A connector's two halves over one set of caches."""
+class EngineStandIn:
+    """One engine's connector pair over one set of caches: vLLM's real scheduler (``SchedulerDriver``) and
+    a ``ModelRunnerStandIn`` calling the worker-side connector; a check drives a producer and a consumer."""
 
     vllm_config: object
     kv_cache_config: object
     caches: dict
     scheduler: SchedulerDriver
-    worker: WorkerStandIn
+    runner: ModelRunnerStandIn
     closed: bool = False
 
     def run(self, prompts: dict[str, list[int]], max_steps: int = 32) -> None:
         for request_id, prompt in prompts.items():
             self.scheduler.add(request_id, prompt)
-        self.scheduler.run(self.worker, max_steps)
+        self.scheduler.run(self.runner, max_steps)
 
     def close(self) -> None:
         """Both halves shut down, as vLLM's engine does (``Scheduler.shutdown`` closes the scheduler side); once."""
         if self.closed:
             return
         self.closed = True
-        self.worker.shutdown()
+        self.runner.shutdown()
         self.scheduler.scheduler.shutdown()
 
 
@@ -76,11 +77,11 @@ class Rig:
     device: str
     max_model_len: int = MAX_MODEL_LEN
     services: dict = field(default_factory=dict)  # the connector's servers' placeholders (conformance/services.py)
-    # every side built, so that the test's teardown shuts down what a failed check left open, as vLLM's engine
+    # every engine built, so that the test's teardown shuts down what a failed check left open, as vLLM's engine
     # does on an error: a connector left to its __del__ would close against a server stopped by then
-    sides: list = field(default_factory=list, repr=False)
-    # the worker-side stand-in to build (the bench swaps in a timed one)
-    worker_class: ClassVar[type[WorkerStandIn]] = WorkerStandIn
+    engines: list = field(default_factory=list, repr=False)
+    # the model runner stand-in to build (the bench swaps in a timed one)
+    runner_class: ClassVar[type[ModelRunnerStandIn]] = ModelRunnerStandIn
 
     def __post_init__(self) -> None:
         if self.shape.block_size is None:  # what vLLM's config would pick for this backend
@@ -159,7 +160,7 @@ class Rig:
         kvcache.record_layout(config, self.layout())
         return config
 
-    def side(self, role: str = "kv_both", fill_seed: int | None = None) -> Side:
+    def engine(self, role: str = "kv_both", fill_seed: int | None = None) -> EngineStandIn:
         """A fresh scheduler + worker pair; caches random (``fill_seed``) or zeroed."""
         with refusal_as(ConnectorRefused, self.connector):  # vLLM's config validation may refuse it too
             config = self.vllm_config(role)
@@ -170,20 +171,20 @@ class Rig:
             kvcache.fill_random(caches, fill_seed)
         metadata = {name: metadata_instance(self.effective_backend) for name in layers}
         with refusal_as(ConnectorRefused, self.connector):
-            worker = self.worker_class(config, kv_cache_config, caches, self.connector.name, self.device, metadata)
+            runner = self.runner_class(config, kv_cache_config, caches, self.connector.name, self.device, metadata)
             scheduler = SchedulerDriver(config, kv_cache_config)
-        side = Side(config, kv_cache_config, caches, scheduler, worker)
-        self.sides.append(side)
-        return side
+        engine = EngineStandIn(config, kv_cache_config, caches, scheduler, runner)
+        self.engines.append(engine)
+        return engine
 
-    def close_sides(self) -> None:
-        """Shut down every side a check left open (one that failed before its own ``close()``).
+    def close_engines(self) -> None:
+        """Shut down every engine a check left open (one that failed before its own ``close()``).
 
         Errors are not raised here: the check's own ``close()`` is where shutdown is judged; this only
         frees what a check that already failed (or never closed) held."""
-        for side in self.sides:
+        for engine in self.engines:
             try:
-                side.close()
+                engine.close()
             except Exception:  # noqa: BLE001 - judged where the check closes its sides, not in this backstop
                 pass
 

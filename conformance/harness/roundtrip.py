@@ -7,16 +7,16 @@ one step, and prompts that extend a stored one, for any block size.
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 
 import torch
 
-from kvconform.conformance.harness.rig import Rig, Side
+from kvconform.conformance.harness.prompts import request_prompt
+from kvconform.conformance.harness.rig import EngineStandIn, Rig
 
 
 @dataclass(frozen=True)
-class Scenario:
+class RoundTripScenario:
     name: str
     stored: tuple[tuple[int, int], ...]  # per request: (full blocks, extra tokens) the producer stores
     extend: int = 0  # tokens the consumer's prompt adds after the stored prompt
@@ -26,19 +26,14 @@ class Scenario:
         return [blocks * block_size + extra for blocks, extra in self.stored]
 
 
-SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
-    Scenario("unaligned", ((4, 5),), doc="prompt length not a multiple of the block size; partial last block"),
-    Scenario("aligned", ((4, 0),), doc="prompt length an exact multiple of the block size"),
-    Scenario("extend", ((3, 5),), extend=11, doc="the consumer's prompt extends the stored one"),
-    Scenario("aligned-extend", ((4, 0),), extend=1, doc="a stored aligned prompt, extended by one token"),
-    Scenario("one-past-block", ((3, 1),), doc="prompt one token past a block boundary"),
-    Scenario("multi", ((2, 3), (3, 7), (1, 9)), doc="several requests in one step"),
+ROUNDTRIP_SCENARIOS: dict[str, RoundTripScenario] = {s.name: s for s in (
+    RoundTripScenario("unaligned", ((4, 5),), doc="prompt length not a multiple of the block size; partial last block"),
+    RoundTripScenario("aligned", ((4, 0),), doc="prompt length an exact multiple of the block size"),
+    RoundTripScenario("extend", ((3, 5),), extend=11, doc="the consumer's prompt extends the stored one"),
+    RoundTripScenario("aligned-extend", ((4, 0),), extend=1, doc="a stored aligned prompt, extended by one token"),
+    RoundTripScenario("one-past-block", ((3, 1),), doc="prompt one token past a block boundary"),
+    RoundTripScenario("multi", ((2, 3), (3, 7), (1, 9)), doc="several requests in one step"),
 )}
-
-
-def prompt_tokens(request_index: int, length: int) -> list[int]:
-    rng = random.Random(1000 + request_index)
-    return [rng.randrange(1, 999) for _ in range(length)]
 
 
 class RoundTripFailure(AssertionError):
@@ -90,7 +85,7 @@ def promised_hits(rig: Rig, stored: dict[str, list[int]], wanted: dict[str, list
     return {rid: tokens(len(stored[rid]), len(wanted[rid]), rig.shape.block_size) for rid in wanted}
 
 
-def check_promise(rig: Rig, consumer: Side, claimed: dict[str, int], promised: dict[str, int] | None) -> None:
+def check_promise(rig: Rig, consumer: EngineStandIn, claimed: dict[str, int], promised: dict[str, int] | None) -> None:
     """A connector with a promised hit claims exactly it: a short claim is lost work vLLM never notices."""
     from kvconform.conformance.claims import PROMISED_HITS
 
@@ -105,29 +100,29 @@ def check_promise(rig: Rig, consumer: Side, claimed: dict[str, int], promised: d
                 f"{PROMISED_HITS[name].doc}; block size {rig.shape.block_size})")
 
 
-def scenario_prompts(scenario: Scenario, block_size: int) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
+def scenario_prompts(scenario: RoundTripScenario, block_size: int) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
     """(prompts the producer stores, prompts the consumer asks for), keyed by request id."""
     lengths = scenario.lengths(block_size)
-    stored = {f"req-{i}": prompt_tokens(i, n) for i, n in enumerate(lengths)}
-    wanted = {rid: tokens + prompt_tokens(100 + i, scenario.extend) for i, (rid, tokens) in enumerate(stored.items())}
+    stored = {f"req-{i}": request_prompt(i, n) for i, n in enumerate(lengths)}
+    wanted = {rid: tokens + request_prompt(100 + i, scenario.extend) for i, (rid, tokens) in enumerate(stored.items())}
     return stored, wanted
 
 
-def run_roundtrip(rig: Rig, scenario: Scenario) -> RoundTripResult:
+def run_roundtrip(rig: Rig, scenario: RoundTripScenario) -> RoundTripResult:
     producer_role, consumer_role = rig.roles()
     stored, wanted = scenario_prompts(scenario, rig.shape.block_size)
 
-    producer = rig.side(producer_role, fill_seed=1234)
+    producer = rig.engine(producer_role, fill_seed=1234)
     producer.run(stored)
     producer.close()
 
-    consumer = rig.side(consumer_role)
+    consumer = rig.engine(consumer_role)
     consumer.run(wanted)
     consumer.close()
     return verify_roundtrip(rig, producer, consumer, stored, wanted)
 
 
-def verify_roundtrip(rig: Rig, producer: Side, consumer: Side, stored: dict[str, list[int]],
+def verify_roundtrip(rig: Rig, producer: EngineStandIn, consumer: EngineStandIn, stored: dict[str, list[int]],
                      wanted: dict[str, list[int]], whole_blocks: bool = False) -> RoundTripResult:
     """The claim is within what was stored, the loaded slots hold the saved bytes, nothing else changed.
 

@@ -120,7 +120,10 @@ class StepRecord:
 
 
 @dataclass
-class WorkerStandIn:
+class ModelRunnerStandIn:
+    """Plays vLLM's model runner for a worker-role connector: builds it, registers the caches and calls it
+    per step in the runner's order (``step``), so checks drive a real connector without a model."""
+
     vllm_config: object
     kv_cache_config: object
     caches: dict[str, object]

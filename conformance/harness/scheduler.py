@@ -1,7 +1,7 @@
 """vLLM's real ``Scheduler``, stepped the way the engine core steps it.
 
 The engine core would call ``schedule()``, run the model, then
-``update_from_output()``; this does the same with a ``WorkerStandIn`` in place
+``update_from_output()``; this does the same with a ``ModelRunnerStandIn`` in place
 of the model runner. The scheduler's connector is vLLM's own (the scheduler
 builds it); its ``get_num_new_matched_tokens`` answers are recorded so the
 checks can compare the claim with what was stored, because vLLM itself only

@@ -5,7 +5,7 @@ peer (``workload_peer``: for a wrapper, its last child alone) serves the spec's
 peer requests, then a fresh consumer serves its own (with ``occupants`` already
 holding blocks, so its block ids are never the producer's). Each engine is stepped exactly as
 the engine core steps it (``SchedulerDriver``); the worker side is the
-``WorkerStandIn`` in the model runner's call order, whose forward writes every
+``ModelRunnerStandIn`` in the model runner's call order, whose forward writes every
 scheduled token's KV (a hash of its prefix, see ``workload_kv``). Arrivals,
 aborts and the pool size come from the ``WorkloadSpec``; chunked prefill, decode
 after a hit, waiting and preemption under a small pool are vLLM's own doing.
@@ -95,7 +95,7 @@ class EnginePhase:
         self.preempted: set[str] = set()
         self.aborted: set[str] = set()
         self._plan: list[tuple[str, list[int], list[int], range]] = []
-        side.worker.forward = self._forward
+        side.runner.forward = self._forward
         self._watch_request_finished()
 
     def _occupants(self) -> dict[str, RequestSpec]:
@@ -202,7 +202,7 @@ class EnginePhase:
         self._plan = self._forward_plan(scheduler_output)
         self._note_claims()
         before = self.kv.snapshot()
-        kv_output = self.side.worker.step(scheduler_output)
+        kv_output = self.side.runner.step(scheduler_output)
         self._check(checks.finished_in_flight("receiving", kv_output.finished_recving or set(), self.awaiting_recv))
         self._check(checks.finished_in_flight("sending", kv_output.finished_sending or set(), set(self.held)))
         self._check(checks.stray_writes(before, self.kv.snapshot(), self._writable(scheduler_output)))
@@ -326,7 +326,7 @@ def run_workload(rig: WorkloadRig, spec: WorkloadSpec) -> WorkloadReport:
         phases.append(("peer", peer, peer.roles()[0]))
     phases.append(("consumer", rig, consumer_role))
     for name, phase_rig, role in phases:
-        side = phase_rig.side(role, fill_seed=PHASE_FILL_SEEDS[name])
+        side = phase_rig.engine(role, fill_seed=PHASE_FILL_SEEDS[name])
         try:
             EnginePhase(name, phase_rig, side, spec, ledger, report, tested=rig.connector).run()
         finally:

@@ -26,7 +26,7 @@ EXERCISES: dict[str, str] = {"chunked-prefill": "chunked_steps", "memory-pressur
 _TIGHT = dict(num_blocks=8, max_seqs=4, token_budget=256)
 _FIRST, _SECOND = R(family=10, length=64, max_tokens=3), R(family=11, length=64, max_tokens=3)
 
-SCENARIOS: dict[str, WorkloadSpec] = {s.label: s for s in (
+WORKLOAD_SCENARIOS: dict[str, WorkloadSpec] = {s.label: s for s in (
     WorkloadSpec(
         label="shared-prefix",
         # three prompts share 40 tokens and diverge; the consumer asks for two of them and a fourth

@@ -39,7 +39,7 @@ def detection(spec, probe) -> Row:
 
 def pinning(spec, count: int) -> Row:
     """Each of two xdist workers, given the platform's visibility variables, sees exactly its own device."""
-    from kvconform.conformance.workers import visibility_env
+    from kvconform.conformance.xdist_devices import visibility_env
 
     if not spec.visibility_vars:
         return Row("xdist worker pinning", "not applicable", f"{spec.name} has no device-visibility variable")

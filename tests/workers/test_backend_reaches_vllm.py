@@ -30,7 +30,7 @@ def test_connector_sees_the_backend_under_test(tmp_path, backend, mla):
     rig = Rig(probe, platforms.get("cpu"), backend, CacheShape(dtype="float32", mla=mla),
               write_tiny_model(tmp_path / "model"), storage, "cpu")
     backend_probe.SEEN.clear()
-    side = rig.side()
+    side = rig.engine()
     try:
         assert backend_probe.SEEN == [[backend]], (
             f"the rig tests {backend} but the connector was told {backend_probe.SEEN}")

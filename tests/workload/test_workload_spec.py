@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 
-from kvconform.conformance.harness.workload_scenarios import SCENARIOS
+from kvconform.conformance.harness.workload_scenarios import WORKLOAD_SCENARIOS
 from kvconform.conformance.harness.workload_spec import RequestSpec, SpecError, WorkloadSpec
 from kvconform.conformance.harness.workload_strategies import CHUNKED_MIN_PROMPT, workload_specs
 
 
-@pytest.mark.parametrize("name", list(SCENARIOS))
+@pytest.mark.parametrize("name", list(WORKLOAD_SCENARIOS))
 def test_scenario_spec_replays_exactly(name):
-    spec = SCENARIOS[name]
+    spec = WORKLOAD_SCENARIOS[name]
     again = WorkloadSpec.from_text(spec.to_text())
     assert again == spec
     assert [r.prompt() for r in again.consumer] == [r.prompt() for r in spec.consumer]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kvconform.conformance.harness import timing
+from kvconform.conformance.harness import bench_harness
 from kvconform.conformance.profiles import ConnectorProfile
 
 # A cache whose memory order is [blocks, tokens, heads, channels] seen through the standard
@@ -26,11 +26,11 @@ def nhd_caches(fill: bool) -> dict[str, torch.Tensor]:
 def test_physical_order_keeps_blocks_first_and_follows_memory():
     view = nhd_caches(False)["layer.0"]
     assert not view.is_contiguous()
-    ordered = timing.physical_order(view)
+    ordered = bench_harness.physical_order(view)
     assert ordered.shape == (BLOCKS, TOKENS, HEADS, CHANNELS) and ordered.is_contiguous()
 
 
-@pytest.mark.parametrize("baseline_cls", list(timing.BASELINES.values()), ids=list(timing.BASELINES))
+@pytest.mark.parametrize("baseline_cls", list(bench_harness.BASELINES.values()), ids=list(bench_harness.BASELINES))
 def test_a_baseline_moves_exactly_the_requested_blocks(baseline_cls, tmp_path):
     source, target = nhd_caches(True), nhd_caches(False)
     source_blocks, target_blocks = torch.tensor([3, 7, 1]), torch.tensor([0, 5, 11])
@@ -47,7 +47,7 @@ def test_a_baseline_moves_exactly_the_requested_blocks(baseline_cls, tmp_path):
 
 
 def test_block_bytes_sums_every_layer():
-    assert timing.block_bytes(nhd_caches(False)) == 3 * HEADS * TOKENS * CHANNELS * 2
+    assert bench_harness.block_bytes(nhd_caches(False)) == 3 * HEADS * TOKENS * CHANNELS * 2
 
 
 @pytest.mark.parametrize("extra_config, expected", [
@@ -57,49 +57,49 @@ def test_block_bytes_sums_every_layer():
     ({}, "device-copy"),
 ])
 def test_the_baseline_follows_whether_the_profile_uses_the_storage_folder(extra_config, expected):
-    assert timing.baseline_for(ConnectorProfile(extra_config=extra_config)) == expected
+    assert bench_harness.baseline_for(ConnectorProfile(extra_config=extra_config)) == expected
 
 
 def step(seconds, scheduled=(), sent=(), received=()):
-    return timing.StepTiming(seconds, frozenset(scheduled), frozenset(sent), frozenset(received))
+    return bench_harness.StepTiming(seconds, frozenset(scheduled), frozenset(sent), frozenset(received))
 
 
 def test_a_synchronous_save_is_its_prefill_step():
     steps = [step(9.0, ["old"]), step(0.5, ["r"]), step(0.25)]
-    assert timing.save_seconds(steps, "r", since=1) == 0.5
+    assert bench_harness.save_seconds(steps, "r", since=1) == 0.5
 
 
 def test_an_asynchronous_save_runs_until_the_connector_reports_it_sent():
     steps = [step(0.5, ["r"]), step(0.25), step(0.125, sent=["r"]), step(8.0)]
-    assert timing.save_seconds(steps, "r", since=0) == 0.875
+    assert bench_harness.save_seconds(steps, "r", since=0) == 0.875
 
 
 def test_a_synchronous_load_is_the_step_after_the_request_arrived():
     steps = [step(9.0, ["old"]), step(0.5, ["r"]), step(0.25, ["r"])]
-    assert timing.load_seconds(steps, "r", since=1) == 0.5
+    assert bench_harness.load_seconds(steps, "r", since=1) == 0.5
 
 
 def test_an_asynchronous_load_runs_until_the_connector_reports_it_received():
     steps = [step(0.5), step(0.25, received=["r"]), step(4.0, ["r"])]
-    assert timing.load_seconds(steps, "r", since=0) == 0.75
+    assert bench_harness.load_seconds(steps, "r", since=0) == 0.75
 
 
 def test_a_request_never_scheduled_cannot_be_timed():
-    with pytest.raises(timing.BenchFailure, match="never scheduled"):
-        timing.save_seconds([step(1.0, ["other"])], "r", since=0)
-    with pytest.raises(timing.BenchFailure, match="never scheduled"):
-        timing.load_seconds([step(1.0)], "r", since=0)
+    with pytest.raises(bench_harness.BenchFailure, match="never scheduled"):
+        bench_harness.save_seconds([step(1.0, ["other"])], "r", since=0)
+    with pytest.raises(bench_harness.BenchFailure, match="never scheduled"):
+        bench_harness.load_seconds([step(1.0)], "r", since=0)
 
 
 @pytest.mark.parametrize("block_size", [16, 32, 64])
 def test_the_prompt_makes_example_connector_store_and_claim_exactly_the_size(block_size):
     """ExampleConnector stores (n - 1) // block whole blocks and claims (n - 2) // block of them."""
-    n = timing.prompt_length(256, block_size)
+    n = bench_harness.prompt_length(256, block_size)
     assert (n - 1) // block_size * block_size == 256 and (n - 2) // block_size * block_size == 256
 
 
 def test_geometry_bytes_per_token_and_model_config():
-    llama = timing.GEOMETRIES["llama3-8b"]
+    llama = bench_harness.GEOMETRIES["llama3-8b"]
     assert llama.bytes_per_token(torch.bfloat16) == 128 * 1024
     config = llama.model_config(8192)
     assert (config["num_hidden_layers"], config["num_key_value_heads"]) == (32, 8)

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from kvconform import platforms
-from kvconform.conformance import workers
+from kvconform.conformance import xdist_devices
 
 
 @pytest.mark.parametrize("name,count,index,expected", [
@@ -21,13 +21,13 @@ from kvconform.conformance import workers
 ])
 def test_visibility_env(name, count, index, expected):
     spec = platforms.get(name)
-    assert workers.visibility_env(spec.visibility_vars, count, index) == expected
+    assert xdist_devices.visibility_env(spec.visibility_vars, count, index) == expected
 
 
 def test_pin_sets_env_from_worker_id(monkeypatch):
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw3")
     monkeypatch.delenv("ZE_AFFINITY_MASK", raising=False)
-    env = workers.pin_worker_device(platforms.get("xpu"), 2)
+    env = xdist_devices.pin_worker_device(platforms.get("xpu"), 2)
     assert env == {"ZE_AFFINITY_MASK": "1"}
     import os
 
@@ -37,22 +37,22 @@ def test_pin_sets_env_from_worker_id(monkeypatch):
 def test_pin_respects_a_user_choice(monkeypatch):
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7")
-    assert workers.pin_worker_device(platforms.get("cuda"), 4) == {}
+    assert xdist_devices.pin_worker_device(platforms.get("cuda"), 4) == {}
 
 
 def test_no_pin_outside_xdist(monkeypatch):
     monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
-    assert workers.pin_worker_device(platforms.get("cuda"), 4) == {}
+    assert xdist_devices.pin_worker_device(platforms.get("cuda"), 4) == {}
 
 
 def test_auto_workers_uses_device_count_on_gpu_platforms():
-    assert workers.auto_workers(platforms.get("cuda"), 4) == 4
-    assert workers.auto_workers(platforms.get("cpu"), 1) is None
+    assert xdist_devices.auto_workers(platforms.get("cuda"), 4) == 4
+    assert xdist_devices.auto_workers(platforms.get("cpu"), 1) is None
 
 
 def test_multi_device_skip_names_the_count():
     with pytest.raises(pytest.skip.Exception, match="needs 2 cpu devices; 1 visible here"):
-        workers.require_devices(platforms.get("cpu"), 2)
+        xdist_devices.require_devices(platforms.get("cpu"), 2)
 
 
 def test_workers_each_see_their_own_platform(tmp_path):

@@ -1,7 +1,7 @@
-"""Timing a connector's save and load, and the platform's own floor for the same bytes.
+"""The harness of `kvconform bench`: timing a connector's save and load, and the platform's own floor for the same bytes.
 
 The bench drives the connector exactly as the round-trip does (vLLM's real
-Scheduler, a ``WorkerStandIn`` calling the worker API in the runner's order), on
+Scheduler, a ``ModelRunnerStandIn`` calling the worker API in the runner's order), on
 a rig sized for long requests, and times only the worker steps in which the
 connector moves a request's KV: the prefill step where ``save_kv_layer`` and
 ``wait_for_save`` run (through the step that reports an asynchronous save
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import math
-import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,8 +27,9 @@ import torch
 
 from kvconform.conformance.harness import kvcache
 from kvconform.conformance.harness.model import HEAD_SIZE, NUM_KV_HEADS, NUM_LAYERS, TINY_LLAMA, attention_layer_names
-from kvconform.conformance.harness.rig import Rig, Side
-from kvconform.conformance.harness.runner import WorkerStandIn
+from kvconform.conformance.harness.prompts import seeded_prompt
+from kvconform.conformance.harness.rig import EngineStandIn, Rig
+from kvconform.conformance.harness.runner import ModelRunnerStandIn
 from kvconform.conformance.harness.scheduler import SchedulerDriver
 
 # Blocks beyond the longest request: the null block, the decode token's block, and slack.
@@ -86,12 +86,6 @@ def prompt_length(size: int, block_size: int) -> int:
     return size + max(2, block_size // 2)
 
 
-def prompt_tokens(key: str, length: int) -> list[int]:
-    """Distinct tokens per request, so no request hits another's stored KV or prefix cache."""
-    rng = random.Random(key)
-    return [rng.randrange(1, 999) for _ in range(length)]
-
-
 # ----------------------------------------------------------------------------- timing
 
 
@@ -132,8 +126,8 @@ class _Unguarded:
 
 
 @dataclass
-class TimedWorker(WorkerStandIn):
-    """The worker stand-in with every step timed (device synchronised before and after)."""
+class TimedModelRunner(ModelRunnerStandIn):
+    """The model runner stand-in with every step timed (device synchronised before and after)."""
 
     timings: list[StepTiming] = field(default_factory=list)
 
@@ -193,7 +187,7 @@ class BenchRig(Rig):
     """
 
     geometry: KVGeometry = GEOMETRIES["small"]
-    worker_class = TimedWorker
+    runner_class = TimedModelRunner
 
     @property
     def num_blocks(self) -> int:
@@ -354,7 +348,7 @@ def _blocks(scheduler: SchedulerDriver, rid: str, count: int, device: str) -> to
     return torch.tensor(scheduler.block_ids[rid][0][:count], dtype=torch.long, device=device)
 
 
-def _check_load(rig: BenchRig, producer: Side, consumer: Side, rid: str, prompt: list[int], size: int) -> None:
+def _check_load(rig: BenchRig, producer: EngineStandIn, consumer: EngineStandIn, rid: str, prompt: list[int], size: int) -> None:
     """The consumer claimed exactly the stored tokens and holds the producer's bytes in them."""
     name = rig.connector.name
     claimed = consumer.scheduler.external_tokens(rid)
@@ -369,7 +363,7 @@ def _check_load(rig: BenchRig, producer: Side, consumer: Side, rid: str, prompt:
                            f"saved; a load that moves nothing cannot be timed")
 
 
-def _baseline_once(rig: BenchRig, baseline, producer: Side, consumer: Side, rid: str, size: int) -> tuple[float, float]:
+def _baseline_once(rig: BenchRig, baseline, producer: EngineStandIn, consumer: EngineStandIn, rid: str, size: int) -> tuple[float, float]:
     """The baseline's (save, load) seconds for the blocks the connector moved for ``rid``."""
     count = size // rig.shape.block_size
     p_blocks = _blocks(producer.scheduler, rid, count, rig.device)
@@ -403,32 +397,32 @@ def measure(rig: BenchRig, sizes: list[int], repeat: int) -> tuple[str, list[Siz
     for size in sizes:  # each size's warm-up request just before its timed ones
         size_of[f"warmup-s{size}"] = size
         size_of.update({f"s{size}-r{r}": size for r in range(repeat)})
-    prompts = {rid: prompt_tokens(rid, prompt_length(size, block_size)) for rid, size in size_of.items()}
+    prompts = {rid: seeded_prompt(rid, prompt_length(size, block_size)) for rid, size in size_of.items()}
     samples = {size: SizeSamples(size, 0) for size in sizes}
     baseline = BASELINES[baseline_for(rig.connector.profile)](rig.storage)
 
-    producer = rig.side(producer_role, fill_seed=1234)
+    producer = rig.engine(producer_role, fill_seed=1234)
     try:
         for rid, prompt in prompts.items():
-            since = len(producer.worker.timings)
+            since = len(producer.runner.timings)
             producer.scheduler.add(rid, prompt)
-            producer.scheduler.run(producer.worker, MAX_STEPS)
-            seconds = save_seconds(producer.worker.timings, rid, since)
+            producer.scheduler.run(producer.runner, MAX_STEPS)
+            seconds = save_seconds(producer.runner.timings, rid, since)
             if not rid.startswith("warmup"):
                 samples[size_of[rid]].save.append(seconds)
     finally:
         producer.close()
 
-    consumer = rig.side(consumer_role)
+    consumer = rig.engine(consumer_role)
     try:
         for rid, prompt in prompts.items():
             size = size_of[rid]
             _zero(consumer.caches)
-            since = len(consumer.worker.timings)
+            since = len(consumer.runner.timings)
             consumer.scheduler.add(rid, prompt)
-            consumer.scheduler.run(consumer.worker, MAX_STEPS)
+            consumer.scheduler.run(consumer.runner, MAX_STEPS)
             _check_load(rig, producer, consumer, rid, prompt, size)
-            load = load_seconds(consumer.worker.timings, rid, since)
+            load = load_seconds(consumer.runner.timings, rid, since)
             base_save, base_load = _baseline_once(rig, baseline, producer, consumer, rid, size)
             if rid.startswith("warmup"):
                 continue
