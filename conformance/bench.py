@@ -64,7 +64,9 @@ MAX_SIZE = 1 << 17
 FORMAT_VERSION = 1
 # vLLM logs at INFO to stdout by default; the bench's output is its table and findings, so vLLM says only
 # errors, on stderr (a user's own setting wins). Set before anything imports vLLM, which reads them once.
-VLLM_ENVIRONMENT = {"VLLM_LOGGING_LEVEL": "ERROR", "VLLM_LOGGING_STREAM": "ext://sys.stderr"}
+# TORCH_LOGS=-all puts torch's own loggers at ERROR as torch sets them up at import: vLLM 0.33.0 calls torch
+# APIs that torch 2.14.1 deprecates, and torch logs a WARNING line for each (register_opaque_type, ...).
+VLLM_ENVIRONMENT = {"VLLM_LOGGING_LEVEL": "ERROR", "VLLM_LOGGING_STREAM": "ext://sys.stderr", "TORCH_LOGS": "-all"}
 
 
 def quiet_vllm() -> None:
