@@ -1,0 +1,92 @@
+"""conformance/released.py: a conformance test's garbage is collected after its teardown is judged, before the next.
+
+The inner runs disable automatic collection, so an object held only by a reference cycle
+(as vLLM's connectors are) is finalized exactly when the plugin collects, or never.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+CONFTEST = """
+import gc
+
+import pytest
+
+gc.disable()  # only the plugin's own collections release a cycle
+SEEN_AT_TEARDOWN = []
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if call.when == "teardown":
+        from test_cycles import FINALIZED
+
+        SEEN_AT_TEARDOWN.append((item.name, list(FINALIZED)))
+    return report
+"""
+
+TESTS = """
+import gc
+
+import pytest
+
+FINALIZED = []
+
+
+class Cycle:
+    def __init__(self, name):
+        self.name = name
+        self.me = self
+
+    def __del__(self):
+        FINALIZED.append(self.name)
+
+
+@pytest.mark.parametrize("connector", ["stand-in"])
+def test_a_conformance_test_leaves_a_cycle(connector):
+    Cycle("conformance")
+
+
+def test_another_test_leaves_a_cycle():
+    Cycle("other")
+
+
+def test_report():
+    from conftest import SEEN_AT_TEARDOWN
+
+    print("\\nFROZEN", gc.get_freeze_count() > 0)  # on a line of its own, after the progress dots
+    print("FINALIZED", FINALIZED)
+    print("AT_TEARDOWN", SEEN_AT_TEARDOWN[0])
+"""
+
+
+def _run(pytester: pytest.Pytester, *args: str) -> list[str]:
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_cycles=TESTS)
+    # kvconform's own plugin (its reliability checks want a real ConnectorParam) is left out: this one alone
+    result = pytester.runpytest_subprocess("-p", "no:kvconform", "-p", "kvconform.conformance.released",
+                                           "-p", "no:cacheprovider",
+                                           "-s", "-q", *args)
+    result.assert_outcomes(passed=3)
+    return [line for line in result.outlines if line.split(" ")[0] in ("FROZEN", "FINALIZED", "AT_TEARDOWN")]
+
+
+def test_a_conformance_tests_cycle_is_released_after_its_teardown_report(pytester):
+    assert _run(pytester) == [
+        "FROZEN True",  # what collection left alive is never scanned again
+        "FINALIZED ['conformance']",  # released before the next test; another test's garbage is left alone
+        "AT_TEARDOWN ('test_a_conformance_test_leaves_a_cycle[stand-in]', [])",  # not yet when teardown is judged
+    ]
+
+
+def test_without_the_plugin_the_cycle_outlives_the_test(pytester):
+    """The control: the same run without the plugin releases nothing, so the test above can fail."""
+    assert _run(pytester, "-p", "no:kvconform.conformance.released") == [
+        "FROZEN False",
+        "FINALIZED []",
+        "AT_TEARDOWN ('test_a_conformance_test_leaves_a_cycle[stand-in]', [])",
+    ]
