@@ -23,7 +23,7 @@ class FactorySourceError(Exception):
 
 
 def _string_args(call: ast.Call, names: tuple[str, ...]) -> tuple[str, ...] | None:
-    values = dict(zip(names, call.args))
+    values = dict(zip(names, call.args, strict=False))  # a call may pass fewer positionally
     values.update({kw.arg: kw.value for kw in call.keywords if kw.arg in names})
     strings = tuple(getattr(values.get(n), "value", None) for n in names)
     return strings if all(isinstance(s, str) for s in strings) else None

@@ -181,7 +181,7 @@ def test_contract_unknown_requests(platform, attn_backend, connector, make_rig):
                 unseen = make_request(scheduler.vllm_config, "contract-unseen", _prompt(PROMPT_UNIT))
                 scheduler.finish(unseen, scheduler.no_block_ids(), "a request it never saw")
                 reported = _step_finishing(scheduler, worker, UNKNOWN_ID)
-                for direction, ids in zip(("sending", "loading"), reported):
+                for direction, ids in zip(("sending", "loading"), reported, strict=True):
                     if UNKNOWN_ID in (ids or ()):
                         raise ContractViolation(
                             f"{worker.label}: get_finished({{{UNKNOWN_ID!r}}}) reported {UNKNOWN_ID!r} as finished "

@@ -53,7 +53,8 @@ def _run_engine(tiny_model, transfer: dict, name: str, engine: dict) -> list[dic
     if proc.returncode == 0 and cannot:
         pytest.skip(cannot[-1].removeprefix(CANNOT_RUN))
     lines = [line for line in proc.stdout.splitlines() if line.startswith("KVCONFORM-RESULT ")]
-    assert proc.returncode == 0 and lines, f"the engine with {name} exited with status {proc.returncode}:\n{proc.stderr[-4000:]}"
+    assert proc.returncode == 0 and lines, (
+        f"the engine with {name} exited with status {proc.returncode}:\n{proc.stderr[-4000:]}")
     return json.loads(lines[-1].split(" ", 1)[1])
 
 
@@ -69,7 +70,7 @@ def test_engine_external_hit(platform, attn_backend, connector, tiny_model, stor
     first = _run_engine(tiny_model, transfer, connector.name, engine)
     second = _run_engine(tiny_model, transfer, connector.name, engine)
     assert all(r["cached"] == 0 for r in first), f"the first, fresh engine already had cached tokens: {first}"
-    for before, after in zip(first, second):
+    for before, after in zip(first, second, strict=True):  # the same prompts, in order
         assert after["cached"] > 0, f"no external cache hit in the second engine: {after} (first run: {before})"
         assert after["tokens"] == before["tokens"], (
             f"greedy output changed after loading KV through {connector.name}: {before['tokens']} -> {after['tokens']}")

@@ -52,4 +52,5 @@ def require_devices(platform, needed: int) -> None:
     visible = probe(platform.name).device_count
     if visible < needed:
         pinned = ", ".join(f"{v}={os.environ[v]}" for v in platform.visibility_vars if v in os.environ)
-        pytest.skip(f"needs {needed} {platform.name} devices; {visible} visible here" + (f" ({pinned})" if pinned else ""))
+        pinned_note = f" ({pinned})" if pinned else ""
+        pytest.skip(f"needs {needed} {platform.name} devices; {visible} visible here{pinned_note}")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from kvconform.pipelines.lanes import Wrapper
@@ -27,7 +27,7 @@ class Raw:
     text: str
 
 
-Word = Union[str, Raw]
+Word = str | Raw
 
 
 def join(words: Iterable[Word]) -> str:

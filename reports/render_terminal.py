@@ -32,7 +32,7 @@ def run_line(platform: str, runs: list[RunInfo]) -> str:
 
 def _table(rows: list[list[str]]) -> list[str]:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
 
 
 def _stacked(first: str, cells: list[list[str]]) -> list[list[str]]:

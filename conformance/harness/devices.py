@@ -83,7 +83,9 @@ def _moves_to(func, args, kwargs) -> torch.device | None:
     """The device a call moves or creates a tensor on, if it names one."""
     if func is torch.Tensor.cuda:
         index = args[1] if len(args) > 1 else kwargs.get("device")
-        return torch.device("cuda" if index is None else f"cuda:{torch.device(index).index if not isinstance(index, int) else index}")
+        if index is None:
+            return torch.device("cuda")
+        return torch.device(f"cuda:{index if isinstance(index, int) else torch.device(index).index}")
     target = kwargs.get("device")
     if target is None and func is torch.Tensor.to and len(args) > 1:
         first = args[1]

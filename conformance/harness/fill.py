@@ -141,7 +141,7 @@ def _is_circular(spec) -> bool:
 def expected_blocks(caches: HybridCaches, block_ids: tuple[list[int], ...], local: int, external: int) -> Expected:
     """The blocks holding tokens [local, local + external) in each group; circular buffers: the whole ring."""
     out = Expected()
-    for group, (spec_group, ids) in enumerate(zip(caches.kv_cache_config.kv_cache_groups, block_ids)):
+    for group, (spec_group, ids) in enumerate(zip(caches.kv_cache_config.kv_cache_groups, block_ids, strict=True)):
         size = spec_group.kv_cache_spec.block_size
         if _is_circular(spec_group.kv_cache_spec):
             chosen = ids
@@ -289,7 +289,7 @@ def _unwritten(region: Region, snapshot: Snapshot) -> list:
     if region.blocks is None:
         return [] if bool(changed.any()) else ["(whole tensor)"]
     per_block = changed[region.blocks].flatten(1).any(dim=1).tolist()
-    return [block for block, written in zip(region.blocks, per_block) if not written]
+    return [block for block, written in zip(region.blocks, per_block, strict=True) if not written]
 
 
 def check_written(connector: str, caches: HybridCaches, regions: list[Region], snapshot: Snapshot) -> None:

@@ -163,7 +163,7 @@ class _StateLayer:
 
 def _owned_states(spec, page: torch.Tensor, container: type):
     return container(torch.empty(shape, dtype=dtype, device=page.device)
-                     for shape, dtype in zip(spec.shapes, spec.dtypes))
+                     for shape, dtype in zip(spec.shapes, spec.dtypes, strict=True))
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import torch
 
-from kvconform.conformance.harness.workload_kv import PrefixKV, slots_of
+from kvconform.conformance.harness.slots import token_slots
+from kvconform.conformance.harness.workload_kv import PrefixKV
 
 
 class WorkloadFailure(AssertionError):
@@ -72,7 +73,7 @@ def allow(mask: torch.Tensor, block_ids: list[int], positions: range, block_size
     usable = min(positions.stop, len(block_ids) * block_size)
     if usable <= positions.start:
         return
-    blocks, offsets = slots_of(block_ids, range(positions.start, usable), block_size)
+    blocks, offsets = token_slots(block_ids, range(positions.start, usable), block_size)
     if whole_blocks:
         mask[blocks] = True
     else:
@@ -83,7 +84,7 @@ def longest_prefix(prompt: list[int], known: list[tuple[int, ...]]) -> int:
     best = 0
     for seq in known:
         n = 0
-        for a, b in zip(prompt, seq):
+        for a, b in zip(prompt, seq, strict=False):  # a common prefix of two lengths
             if a != b:
                 break
             n += 1

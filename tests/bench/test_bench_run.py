@@ -63,7 +63,7 @@ def check_save_and_load_beside_the_storage_baseline(run):
     _, doc = run
     rows = {row["op"]: row for row in doc["results"]}
     assert sorted(rows) == ["load", "save"] and len(doc["results"]) == 2
-    for op, row in rows.items():
+    for row in rows.values():
         assert (row["connector"], row["baseline"], row["size_tokens"]) == ("ExampleConnector", "storage", SIZE)
         assert row["bytes"] == SIZE * TINY_BYTES_PER_TOKEN
         assert len(row["samples_s"]) == 1 and len(row["baseline_samples_s"]) == 1

@@ -44,7 +44,8 @@ def test_shipped_cpu_file_xfails_the_aligned_extend_bug_for_example_and_multi_co
         if entry is not None:
             assert entry.entry.expect == "xfail"
             assert "FileNotFoundError" in entry.entry.reason
-            assert (entry.entry.raises, entry.entry.finding_class, entry.platform) == ("FileNotFoundError", "bug", "any")
+            assert (entry.entry.raises, entry.entry.finding_class, entry.platform) == (
+                "FileNotFoundError", "bug", "any")
             assert entry.entry.link.startswith("https://github.com/vllm-project/vllm/")
     identity, nodeid = _identity("ExampleConnector", "float16-bs16")
     assert decide(entries, identity, nodeid) is None
@@ -166,7 +167,8 @@ PINNED = "    class: bug\n    raises: KeyError\n    match: layer\n"
      + PINNED, "is not specific"),
     ("  - connector: A\n    expect: xfail\n    reason: r\n    link: https://example.org/\n" + PINNED,
      "must be an http(s) URL"),
-    ("  - connector: A\n    expect: xfail\n    reason: r\n    link: https://example.org/1\n", "needs class and raises and match"),
+    ("  - connector: A\n    expect: xfail\n    reason: r\n    link: https://example.org/1\n",
+     "needs class and raises and match"),
     ("  - connector: A\n    expect: xfail\n    reason: r\n    link: https://example.org/1\n    class: bug\n"
      "    raises: KeyError\n", "needs match"),
     ("  - connector: A\n    expect: xfail\n    reason: r\n    link: https://example.org/1\n    class: bad\n"

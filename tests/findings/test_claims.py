@@ -64,8 +64,8 @@ def test_whole_blocks_promise(stored, wanted, block_size, tokens):
 
 
 def _rig_and_consumer(claims: dict[str, int], promise="whole-blocks"):
-    rig = SimpleNamespace(connector=SimpleNamespace(name="SomeConnector", profile=ConnectorProfile(promised_hit=promise)),
-                          shape=SimpleNamespace(block_size=32))
+    connector = SimpleNamespace(name="SomeConnector", profile=ConnectorProfile(promised_hit=promise))
+    rig = SimpleNamespace(connector=connector, shape=SimpleNamespace(block_size=32))
     answers = {rid: SimpleNamespace(num_computed_tokens=0, num_external_tokens=n) for rid, n in claims.items()}
     consumer = SimpleNamespace(scheduler=SimpleNamespace(answered_claim=answers.get))
     return rig, consumer

@@ -57,8 +57,8 @@ def test_hisparse_and_mooncake_store_helpers_are_linted():
 
 def test_the_lint_check_fails_naming_file_and_line(pytester):
     pytester.makefile(".yaml", empty="platform: cpu\nexpectations: []\n")
-    result = pytester.runpytest("--pyargs", "kvconform.conformance.test_lint", "--platform=cpu", "-p", "no:cacheprovider",
-                                "--connector", "SimpleCPUOffloadConnector", "-k", "test_lint",
+    result = pytester.runpytest("--pyargs", "kvconform.conformance.test_lint", "--platform=cpu",
+                                "-p", "no:cacheprovider", "--connector", "SimpleCPUOffloadConnector", "-k", "test_lint",
                                 "--kvconform-expectations", "empty.yaml", "-rf")
     result.assert_outcomes(failed=1)
     # 9 files on vLLM 0.32.0, 10 on 0.33.0

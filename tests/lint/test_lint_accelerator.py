@@ -27,7 +27,8 @@ def test_an_alias_of_torch_accelerator_is_resolved(rules_in):
 
 @pytest.mark.parametrize("guarded", [
     "if current_platform.is_cuda_alike():\n    i = torch.accelerator.current_device_index()\n",
-    "if not current_platform.is_cuda():\n    raise RuntimeError('CUDA only')\ni = torch.accelerator.current_device_index()\n",
+    "if not current_platform.is_cuda():\n    raise RuntimeError('CUDA only')\n"
+    "i = torch.accelerator.current_device_index()\n",
     "i = torch.accelerator.current_device_index() if torch.cuda.is_available() else 0\n",
 ])
 def test_inside_a_platform_guard_it_is_not_a_finding(rules_in, guarded):

@@ -145,7 +145,8 @@ def test_report_step_annotates_in_the_style_of_the_test_steps_outcomes(outcomes,
     agent_calls = [c["argv"] for c in fake_bin.calls("buildkite-agent")]
     assert agent_calls[:2] == [["artifact", "download", "reports/out/junit/xpu/*.xml", "."],
                                ["artifact", "download", "reports/out/junit/cpu/*.xml", "."]]
-    assert agent_calls[2:4] == [["step", "get", "outcome", "--step", "t-a"], ["step", "get", "outcome", "--step", "t-b"]]
+    assert agent_calls[2:4] == [["step", "get", "outcome", "--step", "t-a"],
+                                ["step", "get", "outcome", "--step", "t-b"]]
     [report] = fake_bin.calls("kvconform")
     assert report["argv"] == ["report", "reports/out/junit/cpu/c.xml", "reports/out/junit/xpu/a.xml",
                               "reports/out/junit/xpu/b.xml", "--out", "reports/out", "--exit-zero"]

@@ -70,16 +70,16 @@ def fake_torch(monkeypatch):
 
         real_find_spec = importlib.util.find_spec
         monkeypatch.delitem(sys.modules, "intel_extension_for_pytorch", raising=False)
-        if ipex is None:
-            monkeypatch.setattr(importlib.util, "find_spec",
-                                lambda name, *a: None if name == "intel_extension_for_pytorch" else real_find_spec(name, *a))
-        else:
-            monkeypatch.setattr(importlib.util, "find_spec",
-                                lambda name, *a: object() if name == "intel_extension_for_pytorch" else real_find_spec(name, *a))
-            if ipex == "broken":
-                monkeypatch.setitem(sys.modules, "intel_extension_for_pytorch", None)  # import raises ImportError
-            else:  # importing it registers torch.xpu, as IPEX does on older stacks
-                monkeypatch.setattr(sys, "meta_path", [_IpexFinder(int(ipex), monkeypatch), *sys.meta_path])
+        found = None if ipex is None else object()  # what find_spec answers for IPEX
+
+        def find_spec(name, *args):
+            return found if name == "intel_extension_for_pytorch" else real_find_spec(name, *args)
+
+        monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+        if ipex == "broken":
+            monkeypatch.setitem(sys.modules, "intel_extension_for_pytorch", None)  # import raises ImportError
+        elif ipex is not None:  # importing it registers torch.xpu, as IPEX does on older stacks
+            monkeypatch.setattr(sys, "meta_path", [_IpexFinder(int(ipex), monkeypatch), *sys.meta_path])
         return cuda_module
 
     return configure

@@ -88,8 +88,9 @@ def test_bad_third_party_connector(spec, words):
 
 
 def test_plugin_works_installed_from_elsewhere(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--pyargs", "kvconform.conformance",
-                             "--platform=cpu", "--collect-only", "-q", "--connector", "ExampleConnector",
+    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                             "--pyargs", "kvconform.conformance", "--platform=cpu", "--collect-only", "-q",
+                             "--connector", "ExampleConnector",
                              "-k", "test_roundtrip and float16"],
                             cwd=tmp_path, capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]

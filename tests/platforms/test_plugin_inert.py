@@ -59,7 +59,9 @@ def test_unrelated_project_is_left_alone(unrelated_project):
 
 
 def test_one_of_our_options_makes_the_run_ours(unrelated_project):
-    """The control: with ``--platform`` given, the plugin does parametrize ``platform`` (so the guard is what spares it)."""
+    """The control: with ``--platform`` given, the plugin does parametrize ``platform``.
+
+    So the guard is what spares a project that never asked for the plugin."""
     out = _pytest(unrelated_project, "--platform=cpu", "-k", "their_own_fixtures")
     assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-2000:]
     assert "kvconform: platform cpu" in out.stdout

@@ -52,7 +52,8 @@ def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     pytester.makepyfile(test_trivial=TRIVIAL)
     for name, text in PROFILES.items():
         pytester.path.joinpath(name).write_text(text)
-    return pytester.runpytest("-p", "kvconform.conformance.reliability", "--platform=cpu", "-p", "no:cacheprovider", *args)
+    return pytester.runpytest("-p", "kvconform.conformance.reliability", "--platform=cpu",
+                              "-p", "no:cacheprovider", *args)
 
 
 @pytest.mark.parametrize("case", list(BAD_INPUT))

@@ -28,7 +28,8 @@ def test_tested_releases_pass(found):
     (("0.31.2", "vllm"), f"vLLM 0.31.2 (vllm) is not supported; {SUPPORTED_LINE}"),
     (("0.32.3", "vllm"), f"vLLM 0.32.3 (vllm) is not supported; {SUPPORTED_LINE}"),  # same series, not tested
     (("0.32.0rc1", "vllm"), f"vLLM 0.32.0rc1 (vllm) is not supported; {SUPPORTED_LINE}"),
-    (("0.33.1.dev12+g0123abc.cpu", "vllm"), f"vLLM 0.33.1.dev12+g0123abc.cpu (vllm) is not supported; {SUPPORTED_LINE}"),
+    (("0.33.1.dev12+g0123abc.cpu", "vllm"),
+     f"vLLM 0.33.1.dev12+g0123abc.cpu (vllm) is not supported; {SUPPORTED_LINE}"),
     (("0.34.0", "vllm"), f"vLLM 0.34.0 (vllm) is not supported; {SUPPORTED_LINE}"),
     (("1.32.0", "vllm"), f"vLLM 1.32.0 (vllm) is not supported; {SUPPORTED_LINE}"),
     (("banana", "vllm"), f"vLLM version 'banana' (vllm) cannot be read; {SUPPORTED_LINE}"),

@@ -41,12 +41,12 @@ def _cells(block: list[str]) -> dict[str, list[str]]:
     rows: dict[str, list[str]] = {}
     current = None
     for line in block[1:]:
-        cells = [line[a:b].strip() for a, b in zip(starts, [*starts[1:], None])]
+        cells = [line[a:b].strip() for a, b in zip(starts, [*starts[1:], None], strict=True)]
         if cells[0]:
             current = cells[0]
             rows[current] = [[c] if c else [] for c in cells[1:]]
         else:
-            for column, text in zip(rows[current], cells[1:]):
+            for column, text in zip(rows[current], cells[1:], strict=True):
                 column += [text] if text else []
     return {name: [" · ".join(col) for col in cols] for name, cols in rows.items()}
 

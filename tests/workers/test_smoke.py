@@ -60,9 +60,9 @@ def test_select_keeps_the_first_case_per_check_and_connector(tmp_path):
         def test_layout(layout):
             pass
     '''))
-    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "kvconform.conformance.smoke.select",
-                          "--collect-only", "-q", str(tmp_path)], cwd=tmp_path, capture_output=True, text=True,
-                         timeout=300)
+    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                          "-p", "kvconform.conformance.smoke.select", "--collect-only", "-q", str(tmp_path)],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     ids = sorted(line.split("::")[-1] for line in out.stdout.splitlines() if "::" in line)
     assert ids == ["test_layout[A]", "test_roundtrip[float16]"]
