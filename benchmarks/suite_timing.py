@@ -32,10 +32,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import xml.etree.ElementTree as ElementTree
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from kvconform.reports.junit import read_junit_file
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_JSON = ROOT / "reports" / "out" / "suite-timing.json"
@@ -98,9 +99,6 @@ class RunResult:
         return None if self.target_s is None else self.wall_s <= self.target_s
 
 
-OUTCOME_TAGS = ("failure", "error", "skipped")  # a JUnit testcase's child naming its outcome; none: passed
-
-
 def _ordered(seconds: dict[str, float]) -> dict[str, float]:
     return dict(sorted(((k, round(v, 2)) for k, v in seconds.items()), key=lambda kv: -kv[1]))
 
@@ -110,13 +108,11 @@ def _junit_seconds(path: Path) -> tuple[dict[str, float], ...]:
     sums: tuple[dict[str, float], ...] = (defaultdict(float), defaultdict(float), defaultdict(float))
     if not path.exists():
         return {}, {}, {}
-    for case in ElementTree.parse(path).iter("testcase"):
-        props = {p.get("name"): p.get("value") for p in case.iter("property")}
-        outcome = next((tag for tag in OUTCOME_TAGS if case.find(tag) is not None), "passed")
-        seconds = float(case.get("time") or 0)
+    for case in read_junit_file(path).cases:
+        props = case.properties
         for total, key in zip(sums, (props.get("kvconform.check", "-"), props.get("kvconform.connector", "-"),
-                                     outcome)):
-            total[key] += seconds
+                                     case.junit_outcome), strict=True):
+            total[key] += case.seconds
     return tuple(_ordered(total) for total in sums)
 
 

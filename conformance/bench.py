@@ -53,8 +53,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from kvconform import platforms
-from kvconform.conformance.cli import UserError
 from kvconform.conformance.needs import declared_package, missing_module_failure
+from kvconform.errors import UserError, one_line
 
 DEFAULT_SIZES = (256, 1024, 4096)
 DEFAULT_REPEAT = 5
@@ -246,10 +246,6 @@ def _progress(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
 
-def _one_line(exc: BaseException) -> str:
-    return " ".join(f"{type(exc).__name__}: {exc}".split())
-
-
 def _not_benched(connector, spec, known) -> str | None:
     """Why a connector is not measured here, before anything is built: its profile, or a skip entry."""
     from kvconform.conformance.needs import unmet_need
@@ -303,12 +299,12 @@ def bench_all(args, spec, backend, block_size: int, sizes: list[int], chosen: li
                     outcome.skipped.append({"connector": connector.name, "reason": str(exc)})
                 except Exception as exc:  # noqa: BLE001 - a connector's crash is its result, reported in full
                     finding, mismatch = known.failure(connector.name, exc)
+                    error = one_line(f"{type(exc).__name__}: {exc}")
                     if finding is not None:
-                        outcome.known_failures.append({"connector": connector.name, "error": _one_line(exc),
-                                                       **finding})
+                        outcome.known_failures.append({"connector": connector.name, "error": error, **finding})
                     else:
                         outcome.errors.append({"connector": connector.name,
-                                               "error": _one_line(exc) + (f" ({mismatch})" if mismatch else "")})
+                                               "error": error + (f" ({mismatch})" if mismatch else "")})
                 else:
                     outcome.rows.extend(rows_for(connector.name, baseline, samples))
     return outcome

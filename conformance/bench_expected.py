@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvconform.conformance.cli import UserError
+from kvconform.errors import UserError
 from kvconform.reports import identity as ident
 
 BENCHED_TEST = "conformance/test_roundtrip.py::test_roundtrip[{param_id}]"

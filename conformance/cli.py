@@ -11,6 +11,8 @@ import argparse
 import importlib
 import sys
 
+from kvconform.errors import UserError, one_line
+
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "platforms": ("kvconform.platforms.cli", "show each platform, whether it is detected and why, and its backends"),
@@ -20,16 +22,6 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "lint": ("kvconform.conformance.lint.cli", "find hard-coded device assumptions in connector source"),
     "bench": ("kvconform.conformance.bench", "measure connector save/load throughput against the platform baseline"),
 }
-
-
-class UserError(Exception):
-    """Bad input from the user: printed as one line, exit status 2."""
-
-
-def one_line(message: str) -> str:
-    """``message`` with control characters escaped: input a pull request controls (file or connector
-    names) may carry line breaks, which must not split the error or forge a log line."""
-    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in message)
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:

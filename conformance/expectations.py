@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from kvconform.conformance.profiles import load_yaml_model
 from kvconform.conformance.reliability.vllm_version import installed_vllm
+from kvconform.conformance.run_target import TARGET_KEY
 from kvconform.reports import identity as ident
 
 EXPECTATIONS_DIR = Path(__file__).with_name("expectations")
@@ -288,8 +289,6 @@ _ENTRY = pytest.StashKey[Expectation]()
 
 
 def _run_platform(config: pytest.Config) -> str | None:
-    from kvconform.conformance.plugin import TARGET_KEY
-
     target = config.stash.get(TARGET_KEY, None)
     return target.platform.name if target is not None else None
 

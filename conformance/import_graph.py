@@ -130,22 +130,34 @@ def imported_modules(path: str, source: str) -> frozenset[str]:
     Cached on the source text: parsing is most of a selection's time, and a process
     that selects for several changes (a bot, the tests) sees the same untouched files again.
     """
+    targets: set[str] = set()
+    for base, names in import_targets(path, source):
+        targets.add(base)
+        targets.update(f"{base}.{name}" for name in names)
+    return frozenset(targets)
+
+
+def import_targets(path: str, source: str) -> list[tuple[str, tuple[str, ...]]]:
+    """Each import statement of ``path`` as (absolute module, names imported from it; empty for ``import m``).
+
+    For a caller that knows which modules exist and can tell ``from pkg import module``
+    (an import of the module) from ``from pkg import name`` (of the package itself).
+    """
     module = _module_of(path)
     package = module if path.endswith("/__init__.py") else module.rpartition(".")[0]
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
-        return frozenset()
-    targets: set[str] = set()
+        return []
+    targets: list[tuple[str, tuple[str, ...]]] = []
     for node in _import_statements(tree):
         if isinstance(node, ast.Import):
-            targets.update(alias.name for alias in node.names)
+            targets.extend((alias.name, ()) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = _absolute(node.module, node.level, package)
             if base:
-                targets.add(base)
-                targets.update(f"{base}.{alias.name}" for alias in node.names)
-    return frozenset(targets)
+                targets.append((base, tuple(alias.name for alias in node.names)))
+    return targets
 
 
 def _import_statements(tree: ast.Module):

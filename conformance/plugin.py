@@ -8,23 +8,20 @@ Bad input stops the run with ``pytest.UsageError`` (one line, non-zero exit).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from kvconform import platforms
 from kvconform.conformance import vllm_source
+from kvconform.conformance.run_target import TARGET_KEY, RunTarget, is_active, run_target, targets_conformance
 from kvconform.conformance.versions import installed
-from kvconform.platforms.spec import PlatformSpec, Probe
 
 # Sibling plugin modules, each with one concern; loaded with this one (so their options parse too).
 pytest_plugins = ["kvconform.conformance.expectations", "kvconform.conformance.results", "kvconform.conformance.reliability",
                   "kvconform.conformance.harness.workload_options", "kvconform.conformance.services",
                   "kvconform.conformance.released"]
 
-CONFORMANCE_DIR = Path(__file__).resolve().parent
-PACKAGE = __spec__.parent  # "kvconform.conformance": the name `pytest --pyargs` takes
 
 MARKERS = {
     "engine": "end-to-end runs of vLLM's LLM engine (slow; part of make test)",
@@ -35,24 +32,7 @@ MARKERS = {
 }
 
 
-@dataclass(frozen=True)
-class RunTarget:
-    """What this run tests: resolved once per session from the command line."""
-
-    platform: PlatformSpec
-    probe: Probe
-    backends: tuple[str, ...]
-    connectors: tuple[str, ...]  # names or module:Class specs the user asked for; empty means all
-    profiles: tuple[Path, ...] = ()  # the user's own connector profile files, searched first
-    mla_backends: tuple[str, ...] = ()  # what the MLA checks run on (an ``mla`` marker): the platform's MLA backends
-
-
-TARGET_KEY = pytest.StashKey[RunTarget]()
 _AVAILABILITY_KEY = pytest.StashKey[dict]()
-
-# Option dests -> defaults: a run that sets any of them (or collects the conformance package) is kvconform's.
-OWN_OPTIONS = {"platform": "auto", "attn_backend": [], "connector": [], "profiles": [],
-               "kvconform_strict": False, "kvconform_json": None, "kvconform_expectations": []}
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -87,19 +67,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def is_active(config: pytest.Config) -> bool:
-    """Whether this pytest run is kvconform's: it collects the conformance checks or sets one of our options.
-
-    Installed by entry point, the plugin loads in every pytest run of the environment
-    (vLLM's own test suite beside it, say). Elsewhere it must do nothing: no device
-    probe (on ROCm that initialises HIP before fork-based tests), no torch import,
-    no parametrizing of another project's ``platform`` or ``connector`` fixtures.
-    """
-    if _targets_conformance(config):
-        return True
-    return any(config.getoption(dest, default=default) != default for dest, default in OWN_OPTIONS.items())
-
-
 def pytest_configure(config: pytest.Config) -> None:
     for marker, text in MARKERS.items():
         config.addinivalue_line("markers", f"{marker}: {text}")
@@ -117,7 +84,7 @@ def pytest_configure(config: pytest.Config) -> None:
         mla_backends = platforms.check_mla_backends(spec, config.getoption("attn_backend"))
     except platforms.PlatformError as exc:
         raise pytest.UsageError(str(exc)) from None
-    if _targets_conformance(config):  # the harness drives vLLM internals that move between series
+    if targets_conformance(config):  # the harness drives vLLM internals that move between series
         from kvconform.conformance.reliability import VllmVersionError, check_vllm_version
 
         try:
@@ -137,18 +104,6 @@ def pytest_configure(config: pytest.Config) -> None:
             connector_params(config)
         except (ConnectorSpecError, ProfileError) as exc:
             raise pytest.UsageError(str(exc)) from None
-
-
-def _targets_conformance(config: pytest.Config) -> bool:
-    """Whether the run collects the conformance package (by path, or by name under ``--pyargs``)."""
-    for arg in config.args:
-        target = arg.split("::")[0]
-        if target == PACKAGE or target.startswith(f"{PACKAGE}."):
-            return True
-        path = Path(config.invocation_params.dir, target).resolve()
-        if path == CONFORMANCE_DIR or CONFORMANCE_DIR in path.parents:
-            return True
-    return False
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -196,10 +151,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         reason = unmet_need(connector, platform, marker.kwargs.get("needs", marker.args[0]))
         if reason:
             item.add_marker(pytest.mark.skip(reason=reason))
-
-
-def run_target(config: pytest.Config) -> RunTarget:
-    return config.stash[TARGET_KEY]
 
 
 def _installed_version(*dists: str) -> str:

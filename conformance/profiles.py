@@ -14,7 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from kvconform.conformance.services import ServiceSpec
+from kvconform.conformance.service_spec import ServiceSpec
 
 PROFILES_FILE = Path(__file__).with_name("connectors.yaml")
 

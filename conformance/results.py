@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from kvconform.conformance import vllm_source
+from kvconform.conformance.run_target import TARGET_KEY
 from kvconform.conformance.versions import installed
 from kvconform.reports import identity as ident
 from kvconform.reports.model import CaseResult, RunInfo, build, clip, first_line
@@ -147,15 +148,11 @@ class _Collector:
 
 
 def _run_platform(config: pytest.Config) -> str:
-    from kvconform.conformance.plugin import TARGET_KEY
-
     target = config.stash.get(TARGET_KEY, None)
     return target.platform.name if target is not None else ident.UNKNOWN
 
 
 def _device_name(config: pytest.Config) -> str | None:
-    from kvconform.conformance.plugin import TARGET_KEY
-
     target = config.stash.get(TARGET_KEY, None)
     if target is None:
         return None

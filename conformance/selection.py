@@ -16,6 +16,7 @@ import pytest
 
 from kvconform.conformance.factory_source import FactorySourceError, installed_factory_file, parse_registrations
 from kvconform.conformance.profiles import ConnectorProfile, profile_for
+from kvconform.conformance.run_target import run_target
 
 
 class ConnectorSpecError(Exception):
@@ -138,8 +139,6 @@ def with_variants(params: list[ConnectorParam], platform: str) -> list[Connector
 
 def connector_params(config: pytest.Config, definition=None) -> list[ConnectorParam]:
     if _CACHE_KEY not in config.stash:
-        from kvconform.conformance.plugin import run_target
-
         target = run_target(config)
         config.stash[_CACHE_KEY] = with_variants(resolve_connectors(target.connectors, target.profiles),
                                                  target.platform.name)

@@ -40,12 +40,11 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import pytest
-from pydantic import BaseModel, ConfigDict, Field
 
 from kvconform.conformance.harness.distributed import free_port
+from kvconform.conformance.service_spec import ServiceSpec
 
 LOG_TAIL_LINES = 40
 START_ATTEMPTS = 3  # a fresh port each time: another process may take the one we picked first
@@ -54,36 +53,6 @@ RESET_TIMEOUT_S = 30.0
 NATIVE_GRACE_S = 30.0  # after timeout_s's in-process failure, the thread-method backstop for native waits
 LOOPBACK = "127.0.0.1"
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
-class HttpReset(BaseModel):
-    """The server's own "forget everything" call: ``POST http://127.0.0.1:{port}{path}`` with ``body``."""
-
-    model_config = ConfigDict(extra="forbid")
-    port: str  # a name from the service's ``ports``
-    path: str
-    body: str = ""  # JSON
-
-
-class ServiceSpec(BaseModel):
-    """One server, as data in a connector profile (``connectors.yaml``, key ``services``).
-
-    Placeholders in ``command``, ``files`` and ``env``: ``{python}`` (this interpreter),
-    ``{dir}`` (the service's own folder), ``{port:NAME}`` (a loopback port chosen for it).
-    The connector's ``extra_config`` and ``env`` name them as ``{SERVICE.port:NAME}`` and
-    ``{SERVICE.dir}``.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-    command: list[str]  # argv; the first word is looked up on PATH, then beside the interpreter
-    ports: list[str] = Field(default_factory=lambda: ["main"])
-    ready: str = "main"  # the port that accepts a TCP connection once the server is ready
-    files: dict[str, str] = Field(default_factory=dict)  # written into {dir} before the start
-    env: dict[str, str] = Field(default_factory=dict)  # set for the connector while a test runs
-    per_test: Literal["restart", "reset", "shared"] = "restart"  # how no test sees another's data
-    reset: HttpReset | None = None  # with per_test: reset
-    start_timeout_s: float = 90.0
-    timeout_s: float | None = None  # the test's timeout when it is shorter than the per-test one
 
 
 class ServiceUnavailable(Exception):

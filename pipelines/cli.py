@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from kvconform.conformance.cli import UserError
+from kvconform.errors import UserError
 from kvconform.pipelines.generate import ALL, build_pipeline, render_yaml
 from kvconform.pipelines.lanes import LANES_FILE, LanesError
 from kvconform.platforms import PLATFORMS

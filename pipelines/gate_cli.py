@@ -15,13 +15,12 @@ import shlex
 import subprocess
 import sys
 import tempfile
-import xml.etree.ElementTree as ElementTree
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from kvconform import platforms
-from kvconform.conformance.cli import UserError, one_line
+from kvconform.errors import UserError, one_line
 from kvconform.pipelines.gate import GateError, Selection, select_change
 from kvconform.pipelines.gate_source import CannotTest, WrongVllm, read_imports, tested_vllm
 
@@ -180,12 +179,6 @@ MESSAGE_LIMIT = 240  # a verdict line, not a traceback: the run's own output has
 MAX_LISTED = 12  # failing tests listed by name; the rest are counted
 
 
-def _one_line(text: str) -> str:
-    line = next((part.strip() for part in text.splitlines() if part.strip()), "")
-    return line if len(line) <= MESSAGE_LIMIT else line[:MESSAGE_LIMIT - 3] + "..."
-
-
-_JUNIT_OUTCOME = {"failure": "failed", "error": "error", "skipped": "skipped"}
 CONNECTOR_PROPERTY = "kvconform.connector"  # set by the suite's results plugin; "-" when a test has none
 
 
@@ -196,25 +189,19 @@ def read_junit(path: Path, connectors: list[str]) -> list[TestResult] | None:
     else read off the test's name the way ``kvconform report`` reads it.
     """
     from kvconform.reports.identity import from_test_name
+    from kvconform.reports.junit import JunitError, read_junit_file
 
     try:
-        root = ElementTree.parse(path).getroot()
-    except (OSError, ElementTree.ParseError):
+        document = read_junit_file(path)
+    except (OSError, JunitError):
         return None
     results = []
-    for case in root.iter("testcase"):
-        nodeid = f"{case.get('classname', '')}::{case.get('name', '')}"
-        labels = {p.get("name"): p.get("value") for p in case.iter("property")}
-        identity = from_test_name(case.get("name", ""), labels)
+    for case in document.cases:
+        identity = from_test_name(case.name, case.properties)
+        nodeid = case.junit_id
         connector = identity.connector if identity.connector in connectors else _connector_in_id(nodeid, connectors)
-        outcome, message = "passed", ""
-        for child in case:
-            kind = _JUNIT_OUTCOME.get(child.tag)
-            if kind is None or outcome in FAILING:  # a failure or error outranks a later skip
-                continue
-            outcome = "xfailed" if kind == "skipped" and child.get("type") == "pytest.xfail" else kind
-            message = _one_line(child.get("message") or "")
-        results.append(TestResult(nodeid, connector, outcome, message, identity.check))
+        message = one_line(case.message, MESSAGE_LIMIT)
+        results.append(TestResult(nodeid, connector, case.outcome, message, identity.check))
     return results
 
 
@@ -284,7 +271,7 @@ def _rerun_command(args: argparse.Namespace, platform: str) -> str:
 
 
 def _report_not_exercised(connector: str, platform: str, why: str, args: argparse.Namespace) -> None:
-    print(f"kvconform gate: {connector}: not exercised on {platform}: {_one_line(why)}")
+    print(f"kvconform gate: {connector}: not exercised on {platform}: {one_line(why, MESSAGE_LIMIT)}")
     print(f"  {where_it_runs(connector)}")
     others = [p for p in claimed_platforms(connector) if p != platform]
     if others:

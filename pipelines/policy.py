@@ -9,14 +9,45 @@ say they are experimental and why. Every rule here yields problems as
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from kvconform.pipelines.lanes import LanesConfig, RetryRule
+from typing import Protocol
 
 Problem = tuple[tuple, str]
+
+
+# The fields of a lanes file the policy reads. Declared here, as protocols, so the policy sits
+# below ``pipelines.lanes`` (which applies it while loading) instead of importing it back.
+class RetryRule(Protocol):
+    @property
+    def exit_status(self) -> int | None: ...
+    @property
+    def signal_reason(self) -> str | None: ...
+
+
+class Lane(Protocol):
+    @property
+    def platform(self) -> str: ...
+    @property
+    def retry(self) -> Sequence[RetryRule] | None: ...
+    @property
+    def experimental(self) -> bool: ...
+    @property
+    def soft_fail(self) -> bool | list[int]: ...
+    @property
+    def reason(self) -> str | None: ...
+
+
+class Defaults(Protocol):
+    @property
+    def retry(self) -> Sequence[RetryRule]: ...
+
+
+class LanesConfig(Protocol):
+    @property
+    def defaults(self) -> Defaults: ...
+    @property
+    def lanes(self) -> Mapping[str, Lane]: ...
 
 
 @dataclass(frozen=True)

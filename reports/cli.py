@@ -16,7 +16,7 @@ import argparse
 import json
 from pathlib import Path
 
-from kvconform.conformance.cli import UserError
+from kvconform.errors import UserError
 from kvconform.reports import render_html, render_markdown, render_terminal
 from kvconform.reports.readers import ReportInputError, read_all
 from kvconform.reports.verdict import verdict

@@ -8,13 +8,13 @@ wins. Any unreadable input is a ``ReportInputError`` naming the file and the pro
 from __future__ import annotations
 
 import json
-import xml.etree.ElementTree as ET
 from collections import Counter, defaultdict
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from kvconform.reports import identity as ident
+from kvconform.reports.junit import JunitCase, JunitError, JunitSuite, parse_junit
 from kvconform.reports.model import FORMAT, CaseResult, Expected, Results, RunInfo, build, clip, first_line
 
 
@@ -22,36 +22,7 @@ class ReportInputError(Exception):
     """An input that cannot be read as results; the message is one line."""
 
 
-# JUnit child element -> outcome; the first present wins (a call failure with a teardown error is a failure).
-_JUNIT_OUTCOMES = (("failure", "failed"), ("error", "error"), ("skipped", "skipped"))
-_JUNIT_XFAIL_TYPE = "pytest.xfail"
 _JUNIT_COLLECT_ERROR = "collection failure"
-
-
-def _nodeid(classname: str, name: str) -> str:
-    """pytest's node id, rebuilt from JUnit's dotted classname (best effort: the module is the last ``test_*`` part)."""
-    if not classname:
-        return name
-    parts = classname.split(".")
-    modules = [i for i, part in enumerate(parts) if part.startswith("test_") or part.endswith("_test")]
-    if not modules:
-        return f"{classname}::{name}"
-    module = modules[-1]
-    return "::".join(["/".join(parts[: module + 1]) + ".py", *parts[module + 1:], name])
-
-
-def _properties(element: ET.Element) -> dict[str, str]:
-    return {p.get("name", ""): p.get("value", "") for p in element.findall("./properties/property")}
-
-
-def _case_outcome(case: ET.Element) -> tuple[str, ET.Element | None]:
-    for tag, outcome in _JUNIT_OUTCOMES:
-        found = case.find(tag)
-        if found is not None:
-            if outcome == "skipped" and found.get("type") == _JUNIT_XFAIL_TYPE:
-                return "xfailed", found
-            return outcome, found
-    return "passed", None
 
 
 def expected_from_properties(properties: dict[str, str]) -> Expected | None:
@@ -66,55 +37,37 @@ def expected_from_properties(properties: dict[str, str]) -> Expected | None:
         return None
 
 
-def _junit_case(case: ET.Element, run: str, suite_platform: str | None) -> CaseResult:
-    name, classname = case.get("name", ""), case.get("classname", "")
-    properties = _properties(case)
-    outcome, detail = _case_outcome(case)
-    identity = ident.from_test_name(name, properties, suite_platform)
-    message = (detail.get("message") or "") if detail is not None else ""
-    text = (detail.text or "") if detail is not None else ""
-    collect_error = outcome == "error" and message == _JUNIT_COLLECT_ERROR
-    try:
-        duration = max(float(case.get("time", "0") or 0), 0.0)
-    except ValueError:
-        duration = 0.0
+def _junit_case(case: JunitCase, run: str, suite_platform: str | None) -> CaseResult:
+    identity = ident.from_test_name(case.name, case.properties, suite_platform)
+    message, text = case.message, case.text
+    collect_error = case.outcome == "error" and message == _JUNIT_COLLECT_ERROR
     return CaseResult(
-        run=run, nodeid=_nodeid(classname, name),
+        run=run, nodeid=case.nodeid,
         check="collection" if collect_error else identity.check, platform=identity.platform,
         backend=identity.backend, connector=identity.connector, variant=identity.variant, params=identity.params,
-        outcome=outcome, duration=duration,
+        outcome=case.outcome, duration=case.seconds,
         message=first_line(text if collect_error else message or text), details=clip(text),
-        expected=expected_from_properties(properties),
+        expected=expected_from_properties(case.properties),
     )
 
 
 def read_junit(path: Path, text: str) -> Results:
     try:
-        root = ET.fromstring(text)
-    except ET.ParseError as exc:
-        raise ReportInputError(f"{path}: not well-formed XML: {exc}") from None
-    if root.tag == "testsuites":
-        suites = root.findall("testsuite")
-    elif root.tag == "testsuite":
-        suites = [root]
-    else:
-        raise ReportInputError(f"{path}: not a JUnit XML file (root element <{root.tag}>, "
-                               f"expected <testsuites> or <testsuite>)")
-    first = suites[0] if suites else root
-    suite_properties = _properties(first)
-    recorded = {name: suite_properties[ident.RUN_PROPERTY_PREFIX + name] for name in ident.RUN_FIELDS
-                if ident.RUN_PROPERTY_PREFIX + name in suite_properties}
+        document = parse_junit(text)
+    except JunitError as exc:
+        raise ReportInputError(f"{path}: {exc}") from None
+    first = document.suites[0] if document.suites else JunitSuite({}, None, 0.0)
+    recorded = {name: first.properties[ident.RUN_PROPERTY_PREFIX + name] for name in ident.RUN_FIELDS
+                if ident.RUN_PROPERTY_PREFIX + name in first.properties}
     suite_platform = recorded.pop("platform", None)
-    tests = [_junit_case(case, "", suite_platform) for suite in suites for case in suite.iter("testcase")]
+    tests = [_junit_case(case, "", suite_platform) for case in document.cases]
     known = Counter(t.platform for t in tests if t.platform != ident.UNKNOWN)
     platform = suite_platform or (known.most_common(1)[0][0] if known else ident.UNKNOWN)
     # A run is on one platform: a test whose id does not say (lint, collection errors) ran there too.
     tests = [t.model_copy(update={"platform": platform}) if t.platform == ident.UNKNOWN else t for t in tests]
-    try:
-        duration = sum(float(s.get("time", "0") or 0) for s in suites)
-    except ValueError:
-        duration = None
-    run = RunInfo(id="", source=str(path), platform=platform, started=first.get("timestamp"), duration=duration,
+    seconds = [suite.seconds for suite in document.suites]
+    duration = None if None in seconds else sum(s for s in seconds if s is not None)
+    run = RunInfo(id="", source=str(path), platform=platform, started=first.timestamp, duration=duration,
                   **recorded)
     return build([run], tests)
 

@@ -31,6 +31,7 @@ from kvconform.conformance.harness.prompts import seeded_prompt
 from kvconform.conformance.harness.rig import EngineStandIn, Rig
 from kvconform.conformance.harness.runner import ModelRunnerStandIn
 from kvconform.conformance.harness.scheduler import SchedulerDriver
+from kvconform.conformance.harness.slots import leading_blocks
 
 # Blocks beyond the longest request: the null block, the decode token's block, and slack.
 SPARE_BLOCKS = 8
@@ -345,7 +346,7 @@ def _same_blocks(producer: dict, p_blocks: torch.Tensor, consumer: dict, c_block
 
 
 def _blocks(scheduler: SchedulerDriver, rid: str, count: int, device: str) -> torch.Tensor:
-    return torch.tensor(scheduler.block_ids[rid][0][:count], dtype=torch.long, device=device)
+    return leading_blocks(scheduler.block_ids[rid][0], count, device)
 
 
 def _check_load(rig: BenchRig, producer: EngineStandIn, consumer: EngineStandIn, rid: str, prompt: list[int], size: int) -> None:

@@ -23,8 +23,10 @@ from kvconform.conformance.harness import kvcache
 from kvconform.conformance.harness.affinity import kept_cpu_affinity
 from kvconform.conformance.harness.devices import DeviceGuard
 from kvconform.conformance.harness.model import attention_layer_names
+from kvconform.conformance.harness.requests_vllm import block_hasher, new_request
 from kvconform.conformance.harness.rig import ConnectorRefused, Rig, refusal_as
 from kvconform.conformance.harness.runner import AttentionLayerStandIn
+from kvconform.conformance.harness.step_order import connector_step
 
 
 class ContractViolation(AssertionError):
@@ -224,17 +226,7 @@ def _checked(label: str, method: str, original: Callable, calls: Counter) -> Cal
 
 def make_request(vllm_config, request_id: str, prompt: list[int]):
     """A real ``vllm.v1.request.Request``, hashed into blocks as the engine's processor does it."""
-    from vllm.sampling_params import SamplingParams
-    from vllm.utils.hashing import get_hash_fn_by_name
-    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
-    from vllm.v1.request import Request
-
-    cache_config = vllm_config.cache_config
-    hash_fn = get_hash_fn_by_name(cache_config.prefix_caching_hash_algo)
-    init_none_hash(hash_fn)
-    hasher = get_request_block_hasher(cache_config.block_size, hash_fn)
-    return Request(request_id, list(prompt), SamplingParams(max_tokens=1, temperature=0.0), None,
-                   block_hasher=hasher)
+    return new_request(request_id, prompt, block_hasher(vllm_config))
 
 
 def no_blocks(kv_cache_config):
@@ -337,17 +329,21 @@ class ContractWorker(ContractConnector):
         from vllm.forward_context import get_forward_context, set_forward_context
 
         finished = set(finished_req_ids)
-        with set_forward_context(None, self.vllm_config), self.guard:
-            self.connector.bind_connector_metadata(metadata)
-            self.connector.start_load_kv(get_forward_context())
-            self.connector.wait_for_save()
+
+        def report() -> tuple:
             answer = self.ask("get_finished", finished, shown_args=repr(finished))
             self.ask("get_block_ids_with_load_errors", shown_args="")
             for method, args in LATER_WORKER_REPORTS.items():
                 if callable(getattr(self.connector, method, None)):
                     self.ask(method, *args, shown_args=", ".join(map(repr, args)))
-            self.connector.clear_connector_metadata()
-        return answer
+            return answer
+
+        def call(method: str, *args) -> object:  # the lifecycle calls: no answer to check
+            return getattr(self.connector, method)(*args)
+
+        with set_forward_context(None, self.vllm_config), self.guard:
+            # no forward runs, so start_load_kv's two places in the order are one: sync_loads does not matter
+            return connector_step(call, metadata, get_forward_context, sync_loads=True, report=report)
 
 
 @dataclass

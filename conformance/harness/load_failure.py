@@ -28,7 +28,7 @@ from pathlib import Path
 from kvconform.conformance.harness.devices import DeviceMismatch
 from kvconform.conformance.harness.prompts import request_prompt
 from kvconform.conformance.harness.rig import EngineStandIn, Rig
-from kvconform.conformance.harness.roundtrip import token_slot_bytes
+from kvconform.conformance.harness.slots import token_slot_bytes
 
 POLICIES = ("fail", "recompute")  # vLLM's KVTransferConfig.kv_load_failure_policy values
 

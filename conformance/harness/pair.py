@@ -39,10 +39,10 @@ from kvconform.conformance.harness.roundtrip import (
     RoundTripResult,
     RoundTripScenario,
     scenario_prompts,
-    token_slot_bytes,
     verify_roundtrip,
 )
 from kvconform.conformance.harness.side_channel import HOST, HandshakeFailure, PortTaken, reserved_port, serve_handshake
+from kvconform.conformance.harness.slots import token_slot_bytes
 
 # What a P/D proxy puts on the prefill request: "after this prompt, a remote engine decodes".
 PRODUCER_REQUEST_PARAMS = {"do_remote_decode": True}
@@ -113,12 +113,7 @@ class TransferParamsLog:
 def add_request(side: EngineStandIn, request_id: str, prompt: list[int], kv_transfer_params: dict) -> None:
     """A request carrying ``kv_transfer_params`` in its sampling params' ``extra_args``, as vLLM's API server
     passes them through."""
-    from vllm.sampling_params import SamplingParams
-    from vllm.v1.request import Request
-
-    driver = side.scheduler
-    params = SamplingParams(max_tokens=1, temperature=0.0, extra_args={"kv_transfer_params": dict(kv_transfer_params)})
-    driver.scheduler.add_request(Request(request_id, list(prompt), params, None, block_hasher=driver._block_hasher))
+    side.scheduler.add(request_id, prompt, kv_transfer_params=kv_transfer_params)
 
 
 def publish_handshake(side: EngineStandIn) -> None:

@@ -13,6 +13,7 @@ import torch
 
 from kvconform.conformance.harness.prompts import request_prompt
 from kvconform.conformance.harness.rig import EngineStandIn, Rig
+from kvconform.conformance.harness.slots import token_slots
 
 
 @dataclass(frozen=True)
@@ -38,18 +39,6 @@ ROUNDTRIP_SCENARIOS: dict[str, RoundTripScenario] = {s.name: s for s in (
 
 class RoundTripFailure(AssertionError):
     """A round-trip check failed; the message says which slot, layer and request."""
-
-
-def _slots(block_ids: list[int], num_tokens: int, block_size: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    positions = torch.arange(num_tokens)
-    blocks = torch.tensor(block_ids, dtype=torch.long)[positions // block_size]
-    return blocks.to(device), (positions % block_size).to(device)
-
-
-def token_slot_bytes(view: torch.Tensor, block_ids: list[int], tokens: int, block_size: int) -> torch.Tensor:
-    """The bytes of a request's first ``tokens`` token slots in a standard ``[B, H, N, C]`` view, a row each."""
-    blocks, offsets = _slots(block_ids, tokens, block_size, view.device)
-    return view[blocks, :, offsets].contiguous().view(torch.uint8).flatten(1)
 
 
 def _as_bytes(view: torch.Tensor) -> torch.Tensor:
@@ -148,8 +137,10 @@ def verify_roundtrip(rig: Rig, producer: EngineStandIn, consumer: EngineStandIn,
         view_a = producer.caches[name]
         touched = torch.zeros(view_b.shape[0], view_b.shape[2], dtype=torch.bool, device=view_b.device)
         for rid, tokens in claimed.items():
-            blocks_a, offsets_a = _slots(producer.scheduler.block_ids[rid][0], tokens, block_size, view_a.device)
-            blocks_b, offsets_b = _slots(consumer.scheduler.block_ids[rid][0], tokens, block_size, view_b.device)
+            blocks_a, offsets_a = token_slots(producer.scheduler.block_ids[rid][0], range(tokens), block_size,
+                                              view_a.device)
+            blocks_b, offsets_b = token_slots(consumer.scheduler.block_ids[rid][0], range(tokens), block_size,
+                                              view_b.device)
             saved = _as_bytes(view_a[blocks_a, :, offsets_a])
             loaded = _as_bytes(view_b[blocks_b, :, offsets_b])
             same = (saved == loaded).flatten(1).all(dim=1)

@@ -6,7 +6,8 @@ layers when the step has synchronous loads, after them otherwise; per attention
 layer ``wait_for_layer_load`` then ``save_kv_layer``; ``wait_for_save``;
 ``get_finished`` (through ``get_transfer_results`` where vLLM has it);
 ``get_block_ids_with_load_errors``; clear metadata. All of it
-inside vLLM's own ``set_forward_context`` and under a ``DeviceGuard``.
+inside vLLM's own ``set_forward_context`` and under a ``DeviceGuard``. The order
+from binding to clearing is ``harness.step_order``'s, shared with the contract checks.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import torch
 
 from kvconform.conformance.harness.affinity import kept_cpu_affinity
 from kvconform.conformance.harness.devices import DeviceGuard
+from kvconform.conformance.harness.step_order import Call, connector_step
 
 
 class AttentionLayerStandIn:
@@ -112,6 +114,11 @@ def worker_metadata(connector) -> dict:
     return {"kv_connector_worker_meta": build()} if build is not None else {}
 
 
+def _plain_call(connector) -> Call:
+    """``connector.method(*args)``, unchecked: how the model runner calls its connector."""
+    return lambda method, *args: getattr(connector, method)(*args)
+
+
 @dataclass
 class StepRecord:
     finished_sending: set | None
@@ -161,28 +168,27 @@ class ModelRunnerStandIn:
         connector = self.connector
         runs_forward = scheduler_output.total_num_scheduled_tokens > 0
         attn_metadata = dict(self.metadata_for_layer) if runs_forward else None
-        with set_forward_context(attn_metadata, self.vllm_config), self.guard:
-            # first, as vLLM's runner does: an async saver finishes reading preempted requests' blocks here,
-            # before this step's forward may write them for another request
-            connector.handle_preemptions(scheduler_output.kv_connector_metadata)
-            connector.bind_connector_metadata(scheduler_output.kv_connector_metadata)
-            sync_loads = bool(getattr(scheduler_output, "has_sync_kv_loads", True))
-            if sync_loads:
-                connector.start_load_kv(get_forward_context())
-            if runs_forward:
-                for name in self.attention_layers:
-                    self.guard.enter_layer(name)
-                    connector.wait_for_layer_load(name)
-                    if self.forward is not None:
-                        self.forward(name, scheduler_output)
-                    connector.save_kv_layer(name, self.caches[name], attn_metadata[name])
-            if not sync_loads:
-                connector.start_load_kv(get_forward_context())
-            connector.wait_for_save()
+        def layers() -> None:  # the model's forward: per attention layer, wait for its load, write, save
+            for name in self.attention_layers:
+                self.guard.enter_layer(name)
+                connector.wait_for_layer_load(name)
+                if self.forward is not None:
+                    self.forward(name, scheduler_output)
+                connector.save_kv_layer(name, self.caches[name], attn_metadata[name])
+
+        def report() -> tuple:
             sending, recving, failed = finished_transfers(connector, scheduler_output.finished_req_ids)
-            load_errors = connector.get_block_ids_with_load_errors()
-            worker_meta = worker_metadata(connector)
-            connector.clear_connector_metadata()
+            return sending, recving, failed, connector.get_block_ids_with_load_errors(), worker_metadata(connector)
+
+        metadata = scheduler_output.kv_connector_metadata
+        with set_forward_context(attn_metadata, self.vllm_config), self.guard:
+            # first, as vLLM's execute_model does: an async saver finishes reading preempted requests' blocks
+            # here, before this step's forward may write them for another request
+            connector.handle_preemptions(metadata)
+            sending, recving, failed, load_errors, worker_meta = connector_step(
+                _plain_call(connector), metadata, get_forward_context,
+                sync_loads=bool(getattr(scheduler_output, "has_sync_kv_loads", True)),
+                report=report, forward=layers if runs_forward else None)
         self.records.append(StepRecord(sending, recving, load_errors))
         return KVConnectorOutput(finished_sending=sending, finished_recving=recving, failed_recving=failed,
                                  invalid_block_ids=set(load_errors or ()), **worker_meta)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from kvconform.conformance.harness.requests_vllm import block_hasher, new_request
+
 # How long a connector may take, past the step budget, to report transfers it finishes in the background.
 DRAIN_DEADLINE_S = 10.0
 DRAIN_PACE_S = 0.02  # between steps past the step budget: lets a server's threads run
@@ -35,15 +37,11 @@ class SchedulerDriver:
     outputs: list = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        from vllm.utils.hashing import get_hash_fn_by_name
-        from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
         from vllm.v1.core.sched.scheduler import Scheduler
         from vllm.v1.structured_output import StructuredOutputManager
 
         cache_config = self.vllm_config.cache_config
-        hash_fn = get_hash_fn_by_name(cache_config.prefix_caching_hash_algo)
-        init_none_hash(hash_fn)
-        self._block_hasher = get_request_block_hasher(cache_config.block_size, hash_fn)
+        self._block_hasher = block_hasher(self.vllm_config)
         self.scheduler = Scheduler(
             vllm_config=self.vllm_config,
             kv_cache_config=self.kv_cache_config,
@@ -68,12 +66,9 @@ class SchedulerDriver:
 
         connector.get_num_new_matched_tokens = recorded
 
-    def add(self, request_id: str, prompt: list[int], max_tokens: int = 1) -> None:
-        from vllm.sampling_params import SamplingParams
-        from vllm.v1.request import Request
-
-        params = SamplingParams(max_tokens=max_tokens, temperature=0.0)
-        self.scheduler.add_request(Request(request_id, list(prompt), params, None, block_hasher=self._block_hasher))
+    def add(self, request_id: str, prompt: list[int], max_tokens: int = 1,
+            kv_transfer_params: dict | None = None) -> None:
+        self.scheduler.add_request(new_request(request_id, prompt, self._block_hasher, max_tokens, kv_transfer_params))
 
     def step(self, worker) -> object:
         """One engine step: schedule, run the worker side, feed the result back."""

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import torch
 
+from kvconform.conformance.harness.slots import token_slots
+
 _MASK = (1 << 64) - 1
 _FNV_PRIME = 0x100000001B3
 _FNV_OFFSET = 0xCBF29CE484222325
@@ -47,13 +49,6 @@ def slot_bytes(seeds: list[int], layer_index: int, nbytes: int) -> torch.Tensor:
     return (x & 0xFF).to(torch.uint8)
 
 
-def slots_of(block_ids: list[int], positions: range, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(block index, offset) of each token position, from a request's block table."""
-    pos = torch.arange(positions.start, positions.stop, dtype=torch.long)
-    table = torch.tensor(block_ids, dtype=torch.long)
-    return table[pos // block_size], pos % block_size
-
-
 class PrefixKV:
     """Reads and writes per-token KV bytes of standard ``[B, H, N, C]`` cache views."""
 
@@ -76,7 +71,7 @@ class PrefixKV:
                                                                                  torch.Tensor]:
         """(bytes [T, nbytes], blocks, offsets) of the slots a request's positions map to."""
         view = self.caches[layer]
-        blocks, offsets = slots_of(block_ids, positions, self.block_size)
+        blocks, offsets = token_slots(block_ids, positions, self.block_size)
         data = view[blocks.to(view.device), :, offsets.to(view.device)].contiguous()
         return data.view(torch.uint8).reshape(len(positions), -1).cpu(), blocks, offsets
 
@@ -85,7 +80,7 @@ class PrefixKV:
         if not len(positions):
             return
         view = self.caches[layer]
-        blocks, offsets = slots_of(block_ids, positions, self.block_size)
+        blocks, offsets = token_slots(block_ids, positions, self.block_size)
         data = self.expected(layer, tokens, positions).reshape(len(positions), view.shape[1], -1)
         view[blocks.to(view.device), :, offsets.to(view.device)] = data.view(view.dtype).to(view.device)
 

@@ -13,10 +13,10 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from kvconform.conformance.cli import UserError
 from kvconform.conformance.lint.findings import Finding, lint_files
 from kvconform.conformance.lint.paths import LintPathError, default_connector_dir, python_files
 from kvconform.conformance.lint.rules import RULES, SEVERITIES
+from kvconform.errors import UserError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -35,7 +35,7 @@ def _zmq_context_class():
 
 
 def pytest_configure(config: pytest.Config | None) -> None:
-    from kvconform.conformance.plugin import is_active
+    from kvconform.conformance.run_target import is_active
 
     if config is not None and not is_active(config):  # another project's run: leave its pyzmq alone
         return

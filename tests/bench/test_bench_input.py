@@ -7,7 +7,8 @@ import re
 import pytest
 
 from kvconform.conformance import bench as bench_module
-from kvconform.conformance.cli import UserError, build_parser
+from kvconform.conformance.cli import build_parser
+from kvconform.errors import UserError
 
 
 def parse(*args: str):

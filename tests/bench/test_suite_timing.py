@@ -61,7 +61,7 @@ def test_it_sums_junit_seconds_by_check_connector_and_outcome(suite_timing, tmp_
     assert by_check == {"roundtrip": 1.75, "lint": 0.5, "-": 0.12}
     assert list(by_check) == ["roundtrip", "lint", "-"], "largest first"
     assert by_connector == {"ExampleConnector": 2.0, "NixlConnector": 0.25, "-": 0.12}
-    assert by_outcome == {"passed": 1.62, "failure": 0.5, "skipped": 0.25}
+    assert by_outcome == {"passed": 1.62, "failed": 0.5, "skipped": 0.25}
 
 
 def _result(suite_timing, name, wall, target=None):
