@@ -102,6 +102,10 @@ TORCH033_PKG  ?= torch==2.14.1
 NIXL033_PKGS  ?= nixl==1.5.1 nixl-cu13==1.5.1
 BIN033        := $(VENV033)/bin
 STAMP033      := $(VENV033)/.kvconform-installed
+# vLLM caches each model class's inspection in $VLLM_CACHE_ROOT/modelinfos, one file per class name keyed by the
+# hash of vLLM's module: 0.32 and 0.33 sharing ~/.cache/vllm overwrite each other's entry, so every first model
+# config after the other release re-inspects in a subprocess that imports vLLM (a per-test timeout's worth)
+RUN033        := VLLM_TARGET_DEVICE=cpu VLLM_CACHE_ROOT=$(abspath $(VENV033))/vllm-cache
 
 .PHONY: venv-vllm033 test-vllm033
 
@@ -119,8 +123,8 @@ $(STAMP033): pyproject.toml Makefile .ci/vllm_requirements.py
 
 # The same as `make test`, on vLLM 0.33.0: the project's own tests, then the full CPU suite, strict.
 test-vllm033: venv-vllm033
-	VLLM_TARGET_DEVICE=cpu $(BIN033)/python -m pytest tests -q -n 2 $(PYTEST_ARGS)
-	VLLM_TARGET_DEVICE=cpu $(BIN033)/python -m pytest --pyargs kvconform.conformance --platform=cpu -q -n 2 --max-worker-restart=16 \
+	$(RUN033) $(BIN033)/python -m pytest tests -q -n 2 $(PYTEST_ARGS)
+	$(RUN033) $(BIN033)/python -m pytest --pyargs kvconform.conformance --platform=cpu -q -n 2 --max-worker-restart=16 \
 		--kvconform-strict --junitxml=$(OUT)/test-cpu-vllm033/junit.xml $(PYTEST_ARGS)
 
 clean:

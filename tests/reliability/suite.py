@@ -13,15 +13,16 @@ import json
 import os
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kvconform.reports.junit import read_junit_file
+from tests.load import describe_load, stretched
 
 REPO = Path(__file__).resolve().parents[2]
 MISBEHAVING = "tests.broken_connectors.misbehaving"
-RUN_DEADLINE_S = 300  # the whole subprocess; each run here takes well under a minute
+RUN_DEADLINE_S = 300  # the whole subprocess on a quiet machine (stretched under load: tests/load.py)
 
 
 @dataclass
@@ -59,22 +60,40 @@ def misbehaving(*names: str) -> list[str]:
 
 
 def _read_junit(path: Path) -> list[Case]:
-    return [Case(case.junit_id, case.junit_outcome,
-                 "" if case.junit_outcome == "passed" else f"{case.message}\n{case.text}", case.properties)
-            for case in read_junit_file(path).cases]
+    cases = []
+    for node in ET.parse(path).getroot().iter("testcase"):
+        properties = {p.get("name"): p.get("value") for p in node.iter("property")}
+        outcome, message = "passed", ""
+        for child in node:
+            kind = {"failure": "failed", "error": "error", "skipped": "skipped"}.get(child.tag)
+            if kind and outcome in ("passed", "skipped"):
+                outcome, message = kind, (child.get("message") or "") + "\n" + (child.text or "")
+        cases.append(Case(f"{node.get('classname')}::{node.get('name')}", outcome, message, properties))
+    return cases
 
 
 def run_suite(tmp: Path, args: list[str], env: dict[str, str] | None = None) -> SuiteRun:
     junit = tmp / "junit.xml"
     inherited = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}  # not our workers'
     full_env = {**inherited, **(env or {}), "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "--pyargs", "kvconform.conformance", "--platform=cpu", "-q", "-p", "no:cacheprovider",
-         "-p", "kvconform.conformance.reliability", "--kvconform-expectations", str(no_expectations(tmp)),
-         "-o", "junit_family=xunit1", f"--junitxml={junit}", *args],
-        cwd=tmp, env=full_env, capture_output=True, text=True, timeout=RUN_DEADLINE_S)
+    deadline = stretched(RUN_DEADLINE_S)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "--pyargs", "kvconform.conformance", "--platform=cpu", "-q",
+             "-p", "no:cacheprovider", "-p", "kvconform.conformance.reliability",
+             "--kvconform-expectations", str(no_expectations(tmp)),
+             "-o", "junit_family=xunit1", f"--junitxml={junit}", *args],
+            cwd=tmp, env=full_env, capture_output=True, text=True, timeout=deadline)
+    except subprocess.TimeoutExpired as hung:
+        raise AssertionError(f"the suite run did not finish within {deadline} s ({describe_load()} now): "
+                             f"{' '.join(args)}\n"
+                             f"{_text(hung.stdout)[-3000:]}{_text(hung.stderr)[-3000:]}") from None
     cases = _read_junit(junit) if junit.exists() else []
     return SuiteRun(proc.returncode, cases, proc.stdout + proc.stderr)
+
+
+def _text(output: bytes | str | None) -> str:
+    return output.decode(errors="replace") if isinstance(output, bytes) else (output or "")
 
 
 def shared_run(tmp_path_factory, name: str, plan: Callable[[Path], tuple[list[str], dict[str, str]]]
