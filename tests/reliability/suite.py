@@ -13,11 +13,11 @@ import json
 import os
 import subprocess
 import sys
-import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from kvconform.reports.junit import read_junit_file
 from tests.load import describe_load, stretched
 
 REPO = Path(__file__).resolve().parents[2]
@@ -60,16 +60,9 @@ def misbehaving(*names: str) -> list[str]:
 
 
 def _read_junit(path: Path) -> list[Case]:
-    cases = []
-    for node in ET.parse(path).getroot().iter("testcase"):
-        properties = {p.get("name"): p.get("value") for p in node.iter("property")}
-        outcome, message = "passed", ""
-        for child in node:
-            kind = {"failure": "failed", "error": "error", "skipped": "skipped"}.get(child.tag)
-            if kind and outcome in ("passed", "skipped"):
-                outcome, message = kind, (child.get("message") or "") + "\n" + (child.text or "")
-        cases.append(Case(f"{node.get('classname')}::{node.get('name')}", outcome, message, properties))
-    return cases
+    return [Case(case.junit_id, case.junit_outcome,
+                 "" if case.junit_outcome == "passed" else f"{case.message}\n{case.text}", case.properties)
+            for case in read_junit_file(path).cases]
 
 
 def run_suite(tmp: Path, args: list[str], env: dict[str, str] | None = None) -> SuiteRun:

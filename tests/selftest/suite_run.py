@@ -9,10 +9,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvconform.reports.junit import JunitCase, read_junit_file
 from tests.load import stretched
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,18 +37,14 @@ def run_suite(tmp: Path, args: list[str]) -> tuple[int, list[Outcome], str]:
         [sys.executable, "-m", "pytest", "--pyargs", "kvconform.conformance", "--platform=cpu", "-q", "-p", "no:cacheprovider",
          "-o", "junit_family=xunit1", f"--junitxml={junit}", *args],
         cwd=tmp, env=env, capture_output=True, text=True, timeout=stretched(RUN_TIMEOUT_S))
-    outcomes = []
-    if junit.exists():
-        for case in ET.parse(junit).getroot().iter("testcase"):
-            outcome, message = "passed", ""
-            for tag in ("failure", "error", "skipped"):
-                node = case.find(tag)
-                if node is not None:
-                    outcome = {"failure": "failed", "error": "error", "skipped": "skipped"}[tag]
-                    message = (node.get("message") or "") + "\n" + (node.text or "")
-                    break
-            outcomes.append(Outcome(f"{case.get('classname')}::{case.get('name')}", outcome, message))
+    cases = read_junit_file(junit).cases if junit.exists() else []
+    # an xfail counts as skipped here: these tests ask whether a check ran and caught the bug
+    outcomes = [Outcome(case.junit_id, case.junit_outcome, _message(case)) for case in cases]
     return proc.returncode, outcomes, proc.stdout + proc.stderr
+
+
+def _message(case: JunitCase) -> str:
+    return "" if case.junit_outcome == "passed" else f"{case.message}\n{case.text}"
 
 
 def run_broken(tmp: Path, select: str, original: str, module: str, broken: list[str],
