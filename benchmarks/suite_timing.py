@@ -262,7 +262,7 @@ def table(results: dict[str, RunResult]) -> str:
         rows.append((r.name, f"{r.wall_s:.1f}", f"{r.cpu_s:.1f}", target, met, str(r.exit_status), counts,
                      f"{r.load_before[0]:.2f} / {r.load_after[0]:.2f}"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
 
 
 def _restricted(run: SuiteRun, connectors: list[str]) -> SuiteRun:

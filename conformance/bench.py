@@ -89,8 +89,8 @@ def quiet_vllm() -> None:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     quiet_vllm()
-    from kvconform.conformance.harness.kvcache import KV_DTYPES
     from kvconform.conformance.harness.bench_harness import GEOMETRIES
+    from kvconform.conformance.harness.kvcache import KV_DTYPES
 
     parser.add_argument("--connector", action="append", default=[], metavar="NAME|module:Class",
                         help="connector to measure (repeatable; default: every registered connector)")
@@ -262,10 +262,10 @@ def _not_benched(connector, spec, known) -> str | None:
 def bench_all(args, spec, backend, block_size: int, sizes: list[int], chosen: list, known) -> Outcome:
     from vllm.config import VllmConfig
 
+    from kvconform.conformance.harness.bench_harness import GEOMETRIES, BenchRig, measure, write_model
     from kvconform.conformance.harness.distributed import single_rank_parallel_state
     from kvconform.conformance.harness.kvcache import CacheShape
     from kvconform.conformance.harness.rig import ConnectorRefused
-    from kvconform.conformance.harness.bench_harness import GEOMETRIES, BenchRig, measure, write_model
 
     outcome = Outcome([], [], [])
     geometry = GEOMETRIES[args.kv_shape]
@@ -323,8 +323,8 @@ def document(args, spec, backend, block_size, sizes, outcome: Outcome, load_befo
     import torch
     import vllm
 
-    from kvconform.conformance.harness.kvcache import KV_DTYPES
     from kvconform.conformance.harness.bench_harness import GEOMETRIES
+    from kvconform.conformance.harness.kvcache import KV_DTYPES
 
     geometry = GEOMETRIES[args.kv_shape]
     return {
@@ -362,8 +362,12 @@ def _cells(row: Row) -> tuple[str, ...]:
 def table(rows: list[Row]) -> str:
     lines = [tuple(name for name, _ in COLUMNS), *(_cells(row) for row in rows)]
     widths = [max(len(line[i]) for line in lines) for i in range(len(COLUMNS))]
-    return "\n".join("  ".join(f"{cell:{align}{width}}" for cell, (_, align), width in zip(line, COLUMNS, widths))
-                     .rstrip() for line in lines)
+    return "\n".join(_table_line(line, widths) for line in lines)
+
+
+def _table_line(cells: tuple[str, ...], widths: list[int]) -> str:
+    aligned = zip(cells, COLUMNS, widths, strict=True)  # every line has one cell per column
+    return "  ".join(f"{cell:{align}{width}}" for cell, (_, align), width in aligned).rstrip()
 
 
 def heading(doc: dict) -> str:

@@ -239,7 +239,7 @@ def load_file(path: Path) -> list[Expectation]:
     raw_entries = data.expectations or []
     nodes = _entry_nodes(shown.read_text())
     out = []
-    for index, (raw, node) in enumerate(zip(raw_entries, nodes)):
+    for index, (raw, node) in enumerate(zip(raw_entries, nodes, strict=True)):  # one node per entry
         try:
             entry = Entry.model_validate(raw)
         except ValidationError as exc:

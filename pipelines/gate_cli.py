@@ -41,7 +41,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="--run: the platform to test on (default: auto); "
                              "--emit-pipeline: only this platform's steps (default: every claimed platform)")
     modes = parser.add_argument_group("mode (exactly one)")
-    modes.add_argument("--dry-run", dest="dry_run", action="store_true", help="say what the change selects; run nothing")
+    modes.add_argument("--dry-run", dest="dry_run", action="store_true",
+                       help="say what the change selects; run nothing")
     modes.add_argument("--run", dest="run_tests", action="store_true",
                        help="run the selected conformance tests here; exit 1 unless they all pass")
     modes.add_argument("--emit-pipeline", dest="emit_pipeline", action="store_true",

@@ -142,14 +142,16 @@ def _by_vllm_release(inputs: list[tuple[Results, str]]) -> list[tuple[Results, s
                   for run in results.runs if run.platform in split and run.vllm}
         last = column.get(results.runs[-1].id) if results.runs else None  # merge's fallback run for a stray id
 
-        def test_column(test: CaseResult) -> str:
-            found = column.get(test.run, last)
-            return found if found and ident.column_platform(found) == test.platform else test.platform
-
         runs = [run.model_copy(update={"platform": column.get(run.id, run.platform)}) for run in results.runs]
-        tests = [t.model_copy(update={"platform": test_column(t)}) for t in results.tests]
+        tests = [t.model_copy(update={"platform": _test_column(t, column, last)}) for t in results.tests]
         qualified.append((results.model_copy(update={"runs": runs, "tests": tests}), kind))
     return qualified
+
+
+def _test_column(test: CaseResult, column: dict[str, str], last: str | None) -> str:
+    """A test's column: its run's, or ``last`` for a stray id, unless that column is another platform's."""
+    found = column.get(test.run, last)
+    return found if found and ident.column_platform(found) == test.platform else test.platform
 
 
 def merge(inputs: list[tuple[Results, str]]) -> Results:

@@ -1,4 +1,4 @@
-"""The harness of `kvconform bench`: timing a connector's save and load, and the platform's own floor for the same bytes.
+"""The harness of `kvconform bench`: timing a connector's save and load, and the platform's floor for the same bytes.
 
 The bench drives the connector exactly as the round-trip does (vLLM's real
 Scheduler, a ``ModelRunnerStandIn`` calling the worker API in the runner's order), on
@@ -349,7 +349,8 @@ def _blocks(scheduler: SchedulerDriver, rid: str, count: int, device: str) -> to
     return leading_blocks(scheduler.block_ids[rid][0], count, device)
 
 
-def _check_load(rig: BenchRig, producer: EngineStandIn, consumer: EngineStandIn, rid: str, prompt: list[int], size: int) -> None:
+def _check_load(rig: BenchRig, producer: EngineStandIn, consumer: EngineStandIn, rid: str, prompt: list[int],
+                size: int) -> None:
     """The consumer claimed exactly the stored tokens and holds the producer's bytes in them."""
     name = rig.connector.name
     claimed = consumer.scheduler.external_tokens(rid)
@@ -364,7 +365,8 @@ def _check_load(rig: BenchRig, producer: EngineStandIn, consumer: EngineStandIn,
                            f"saved; a load that moves nothing cannot be timed")
 
 
-def _baseline_once(rig: BenchRig, baseline, producer: EngineStandIn, consumer: EngineStandIn, rid: str, size: int) -> tuple[float, float]:
+def _baseline_once(rig: BenchRig, baseline, producer: EngineStandIn, consumer: EngineStandIn, rid: str,
+                   size: int) -> tuple[float, float]:
     """The baseline's (save, load) seconds for the blocks the connector moved for ``rid``."""
     count = size // rig.shape.block_size
     p_blocks = _blocks(producer.scheduler, rid, count, rig.device)

@@ -113,7 +113,7 @@ class SabotagingWorker:
 
     def _note_resumes(self, scheduler_output) -> None:
         cached = scheduler_output.scheduled_cached_reqs
-        for req_id, computed in zip(cached.req_ids, cached.num_computed_tokens):
+        for req_id, computed in zip(cached.req_ids, cached.num_computed_tokens, strict=True):
             self.resumed_from.setdefault(req_id, computed)
 
     def step(self, scheduler_output):

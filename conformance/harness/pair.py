@@ -26,6 +26,7 @@ The byte checks after draining are the store-then-load round-trip's own (``verif
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -221,7 +222,7 @@ def _serving_producer(rig: Rig, role: str) -> EngineStandIn:
             with _environ({SIDE_CHANNEL_HOST_VAR: HOST, SIDE_CHANNEL_PORT_VAR: str(port)}):
                 producer = rig.engine(role, fill_seed=1234)
             try:
-                serve_handshake(lambda: publish_handshake(producer), port)
+                serve_handshake(functools.partial(publish_handshake, producer), port)
                 return producer
             except PortTaken as exc:
                 taken.append(str(exc))
@@ -280,7 +281,8 @@ class CompletionWitness:
             return  # no claim: verify_roundtrip reports it
         block_size = rig.shape.block_size
         for name, view in consumer.caches.items():
-            saved = token_slot_bytes(producer.caches[name], producer.scheduler.block_ids[request_id][0], tokens, block_size)
+            producer_blocks = producer.scheduler.block_ids[request_id][0]
+            saved = token_slot_bytes(producer.caches[name], producer_blocks, tokens, block_size)
             now = token_slot_bytes(view, consumer_blocks[0], tokens, block_size)
             same = (saved.to(now.device) == now).all(dim=1)
             if not bool(same.all()):

@@ -34,7 +34,8 @@ def run_suite(tmp: Path, args: list[str]) -> tuple[int, list[Outcome], str]:
     junit = tmp / "junit.xml"
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "--pyargs", "kvconform.conformance", "--platform=cpu", "-q", "-p", "no:cacheprovider",
+        [sys.executable, "-m", "pytest", "--pyargs", "kvconform.conformance", "--platform=cpu", "-q",
+         "-p", "no:cacheprovider",
          "-o", "junit_family=xunit1", f"--junitxml={junit}", *args],
         cwd=tmp, env=env, capture_output=True, text=True, timeout=stretched(RUN_TIMEOUT_S))
     cases = read_junit_file(junit).cases if junit.exists() else []
