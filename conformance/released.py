@@ -32,6 +32,7 @@ import pytest
 from kvconform.conformance.reliability.items import connector_of
 
 _FROZEN_KEY = pytest.StashKey[bool]()
+_SKIPPED_AT_SETUP_KEY = pytest.StashKey[bool]()
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -44,11 +45,22 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 @pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """Note a test skipped at setup (over a thousand in a full run): it built nothing to release, and any
+    garbage a skipping fixture did leave goes with the next test that runs (each pass is a full one)."""
+    report = yield
+    if call.when == "setup" and report.skipped:
+        item.stash[_SKIPPED_AT_SETUP_KEY] = True
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     try:
         return (yield)
     finally:
-        if item.config.stash.get(_FROZEN_KEY, False) and connector_of(item) is not None:
+        if (item.config.stash.get(_FROZEN_KEY, False) and connector_of(item) is not None
+                and not item.stash.get(_SKIPPED_AT_SETUP_KEY, False)):
             gc.collect()
 
 

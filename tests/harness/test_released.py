@@ -55,6 +55,12 @@ def test_another_test_leaves_a_cycle():
     Cycle("other")
 
 
+@pytest.mark.parametrize("connector", ["stand-in"])
+@pytest.mark.skip(reason="a need the profile rules out: no fixture ran, so nothing to release")
+def test_a_conformance_test_skipped_at_setup(connector):
+    pass
+
+
 def test_report():
     from conftest import SEEN_AT_TEARDOWN
 
@@ -71,14 +77,16 @@ def _run(pytester: pytest.Pytester, *args: str) -> list[str]:
     result = pytester.runpytest_subprocess("-p", "no:kvconform", "-p", "kvconform.conformance.released",
                                            "-p", "no:cacheprovider",
                                            "-s", "-q", *args)
-    result.assert_outcomes(passed=3)
+    result.assert_outcomes(passed=3, skipped=1)
     return [line for line in result.outlines if line.split(" ")[0] in ("FROZEN", "FINALIZED", "AT_TEARDOWN")]
 
 
 def test_a_conformance_tests_cycle_is_released_after_its_teardown_report(pytester):
     assert _run(pytester) == [
         "FROZEN True",  # what collection left alive is never scanned again
-        "FINALIZED ['conformance']",  # released before the next test; another test's garbage is left alone
+        # released before the next test; another test's garbage is left alone, and a test skipped at setup
+        # runs no collection (it would have released "other")
+        "FINALIZED ['conformance']",
         "AT_TEARDOWN ('test_a_conformance_test_leaves_a_cycle[stand-in]', [])",  # not yet when teardown is judged
     ]
 
