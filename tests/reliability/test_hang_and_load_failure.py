@@ -16,16 +16,20 @@ from __future__ import annotations
 
 import pytest
 
+from tests.load import stretched
 from tests.reliability.suite import misbehaving, shared_run
 
-TIMEOUT_S = 5
+TIMEOUT_S = 5  # per test on a quiet machine; stretched by the load as the run starts (tests/load.py)
 TESTS = ("test_load_failure and (not recompute or ReportingLoadConnector or LastBlockOnlyReportConnector "
          "or SilentLoadFailureConnector)")
 SABOTAGES = ("deleted", "truncated", "garbled")
 
 
 def _plan(folder):
-    args = ["-k", TESTS, f"--kvconform-timeout={TIMEOUT_S}", f"--basetemp={folder / 'basetemp'}",
+    """The per-test timeout is chosen here, once, and kept beside the run: xdist workers import this module apart."""
+    timeout = stretched(TIMEOUT_S)
+    (folder / "timeout_s").write_text(str(timeout))
+    args = ["-k", TESTS, f"--kvconform-timeout={timeout}", f"--basetemp={folder / 'basetemp'}",
             "--connector", "ExampleConnector",
             *misbehaving("ReportingLoadConnector", "SilentLoadFailureConnector", "LastBlockOnlyReportConnector",
                          "HangingSaveConnector", "LeakyThreadConnector")]
@@ -58,11 +62,12 @@ def test_the_run_ends_with_its_status_despite_leaked_non_daemon_threads(load_run
     assert "exiting with status 1 without waiting for them" in load_run.output
 
 
-def test_a_hang_is_one_timeout_naming_the_connector_and_the_rest_not_run(load_run):
+def test_a_hang_is_one_timeout_naming_the_connector_and_the_rest_not_run(load_run, run_dir):
     mine = load_run.of("HangingSaveConnector")
     timed_out = [c for c in mine if c.outcome == "failed"]
     assert len(mine) == 3 and len(timed_out) == 1, [(c.nodeid, c.outcome) for c in mine]
-    assert f"HangingSaveConnector did not finish the test's call within {TIMEOUT_S} s" in timed_out[0].message
+    timeout = (run_dir / "timeout_s").read_text()
+    assert f"HangingSaveConnector did not finish the test's call within {timeout} s" in timed_out[0].message
     assert "wait_for_save" in timed_out[0].message  # the traceback shows where it hung
     for case in mine:
         if case is not timed_out[0]:
