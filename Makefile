@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 WORKERS     ?= 2
 STAMP       := $(VENV)/.kvconform-installed
 
-.PHONY: venv test unit conformance conformance-cpu clean venv-thirdparty test-thirdparty smoke-accelerator
+.PHONY: venv lint-self test unit conformance conformance-cpu clean venv-thirdparty test-thirdparty smoke-accelerator
 
 venv: $(STAMP)
 
@@ -31,9 +31,15 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
+# Code checks first (seconds, so a lint error fails before the long runs): ruff over the repository,
+# mypy over kvconform (strict for kvconform.platforms; .ci/mypy says how mypy sees the kvconform.* names).
+lint-self: venv
+	$(BIN)/ruff check .
+	MYPY=$(abspath $(BIN))/mypy .ci/mypy -p kvconform.platforms
+
 # The project's own tests, then the full CPU conformance suite (engine tier included), strict:
 # an expectation that matches nothing, or an xfail that passes, fails the run.
-test: venv
+test: venv lint-self
 	$(BIN)/python -m pytest tests -q -n 2 --durations=15 $(PYTEST_ARGS)
 	$(BIN)/python -m pytest --pyargs kvconform.conformance --platform=cpu -q -n 2 --max-worker-restart=16 --kvconform-strict \
 		--junitxml=$(OUT)/test-cpu/junit.xml $(PYTEST_ARGS)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from kvconform.platforms import PLATFORMS, probe
 from kvconform.platforms.vllm_backends import confirm
 
 
-def describe(name: str, with_vllm: bool = True) -> dict:
+def describe(name: str, with_vllm: bool = True) -> dict[str, Any]:  # a JSON document
     spec = PLATFORMS[name]
     found = probe(name)
     device_name = None

@@ -27,7 +27,7 @@ def _probe() -> Probe:
 def cuda_device_name(index: int = 0) -> str:
     import torch
 
-    return torch.cuda.get_device_name(index)
+    return str(torch.cuda.get_device_name(index))
 
 
 SPEC = PlatformSpec(

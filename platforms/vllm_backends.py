@@ -18,7 +18,7 @@ class BackendVerdict:
     confirmed: bool | None  # None: vLLM is not importable, the table alone speaks
     detail: str
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, object]:
         return asdict(self)
 
 

@@ -42,7 +42,7 @@ def _probe() -> Probe:
 def _device_name(index: int = 0) -> str:
     import torch
 
-    return torch.xpu.get_device_name(index)
+    return str(torch.xpu.get_device_name(index))
 
 
 SPEC = PlatformSpec(
