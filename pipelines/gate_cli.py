@@ -201,7 +201,8 @@ def read_junit(path: Path, connectors: list[str]) -> list[TestResult] | None:
         identity = from_test_name(case.name, case.properties)
         nodeid = case.junit_id
         connector = identity.connector if identity.connector in connectors else _connector_in_id(nodeid, connectors)
-        message = one_line(case.message, MESSAGE_LIMIT)
+        # a verdict line: the message's first line (a failure's message goes on with the assert's own lines)
+        message = one_line(next((line for line in case.message.splitlines() if line.strip()), ""), MESSAGE_LIMIT)
         results.append(TestResult(nodeid, connector, case.outcome, message, identity.check))
     return results
 
