@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from kvconform.reports.matrix import CHECK_ORDER
-from kvconform.reports.model import CaseResult, Results
+from kvconform.reports.model import Expected, Results
 from kvconform.reports.outcomes import ORDER
 
 # What an entry expected -> the outcome a test it decided should have had.
@@ -32,9 +32,9 @@ class Finding:
     link: str
     wheres: list[str] = field(default_factory=list)  # file:line of each entry that decided a test
     platforms: list[str] = field(default_factory=list)
-    connectors: Counter = field(default_factory=Counter)  # connector -> tests
-    checks: Counter = field(default_factory=Counter)  # check -> tests
-    outcomes: Counter = field(default_factory=Counter)  # outcome -> tests
+    connectors: Counter[str] = field(default_factory=Counter)  # connector -> tests
+    checks: Counter[str] = field(default_factory=Counter)  # check -> tests
+    outcomes: Counter[str] = field(default_factory=Counter)  # outcome -> tests
 
     @property
     def tests(self) -> int:
@@ -66,8 +66,7 @@ class Finding:
         return ", ".join(f"{k} {self.checks[k]}" for k in self.check_names())
 
 
-def _key(test: CaseResult) -> tuple[str, str, str, str]:
-    e = test.expected
+def _key(e: Expected) -> tuple[str, str, str, str]:
     return (e.expect, e.finding_class or UNCLASSED, e.reason or "", e.link or "")
 
 
@@ -81,7 +80,7 @@ def findings(results: Results) -> list[Finding]:
     for test in results.tests:
         if test.expected is None or test.expected.expect not in EXPECTED_OUTCOME:
             continue
-        key = _key(test)
+        key = _key(test.expected)
         finding = grouped.setdefault(key, Finding(*key))
         if test.expected.where not in finding.wheres:
             finding.wheres.append(test.expected.where)

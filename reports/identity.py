@@ -14,7 +14,10 @@ import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pytest  # the plugin hands over its live items; reading a report imports no pytest
 
 UNKNOWN = "-"
 
@@ -107,7 +110,7 @@ def _strip_leading(param_id: str, tokens: Iterable[str]) -> str:
     return rest
 
 
-def _marker_connector(item) -> str | None:
+def _marker_connector(item: pytest.Item) -> str | None:
     """A test without a ``connector`` parameter may name one: ``connector_name=`` on any marker."""
     for mark in item.iter_markers():
         name = mark.kwargs.get("connector_name")
@@ -116,7 +119,7 @@ def _marker_connector(item) -> str | None:
     return None
 
 
-def from_item(item, platform: str) -> Identity:
+def from_item(item: pytest.Item, platform: str) -> Identity:
     """The identity of a collected pytest item; ``platform`` is the run's, used when no parameter names one.
 
     The kvconform fixtures' values are exact; a test that uses none of them but

@@ -12,9 +12,14 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
+
+from kvconform.reports.outcomes import OutcomeName
+
+JunitOutcome = Literal["passed", "failed", "error", "skipped"]  # an xfail is skipped
 
 # JUnit child element -> outcome; the first present wins (a call failure with a teardown error is a failure).
-OUTCOME_TAGS = (("failure", "failed"), ("error", "error"), ("skipped", "skipped"))
+OUTCOME_TAGS: tuple[tuple[str, JunitOutcome], ...] = (("failure", "failed"), ("error", "error"), ("skipped", "skipped"))
 XFAIL_TYPE = "pytest.xfail"  # pytest writes an xfail as <skipped type="pytest.xfail">
 
 
@@ -28,7 +33,7 @@ class JunitCase:
 
     classname: str
     name: str
-    junit_outcome: str  # what the file says: passed / failed / error / skipped (an xfail is skipped)
+    junit_outcome: JunitOutcome  # what the file says: passed / failed / error / skipped (an xfail is skipped)
     xfail: bool  # skipped as an expected failure
     message: str  # the outcome element's ``message`` attribute ("" when passed)
     text: str  # the outcome element's body (a traceback, a skip's location)
@@ -36,7 +41,7 @@ class JunitCase:
     properties: dict[str, str] = field(default_factory=dict)
 
     @property
-    def outcome(self) -> str:
+    def outcome(self) -> OutcomeName:
         """The outcome with expected failures told apart: passed / failed / error / skipped / xfailed."""
         return "xfailed" if self.xfail else self.junit_outcome
 
@@ -85,7 +90,8 @@ def _seconds(text: str | None) -> float | None:
 
 
 def _case(element: ET.Element) -> JunitCase:
-    junit_outcome, detail = "passed", None
+    junit_outcome: JunitOutcome = "passed"
+    detail = None
     for tag, outcome in OUTCOME_TAGS:
         detail = element.find(tag)
         if detail is not None:

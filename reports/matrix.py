@@ -8,6 +8,7 @@ order a connector meets them, connectors with a failing cell first.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass
 
 from kvconform.reports.identity import column_platform
@@ -25,7 +26,8 @@ def _platform_order() -> list[str]:
     return list(PLATFORMS)
 
 
-def _ordered(values, preferred, last=(), base=lambda v: v) -> list[str]:
+def _ordered(values: Iterable[str], preferred: Iterable[str], last: Container[str] = (),
+             base: Callable[[str], str] = lambda v: v) -> list[str]:
     rank = {name: i for i, name in enumerate(preferred)}
     return sorted(set(values), key=lambda v: (v in last, rank.get(base(v), len(rank)), v))
 

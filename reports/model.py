@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from typing import Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kvconform.reports.outcomes import ORDER, worst
+from kvconform.reports.outcomes import ORDER, OutcomeName, worst
 
-FORMAT = "kvconform-results"
-VERSION = 1
-
-OutcomeName = Literal["passed", "failed", "skipped", "xfailed", "xpassed", "error"]
+FORMAT: Final = "kvconform-results"
+VERSION: Final = 1
 
 MESSAGE_LIMIT = 300  # one line, for tables and annotations
 DETAILS_HEAD = 1000  # a failure's traceback: its start says where, its end says what
@@ -108,7 +106,7 @@ class Results(_Strict):
     totals: dict[str, int] = Field(default_factory=dict)
     cells: list[Cell] = Field(default_factory=list)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True)
 
 
@@ -145,7 +143,7 @@ def clip(text: str | None, head: int = DETAILS_HEAD, tail: int = DETAILS_TAIL) -
 def tally(tests: list[CaseResult]) -> tuple[dict[str, int], list[Cell]]:
     """Totals per outcome, and one cell per (platform, connector, check) with its counts and worst outcome."""
     totals = Counter(t.outcome for t in tests)
-    grouped: dict[tuple[str, str, str], Counter] = defaultdict(Counter)
+    grouped: dict[tuple[str, str, str], Counter[OutcomeName]] = defaultdict(Counter)
     for t in tests:
         grouped[(t.platform, t.connector, t.check)][t.outcome] += 1
     cells = [

@@ -7,18 +7,23 @@ connector with open issues never looks clean.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Literal
+
+OutcomeName = Literal["passed", "failed", "skipped", "xfailed", "xpassed", "error"]
 
 
 @dataclass(frozen=True)
 class Outcome:
-    name: str
+    name: OutcomeName
     severity: int  # higher is worse; a cell takes its worst
     failing: bool  # makes the run red
     mark: str  # a plain-ASCII label (summary.md, index.html badges): no emoji, which many machines draw as boxes
     colour: str  # index.html cell background
 
 
+# Keyed by plain str: callers look up names read from files, after checking they are known.
 OUTCOMES: dict[str, Outcome] = {o.name: o for o in (
     Outcome("error", 6, True, "ERROR", "#e0707a"),
     Outcome("failed", 5, True, "FAIL", "#f08a8a"),
@@ -29,13 +34,12 @@ OUTCOMES: dict[str, Outcome] = {o.name: o for o in (
 )}
 
 # Worst first: the order of columns in counts and of sections in the summary.
-ORDER: tuple[str, ...] = tuple(sorted(OUTCOMES, key=lambda n: -OUTCOMES[n].severity))
+ORDER: tuple[OutcomeName, ...] = tuple(o.name for o in sorted(OUTCOMES.values(), key=lambda o: -o.severity))
 
 
-def worst(names) -> str | None:
-    """The most severe of ``names``; None for an empty cell."""
-    known = [n for n in names if n in OUTCOMES]
-    return max(known, key=lambda n: OUTCOMES[n].severity) if known else None
+def worst(names: Iterable[OutcomeName]) -> OutcomeName:
+    """The most severe of ``names`` (a cell's outcomes: at least one)."""
+    return max(names, key=lambda n: OUTCOMES[n].severity)
 
 
 def is_failing(name: str) -> bool:

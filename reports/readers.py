@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -32,7 +33,7 @@ def expected_from_properties(properties: dict[str, str]) -> Expected | None:
     if not (values["expect"] and values["where"]):
         return None
     try:
-        return Expected(**values)
+        return Expected.model_validate(values)
     except ValidationError:
         return None
 
@@ -67,8 +68,8 @@ def read_junit(path: Path, text: str) -> Results:
     tests = [t.model_copy(update={"platform": platform}) if t.platform == ident.UNKNOWN else t for t in tests]
     seconds = [suite.seconds for suite in document.suites]
     duration = None if None in seconds else sum(s for s in seconds if s is not None)
-    run = RunInfo(id="", source=str(path), platform=platform, started=first.timestamp, duration=duration,
-                  **recorded)
+    run = RunInfo.model_validate({"id": "", "source": str(path), "platform": platform, "started": first.timestamp,
+                                  "duration": duration, **recorded})
     return build([run], tests)
 
 
@@ -188,5 +189,5 @@ def merge(inputs: list[tuple[Results, str]]) -> Results:
                  [t.model_copy(update={"run": final.get(t.run, t.run)}) for t in tests])
 
 
-def read_all(paths) -> Results:
+def read_all(paths: Iterable[str | Path]) -> Results:
     return merge([read(Path(p)) for p in paths])

@@ -149,7 +149,7 @@ def _cell(matrix: Matrix, platform: str, connector: str, check: str) -> str:
         return f'<td class="cell empty" {where}>–</td>'
     tests = matrix.tests.get((platform, connector, check), [])
     items = "".join(_test_item(t) for t in tests if t.outcome != "skipped")
-    skipped: Counter = reasons_by_cell(tests).get((platform, connector, check), Counter())
+    skipped: Counter[str] = reasons_by_cell(tests).get((platform, connector, check), Counter())
     items += "".join(_skipped_item(reason, n, platform, check) for reason, n in skipped.most_common())
     return (f'<td class="cell o-{escape(cell.status)}" {where} data-outcomes="{escape(" ".join(cell.counts))}">'
             f'<details><summary><span class="badge o-{escape(cell.status)}">{OUTCOMES[cell.status].mark}</span> '

@@ -31,9 +31,9 @@ def short_reason(test: CaseResult) -> str:
     return message[len(prefix):] if message.startswith(prefix) and len(message) > len(prefix) else message
 
 
-def reasons_by_cell(tests: list[CaseResult]) -> dict[tuple[str, str, str], Counter]:
+def reasons_by_cell(tests: list[CaseResult]) -> dict[tuple[str, str, str], Counter[str]]:
     """(platform, connector, check) -> Counter of skip reasons, for the skipped tests among ``tests``."""
-    cells: dict[tuple[str, str, str], Counter] = defaultdict(Counter)
+    cells: dict[tuple[str, str, str], Counter[str]] = defaultdict(Counter)
     for test in tests:
         if test.outcome == "skipped":
             cells[(test.platform, test.connector, test.check)][short_reason(test)] += 1
