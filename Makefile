@@ -98,15 +98,20 @@ smoke-accelerator:
 # vLLM 0.33.0, the newest release, in a second environment, so that its support is tested, not claimed.
 # No CPU build of 0.33 is published: the plain wheel selects vLLM's CpuPlatform with VLLM_TARGET_DEVICE=cpu.
 # It pins a CUDA torch 2.14.0 and GPU kernel packages (several GB of downloads); instead it is installed
-# without dependencies on torch 2.14.1, which pip finds on this machine's disk, then with its own
-# requirements minus the GPU-only ones (.ci/vllm_requirements.py reads them from vLLM's metadata).
+# without dependencies on torch 2.14.1, then with its own requirements minus the GPU-only ones
+# (.ci/vllm_requirements.py reads them from vLLM's metadata).
+# uv installs, not pip: with no cache, pip took 27-30 min for these 7 GB (one file at a time, and it compiles
+# every module to bytecode); uv, pinned and installed by pip into the environment, took about 2 min
+# (README: Supported vLLM versions). uv reads no pip configuration: everything comes from PyPI.
 # NIXL's CUDA 13 build matches that torch (nixl refuses its cu12 build beside a CUDA 13 torch).
 # The wheel has no CPU kernels, so the engine tier skips there, quoting the missing kernel.
 VENV033       ?= .venv-vllm033
 VLLM033_PKG   ?= vllm==0.33.0
 TORCH033_PKG  ?= torch==2.14.1
 NIXL033_PKGS  ?= nixl==1.5.1 nixl-cu13==1.5.1
+UV033_PKG     ?= uv==0.13.9
 BIN033        := $(VENV033)/bin
+UV033         := $(BIN033)/uv pip install --quiet --python $(BIN033)/python
 STAMP033      := $(VENV033)/.kvconform-installed
 # vLLM caches each model class's inspection in $VLLM_CACHE_ROOT/modelinfos, one file per class name keyed by the
 # hash of vLLM's module: 0.32 and 0.33 sharing ~/.cache/vllm overwrite each other's entry, so every first model
@@ -119,12 +124,13 @@ venv-vllm033: $(STAMP033)
 
 $(STAMP033): pyproject.toml Makefile .ci/vllm_requirements.py
 	test -x $(BIN033)/python || $(PYTHON) -m venv $(VENV033)
-	$(BIN033)/pip install --quiet $(TORCH033_PKG) packaging
-	$(BIN033)/pip install --quiet --no-deps $(VLLM033_PKG)
+	$(BIN033)/pip install --quiet $(UV033_PKG)
+	$(UV033) $(TORCH033_PKG) packaging
+	$(UV033) --no-deps $(VLLM033_PKG)
 	$(BIN033)/python .ci/vllm_requirements.py > $(VENV033)/vllm-requirements.txt
-	$(BIN033)/pip install --quiet -r $(VENV033)/vllm-requirements.txt
-	$(BIN033)/pip install --quiet --no-deps $(NIXL033_PKGS)
-	$(BIN033)/pip install --quiet -e '.[test]'
+	$(UV033) -r $(VENV033)/vllm-requirements.txt
+	$(UV033) --no-deps $(NIXL033_PKGS)
+	$(UV033) -e '.[test]'
 	touch $(STAMP033)
 
 # The same as `make test`, on vLLM 0.33.0: the project's own tests, then the full CPU suite, strict.
