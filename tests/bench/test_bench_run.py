@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from kvconform.conformance.reliability.vllm_version import installed_vllm
+from tests.load import stretched
 
 ROOT = Path(__file__).resolve().parents[2]
 SIZE = 32
@@ -34,7 +35,7 @@ def test_a_tiny_bench_run(tmp_path):
                "--connector", "SimpleCPUOffloadConnector", "--connector", "NixlConnector",
                "--sizes", str(SIZE), "--repeat", "1", "--kv-shape", "tiny", "--threads", "1",
                "--json", str(out), "--min-ratio", "1e9"]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=stretched(300))
     assert out.exists(), done.stderr[-3000:]
     run = done, json.loads(out.read_text())
     for check in (check_the_documented_fields, check_save_and_load_beside_the_storage_baseline,

@@ -14,6 +14,7 @@ import importlib.util
 import pytest
 
 from tests.gate.vllm_checkout import CONNECTORS
+from tests.load import stretched
 
 EXAMPLE = f"{CONNECTORS}/v1/example_connector.py"
 LMCACHE = f"{CONNECTORS}/v1/lmcache_connector.py"
@@ -22,7 +23,7 @@ ROUNDTRIP_ONLY = "test_roundtrip and not layout and not mla and not scenario and
 FIXED = "kv_cache = kv_cache_cpu.to(kv_cache_layer.device, non_blocking=True)"
 REVERTED = 'kv_cache = kv_cache_cpu.to("cuda", non_blocking=True)'
 
-pytestmark = pytest.mark.timeout(1200)
+pytestmark = pytest.mark.timeout(stretched(1200))
 
 
 def gate_run(gate, repo, head, *extra):

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 import tomllib
 
+from tests.load import stretched
+
 ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = ("conformance", "platforms", "pipelines", "reports")
 DATA_SUFFIXES = (".yaml", ".yml", ".json", ".html", ".md")
@@ -52,7 +54,7 @@ def wheel_names(tmp_path_factory) -> set[str]:
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".git", ".venv*", "out", "__pycache__", "*.egg-info"))
     out = tmp_path_factory.mktemp("wheel")
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                            "-w", str(out), str(source)], capture_output=True, text=True, timeout=300)
+                            "-w", str(out), str(source)], capture_output=True, text=True, timeout=stretched(300))
     assert build.returncode == 0, build.stderr
     (wheel,) = out.glob("kvconform-*.whl")
     with zipfile.ZipFile(wheel) as archive:

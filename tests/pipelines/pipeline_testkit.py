@@ -16,6 +16,8 @@ import stat
 import subprocess
 from pathlib import Path
 
+from tests.load import stretched
+
 # A recording stand-in, in bash so that a test running many of them stays fast. Each call
 # appends one record to $FAKE_LOG: its name and arguments, NUL-separated, ended by \x1e.
 RECORDER = r"""#!/usr/bin/env bash
@@ -78,7 +80,7 @@ class FakeBin:
         """Run a step's commands as the agent would: upload un-escapes ``$$``, then ``bash -e -c``."""
         script = "\n".join(uploaded(command) for command in commands)
         return subprocess.run(["bash", "-e", "-c", script], cwd=self.cwd, env=self.env(**env),
-                              capture_output=True, text=True, timeout=60)
+                              capture_output=True, text=True, timeout=stretched(60))
 
 
 def uploaded(command: str) -> str:

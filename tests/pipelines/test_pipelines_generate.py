@@ -22,6 +22,7 @@ from kvconform.conformance.profiles import load_profiles
 from kvconform.pipelines.generate import build_pipeline, render_yaml
 from kvconform.pipelines.lanes import LANES_FILE, LanesError
 from kvconform.platforms import PLATFORMS
+from tests.load import stretched
 
 HERE = Path(__file__).parent
 GOLDEN = HERE / "golden"
@@ -82,7 +83,7 @@ def test_every_output_passes_buildkites_schema(tmp_path, write_lanes):
     paths = [str(tmp_path / name) for name in files] + [str(BOOTSTRAP)]
 
     result = subprocess.run([str(CHECK_JSONSCHEMA), "--builtin-schema", "vendor.buildkite", "-o", "JSON", *paths],
-                            capture_output=True, text=True, timeout=120)
+                            capture_output=True, text=True, timeout=stretched(120))
     report = json.loads(result.stdout)
     assert report["parse_errors"] == []
     failed = {Path(error["filename"]).name for error in report["errors"]}
@@ -272,6 +273,6 @@ def test_generation_imports_neither_vllm_nor_torch():
     code = ("import sys; from pipelines.generate import build_pipeline, render_yaml; "
             "render_yaml(build_pipeline(['all'])); "
             "print(sorted(m for m in ('vllm', 'torch') if m in sys.modules))")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=stretched(60))
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"

@@ -12,6 +12,7 @@ import pytest
 from kvconform import platforms
 from kvconform.conformance import plugin
 from kvconform.platforms import vllm_backends
+from tests.load import stretched
 
 
 class _Config:
@@ -71,7 +72,7 @@ def test_mla_marked_tests_take_the_mla_backends(tmp_path):
     '''))
     out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--platform=cpu",
                           "--collect-only", "-q", str(tmp_path)], cwd=tmp_path, capture_output=True, text=True,
-                         timeout=300)
+                         timeout=stretched(300))
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     ids = sorted(line.split("::")[-1] for line in out.stdout.splitlines() if "::" in line)
     assert ids == ["test_latent[CPU_MLA]", "test_standard[CPU_ATTN]"]

@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 
 from kvconform.conformance import cli
+from tests.load import stretched
 
 
 def _pytest(tmp_path: Path, *args: str, test: str = "def test_nothing(platform):\n    assert platform.name\n"):
     (tmp_path / "test_probe.py").write_text(test)
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args, str(tmp_path)],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+                          cwd=tmp_path, capture_output=True, text=True, timeout=stretched(120))
 
 
 def test_platforms_json_reports_cpu_only(capsys):
@@ -92,6 +93,6 @@ def test_plugin_works_installed_from_elsewhere(tmp_path):
                              "--pyargs", "kvconform.conformance", "--platform=cpu", "--collect-only", "-q",
                              "--connector", "ExampleConnector",
                              "-k", "test_roundtrip and float16"],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=180)
+                            cwd=tmp_path, capture_output=True, text=True, timeout=stretched(180))
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert "test_roundtrip[cpu-CPU_ATTN-ExampleConnector-float16]" in result.stdout

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvconform import platforms
+from tests.load import stretched
 
 
 def test_cpu_only_machine(fake_torch):
@@ -112,5 +113,5 @@ def test_platforms_import_without_vllm():
     code = ("import sys; sys.modules['vllm'] = None\n"
             "import platforms, platforms.cli\n"
             "print(platforms.resolve('auto')[0].name)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=stretched(60))
     assert out.returncode == 0 and out.stdout.strip() == "cpu", out.stderr

@@ -14,6 +14,8 @@ import textwrap
 
 import pytest
 
+from tests.load import stretched
+
 UNRELATED_CONFTEST = textwrap.dedent('''
     import pytest
 
@@ -48,7 +50,7 @@ def unrelated_project(tmp_path):
 def _pytest(project, *args: str) -> subprocess.CompletedProcess:
     # the plugin loads through kvconform's pytest11 entry point, as in any environment it is installed in
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args, str(project)],
-                          cwd=project, capture_output=True, text=True, timeout=300)
+                          cwd=project, capture_output=True, text=True, timeout=stretched(300))
 
 
 def test_unrelated_project_is_left_alone(unrelated_project):

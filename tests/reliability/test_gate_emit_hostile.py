@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from tests.gate.vllm_checkout import CONNECTORS, FACTORY, GIT_ENV, VllmRepo, build_template, clone_template
+from tests.load import stretched
 from tests.pipelines.pipeline_testkit import FakeBin, conformance_steps
 
 V1 = f"{CONNECTORS}/v1"
@@ -43,7 +44,7 @@ def kvconform(workdir: Path, *args: str) -> subprocess.CompletedProcess:
     """The installed command, as CI runs it, from an empty folder of its own."""
     workdir.mkdir(exist_ok=True)
     return subprocess.run([str(Path(sys.executable).with_name("kvconform")), *args], cwd=workdir, env=GIT_ENV,
-                          capture_output=True, text=True, check=False, timeout=120)
+                          capture_output=True, text=True, check=False, timeout=stretched(120))
 
 
 def untracked(repo: VllmRepo) -> bytes:

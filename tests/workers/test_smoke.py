@@ -18,6 +18,7 @@ import pytest
 from kvconform import platforms
 from kvconform.conformance.smoke import __main__ as smoke
 from kvconform.conformance.smoke import torch_only
+from tests.load import stretched
 
 
 def test_torch_only_part_on_cpu():
@@ -62,7 +63,7 @@ def test_select_keeps_the_first_case_per_check_and_connector(tmp_path):
     '''))
     out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
                           "-p", "kvconform.conformance.smoke.select", "--collect-only", "-q", str(tmp_path)],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+                         cwd=tmp_path, capture_output=True, text=True, timeout=stretched(300))
     assert out.returncode == 0, out.stdout + out.stderr
     ids = sorted(line.split("::")[-1] for line in out.stdout.splitlines() if "::" in line)
     assert ids == ["test_layout[A]", "test_roundtrip[float16]"]
@@ -74,7 +75,7 @@ def test_bad_platform_is_one_line(capsys):
     assert len(err) == 1 and err[0].startswith("smoke: --platform=xpu was requested")
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(stretched(900))
 def test_smoke_run_writes_one_folder(tmp_path):
     pytest.importorskip("vllm")
     out = tmp_path / "smoke"
@@ -82,7 +83,7 @@ def test_smoke_run_writes_one_folder(tmp_path):
     expectations.write_text("platform: cpu\nexpectations: []\n")
     proc = subprocess.run([sys.executable, "-m", "kvconform.conformance.smoke", "--out", str(out), "--platform", "cpu",
                            "--", "-k", "test_contract_scheduler", "--kvconform-expectations", str(expectations)],
-                          capture_output=True, text=True, timeout=900, cwd=tmp_path)
+                          capture_output=True, text=True, timeout=stretched(900), cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert sorted(p.name for p in out.iterdir()) == ["junit.xml", "results.json", "torch-only.json"]
     results = json.loads((out / "results.json").read_text())

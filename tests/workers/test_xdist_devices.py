@@ -9,6 +9,7 @@ import pytest
 
 from kvconform import platforms
 from kvconform.conformance import xdist_devices
+from tests.load import stretched
 
 
 @pytest.mark.parametrize("name,count,index,expected", [
@@ -63,5 +64,5 @@ def test_workers_each_see_their_own_platform(tmp_path):
         "    assert platform.name == 'cpu'\n"
         "    assert os.environ['PYTEST_XDIST_WORKER'].startswith('gw')\n")
     out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "--platform=cpu",
-                          str(tmp_path)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+                          str(tmp_path)], cwd=tmp_path, capture_output=True, text=True, timeout=stretched(120))
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
