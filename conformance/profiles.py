@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -115,7 +115,10 @@ def _line_of(text: str, keys: tuple) -> int | None:
     return None
 
 
-def load_yaml_model(path: Path, model: type[BaseModel], error: type[Exception]):
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def load_yaml_model(path: Path, model: type[ModelT], error: type[Exception]) -> ModelT:
     """Load ``path`` into ``model``; any problem is ``error`` with file, line and key."""
     try:
         text = path.read_text()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+from typing import TypedDict
 
 # Set by ``kvconform gate`` for the pytest run: the commit whose vLLM the run is meant to import.
 TOLD_COMMIT_ENV = "KVCONFORM_VLLM_COMMIT"
@@ -24,7 +25,16 @@ def build_commit() -> str | None:
     return getattr(vllm, "__commit__", None) or getattr(version_module, "__commit_id__", None)
 
 
-def imported(process: str) -> dict[str, str | None] | None:
+class ImportRecord(TypedDict):
+    """One process's record (results.json's ``vllm_imports``; the report's ``VllmImport``)."""
+
+    process: str  # "controller", "probe", or the xdist worker's id
+    file: str | None  # vllm.__file__
+    commit: str | None  # the commit the gate told the run to test
+    build_commit: str | None  # the commit vLLM's build recorded, when it recorded one
+
+
+def imported(process: str) -> ImportRecord | None:
     """What ``process`` imported as vLLM (file, told commit, build commit); None when it imported none."""
     vllm = sys.modules.get("vllm")
     if vllm is None:

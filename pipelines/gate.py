@@ -21,16 +21,14 @@ from __future__ import annotations
 
 import re
 import subprocess
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kvconform.conformance.factory_source import FACTORY_FILE, FactorySourceError, parse_registrations
-from kvconform.conformance.import_graph import (  # noqa: F401  (re-exported: the gate's selection reads them)
-    EVERY_CONNECTOR,
+from kvconform.conformance.import_graph import (
     IMPORT_GRAPH_ROOTS,
     SourceTree,
-    compile_glob,
-    imported_modules,
     is_own_file,
     loaded_files,
     shared_reason,
@@ -101,7 +99,7 @@ def changed_files(repo: Path, base: str, head: str) -> list[str]:
     return [name.decode("utf-8", "surrogateescape") for name in out.split(b"\0") if name]
 
 
-def read_python_sources(repo: Path, commit: str, roots) -> dict[str, str]:
+def read_python_sources(repo: Path, commit: str, roots: Iterable[str]) -> dict[str, str]:
     """path -> source of every importable ``.py`` file under ``roots`` at ``commit``."""
     listing = _git(repo, "ls-tree", "-r", "-z", "--name-only", commit, "--", *roots)
     paths = [p for p in (n.decode("utf-8", "replace") for n in listing.split(b"\0") if n)
@@ -157,7 +155,7 @@ class Selection:
     wrapped: dict[str, tuple[str, ...]]  # wrapper -> the selected connectors it wraps
     head: str = ""  # the head commit id, once read from a repository
 
-    def as_json(self) -> dict:
+    def as_json(self) -> dict[str, list[str] | dict[str, list[str]]]:
         return {"changed_files": list(self.changed_files), "connectors": list(self.connectors),
                 "reasons": {name: list(files) for name, files in self.reasons.items()}}
 

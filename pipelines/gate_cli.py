@@ -15,14 +15,16 @@ import shlex
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kvconform import platforms
 from kvconform.errors import UserError, one_line
 from kvconform.pipelines.gate import GateError, Selection, select_change
-from kvconform.pipelines.gate_source import CannotTest, WrongVllm, read_imports, tested_vllm
+from kvconform.pipelines.gate_source import CannotTest, TestedVllm, WrongVllm, read_imports, tested_vllm
 
 # flag -> the attribute argparse stores it under; exactly one must be given.
 MODES: dict[str, str] = {"--dry-run": "dry_run", "--run": "run_tests", "--emit-pipeline": "emit_pipeline"}
@@ -282,7 +284,7 @@ def _report_not_exercised(connector: str, platform: str, why: str, args: argpars
 
 
 @contextmanager
-def _results_folder(chosen: Path | None):
+def _results_folder(chosen: Path | None) -> Iterator[Path]:
     """The folder the run writes to; a kept one loses its old results, so they are never judged twice."""
     if chosen is None:
         with tempfile.TemporaryDirectory(prefix="kvconform-gate-") as tmp:
@@ -332,7 +334,7 @@ def run_tests(selection: Selection, args: argparse.Namespace) -> int:
     return _print_verdict(verdict, here, elsewhere, spec.name, vllm.label, args)
 
 
-def _run_and_judge(vllm, platform: str, connectors: list[str], args: argparse.Namespace) -> Verdict:
+def _run_and_judge(vllm: TestedVllm, platform: str, connectors: list[str], args: argparse.Namespace) -> Verdict:
     with _results_folder(args.results) as folder:
         # The results folder is the working directory: nothing from the checkout or
         # the caller's folder (conftest.py, pytest.ini, a vllm/ folder) can join the run.
@@ -371,12 +373,12 @@ def _print_verdict(verdict: Verdict, here: list[str], elsewhere: list[str], plat
 # --- --emit-pipeline ---------------------------------------------------------------------
 
 
-def pipeline_for(selection: Selection, platform: str | None, config: Path | None) -> dict:
+def pipeline_for(selection: Selection, platform: str | None, config: Path | None) -> dict[str, Any]:
     """The selected connectors on every platform each claims (or only ``platform``), with one report step."""
     from kvconform.pipelines.generate import selected_pipeline
     from kvconform.pipelines.lanes import LanesError
 
-    wanted = [platform] if platform not in (None, "auto") else list(platforms.PLATFORMS)
+    wanted = list(platforms.PLATFORMS) if platform is None or platform == "auto" else [platform]
     per_platform = {p: [c for c in selection.connectors if p in claimed_platforms(c)] for p in wanted}
     try:
         return selected_pipeline(per_platform, config)

@@ -22,8 +22,8 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +46,11 @@ print(json.dumps(imported("probe")))
 """
 
 
+# A JSON object a process wrote (the probe's, or one of results.json's ``vllm_imports``, made by
+# ``vllm_source.imported``): read with ``.get``, since another process wrote it.
+Record = dict[str, object]
+
+
 class CannotTest(Exception):
     """The change cannot be tested with the vLLM at hand (a build is needed); one line, no verdict."""
 
@@ -65,7 +70,7 @@ class TestedVllm:
     commit: str | None = None  # the commit the run is told to test; None when it tests no particular one
     build_must_match: bool = False  # vLLM's own build commit, when it records one, must be ``commit``
 
-    def probe(self, cwd: Path) -> dict:
+    def probe(self, cwd: Path) -> Record:
         """Import vLLM as the run will; its record, or CannotTest with the import error."""
         try:
             proc = subprocess.run([self.python, "-c", PROBE], cwd=cwd, env=self.env, capture_output=True,
@@ -84,7 +89,7 @@ class TestedVllm:
             raise CannotTest(f"{self.label}: vLLM does not import: {record['error']}")
         return record
 
-    def verify(self, records: list[dict], probe: dict) -> None:
+    def verify(self, records: list[Record], probe: Record) -> None:
         """Every process imported the vLLM under test, told the right commit; else WrongVllm."""
         expected = self.expected_file or probe.get("file")
         for record in [probe, *records]:
@@ -130,8 +135,8 @@ def _checkout_label(head: str, build: InstalledBuild) -> str:
 
 
 @contextmanager
-def _other_python(python: Path, head: str) -> Iterator[TestedVllm]:
-    if not (python.is_file() and os.access(python, os.X_OK)):
+def _other_python(python: Path | None, head: str) -> Iterator[TestedVllm]:
+    if python is None or not (python.is_file() and os.access(python, os.X_OK)):
         raise GateError(f"--vllm-python {python}: not an executable file")
     yield TestedVllm(str(python), _env(None, head), f"tested the vLLM of {python} as the change's {head[:12]}",
                      commit=head, build_must_match=True)
@@ -144,19 +149,22 @@ def _installed() -> Iterator[TestedVllm]:
                      expected_file=str(build.package_dir / "__init__.py"))
 
 
-def tested_vllm(source: str, repo: Path, head: str, changed: list[str], python: Path | None = None):
+def tested_vllm(source: str, repo: Path, head: str, changed: list[str],
+                python: Path | None = None) -> AbstractContextManager[TestedVllm]:
     """The context giving the ``TestedVllm`` for ``source`` (one of ``SOURCES``)."""
-    return SOURCES[source](repo=repo, head=head, changed=changed, python=python)
+    return SOURCES[source](repo, head, changed, python)
 
 
-SOURCES = {
+# source -> its context, from (repository, head commit, changed files, --vllm-python)
+VllmSource = Callable[[Path, str, list[str], Path | None], AbstractContextManager[TestedVllm]]
+SOURCES: dict[str, VllmSource] = {
     "checkout": lambda repo, head, changed, python: _checkout(repo, head, changed),
     "python": lambda repo, head, changed, python: _other_python(python, head),
     "installed": lambda repo, head, changed, python: _installed(),
 }
 
 
-def read_imports(results_json: Path) -> list[dict]:
+def read_imports(results_json: Path) -> list[Record]:
     """The per-process vLLM records of a run's results.json (empty when it has none)."""
     try:
         data = json.loads(results_json.read_text())

@@ -88,7 +88,8 @@ def _platform_steps(config: LanesConfig, platform: str, wanted: list[str] | None
     return platform_group(PLATFORMS[platform], steps)
 
 
-def _with_report(config: LanesConfig, groups: list[dict[str, Any]], platforms: list[str], source: str) -> dict:
+def _with_report(config: LanesConfig, groups: list[dict[str, Any]], platforms: list[str],
+                 source: str) -> dict[str, Any]:
     """The test groups, then one wait, then one report step for every platform."""
     test_keys = [step["key"] for group in groups for step in group["steps"]]
     pipeline = {"steps": [*groups, wait_step(), report_step(config, platforms, test_keys)]}
@@ -122,7 +123,7 @@ def selected_pipeline(per_platform: dict[str, list[str]], config_path: Path | No
 
 
 def build_pipeline(platforms: list[str], connectors: list[str] | None = None,
-                   config_path: Path | None = None) -> dict:
+                   config_path: Path | None = None) -> dict[str, Any]:
     """The pipeline (as a dict) running ``connectors`` (None: every group) on ``platforms``.
 
     A non-None ``connectors`` restricts the steps to exactly those connectors; one
@@ -133,6 +134,7 @@ def build_pipeline(platforms: list[str], connectors: list[str] | None = None,
     return pipeline_from(config, platforms, connectors, str(config_path or LANES_FILE))
 
 
-def render_yaml(pipeline: dict) -> str:
+def render_yaml(pipeline: dict[str, Any]) -> str:
     """The pipeline as Buildkite YAML (``yaml.safe_dump``, keys in the order the steps set them)."""
-    return HEADER + yaml.safe_dump(pipeline, sort_keys=False, default_flow_style=False, width=1 << 16)
+    text: str = yaml.safe_dump(pipeline, sort_keys=False, default_flow_style=False, width=1 << 16)
+    return HEADER + text

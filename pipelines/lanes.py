@@ -14,13 +14,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator, model_validator
 
 from kvconform.conformance.profiles import ProfileError, load_profiles, load_yaml_model
 from kvconform.pipelines import policy
+from kvconform.pipelines.policy import KeyPath, Problem
 from kvconform.platforms import PLATFORMS
 
 LANES_FILE = Path(__file__).with_name("lanes.yaml")
@@ -29,12 +30,13 @@ LANES_FILE = Path(__file__).with_name("lanes.yaml")
 Name = Annotated[str, StringConstraints(pattern=r"^[a-z0-9]+(?:[-_][a-z0-9]+)*$", max_length=40)]
 EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 StepKey = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_:-]+$", max_length=100)]
-PlatformName = Literal[tuple(PLATFORMS)]  # type: ignore[valid-type]
+if TYPE_CHECKING:
+    PlatformName = str  # a name from the platform table, which only exists at run time
+else:
+    PlatformName = Literal[tuple(PLATFORMS)]  # pydantic checks it against the table
 
 # A third-party connector, as ``--connector`` takes it: package.module:ClassName.
 THIRD_PARTY = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
-
-Problem = tuple[tuple, str]
 
 
 class LanesError(Exception):
@@ -216,7 +218,7 @@ def _platform_problems(config: LanesConfig) -> Iterator[Problem]:
 RULES = (_connector_problems, _group_problems, _platform_problems, *policy.RULES)
 
 
-def _line_of(text: str, location: tuple) -> int | None:
+def _line_of(text: str, location: KeyPath) -> int | None:
     """The line of the deepest part of ``location`` that the YAML document has.
 
     Walks the YAML node tree, so ``lanes.xpu.platform`` finds the xpu lane's line,
@@ -241,7 +243,7 @@ def _line_of(text: str, location: tuple) -> int | None:
     return line
 
 
-def _error(path: Path, text: str, location: tuple, message: str) -> LanesError:
+def _error(path: Path, text: str, location: KeyPath, message: str) -> LanesError:
     line = _line_of(text, location)
     key = ".".join(str(part) for part in location)
     return LanesError(f"{path}{f':{line}' if line else ''}: {key}: {message}")

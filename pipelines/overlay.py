@@ -24,8 +24,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvconform.conformance.import_graph import compile_glob
 from kvconform.conformance.versions import installed
-from kvconform.pipelines.gate import GateError, _git, compile_glob
+from kvconform.pipelines.gate import GateError, _git
 
 PACKAGE = "vllm"
 

@@ -13,7 +13,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-Problem = tuple[tuple, str]
+KeyPath = tuple[str | int, ...]  # where in the lanes file: ("lanes", "xpu", "retry", 0)
+Problem = tuple[KeyPath, str]
 
 
 # The fields of a lanes file the policy reads. Declared here, as protocols, so the policy sits

@@ -112,9 +112,11 @@ def _test_step(run: LaneRun, key: str, label: str) -> dict[str, Any]:
     if run.lane.depends_on:
         step["depends_on"] = list(run.lane.depends_on)
     step.update(_placement(run.lane, run.timeout_in_minutes, run.retry, run.spec.visibility_vars))
-    if run.lane.soft_fail not in (False, []):
-        step["soft_fail"] = (True if run.lane.soft_fail is True
-                             else [{"exit_status": status} for status in run.lane.soft_fail])
+    soft_fail = run.lane.soft_fail
+    if soft_fail is True:
+        step["soft_fail"] = True
+    elif soft_fail:  # the exit statuses that may soft-fail
+        step["soft_fail"] = [{"exit_status": status} for status in soft_fail]
     return step
 
 
