@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import torch
 
 from kvconform.conformance.harness import kvcache
+from kvconform.conformance.harness.block_sizes import group_block_sizes
 from kvconform.conformance.harness.devices import forked_rng
 from kvconform.conformance.harness.hybrid import REGISTRATIONS, HybridCaches, hybrid_engine
 from kvconform.conformance.harness.prompts import seeded_prompt
@@ -74,6 +75,12 @@ FILL_SCENARIOS: dict[str, FillScenario] = {s.name: s for s in (
     # only then can a hybrid model get a prefix hit.
     FillScenario("prefix-hit", (Phase((Prompt("a", 5, 1),)), Phase((Prompt("b", 2, 8, extends="a"),), prefix_hit=True)),
              doc="a second request reuses the first one's prefix from the local prefix cache"),
+    # Groups of b- and 2b-token blocks (prompts count b-token blocks): hits land on 2b-token boundaries (the
+    # groups' LCM), and the first prompt's 4b tokens end a block of every group, so a sliding window keeps
+    # the block just before the hit (after 5b + 1 tokens, as above, it would have dropped it: no hit).
+    FillScenario("prefix-hit-block-sizes",
+                 (Phase((Prompt("a", 4, 1),)), Phase((Prompt("b", 3, 8, extends="a"),), prefix_hit=True)),
+                 doc="a prefix hit on a cache whose groups have different block sizes"),
 )}
 
 
@@ -130,6 +137,8 @@ class Expected:
 
     fill: dict[int, set[int]] = field(default_factory=dict)  # group -> block ids to fill
     hit: dict[int, list[int]] = field(default_factory=dict)  # group -> block ids of the local hit
+    # group -> every block the requests were allocated (for messages: a stray block may be a request's own)
+    allocated: dict[int, set[int]] = field(default_factory=dict)
 
 
 def _is_circular(spec) -> bool:
@@ -149,6 +158,7 @@ def expected_blocks(caches: HybridCaches, block_ids: tuple[list[int], ...], loca
             chosen = ids[local // size: math.ceil((local + external) / size)]
             out.hit[group] = [b for b in ids[: local // size] if b != 0]
         out.fill[group] = {b for b in chosen if b != 0}  # block 0 is vLLM's null block
+        out.allocated[group] = {b for b in ids if b != 0}
     return out
 
 
@@ -377,6 +387,10 @@ def _owner(block: int, expected: Expected) -> str:
     for group, blocks in expected.hit.items():
         if block in blocks:
             return f"it holds group {group}'s local prefix hit, which must not be refilled"
+    for group, blocks in expected.allocated.items():
+        if block in blocks:
+            return (f"a request's block in group {group}, but past the tokens to fill: it holds only tokens "
+                    f"the engine computes")
     return "the null block, which no request owns" if block == 0 else "no request of this phase owns it"
 
 
@@ -415,6 +429,7 @@ class FillResult:
     statistics: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     regions: int = 0
+    block_sizes: list[int] = field(default_factory=list)  # tokens per block of each cache group
 
 
 def _prompt(prompt: Prompt, block_size: int, earlier: dict[str, list[int]]) -> list[int]:
@@ -462,6 +477,8 @@ class _FillRun:
                 expected.fill.setdefault(group, set()).update(blocks)
             for group, blocks in mine.hit.items():
                 expected.hit.setdefault(group, []).extend(blocks)
+            for group, blocks in mine.allocated.items():
+                expected.allocated.setdefault(group, set()).update(blocks)
         regions = _regions(self.caches, expected.fill, self.mean, self.mode.std is not None)
         snapshot.settle()
         for region in regions:
@@ -484,7 +501,7 @@ def run_fill(rig: Rig, kinds: tuple[str, ...], registration: str, mode: str = "c
     fill_mode = FILL_MODES[mode]
     side, caches = hybrid_engine(rig, kinds, registration, fill_mode.extra_config(), unexpected)
     run = _FillRun(name, side, caches, float(profile_config["fill_mean"]), fill_mode)
-    result = FillResult()
+    result = FillResult(block_sizes=group_block_sizes(caches.kv_cache_config))
     try:
         with captured_warnings() as records, forked_rng(rig.device):  # the accelerator's generators too
             torch.manual_seed(seed)  # random fills draw from the default generators: reproducible runs

@@ -28,6 +28,7 @@ import torch
 
 from kvconform.conformance.harness import kvcache, vllm_api
 from kvconform.conformance.harness.backends import metadata_instance, metadata_type_of_builder
+from kvconform.conformance.harness.block_sizes import adopt_engine_block_sizes
 from kvconform.conformance.harness.model import HEAD_SIZE, NUM_KV_HEADS
 from kvconform.conformance.harness.rig import ConnectorRefused, EngineStandIn, Rig, refusal_as
 from kvconform.conformance.harness.runner import ModelRunnerStandIn
@@ -56,6 +57,14 @@ def _full(vllm_config):
     from vllm.v1.kv_cache_interface import FullAttentionSpec
 
     return FullAttentionSpec(**_attention_kwargs(vllm_config))
+
+
+def _wide_full(vllm_config):
+    """Full attention with heads twice as wide as the other layers', as Gemma-style models' global layers have:
+    its page is twice theirs, so vLLM's planner doubles their block size (groups of different block sizes)."""
+    from vllm.v1.kv_cache_interface import FullAttentionSpec
+
+    return FullAttentionSpec(**{**_attention_kwargs(vllm_config), "head_size": 2 * HEAD_SIZE})
 
 
 def _sliding(vllm_config):
@@ -126,6 +135,7 @@ class LayerKind:
 
 KINDS: dict[str, LayerKind] = {
     "full": LayerKind("self_attn.attn", _full, state=False),
+    "wide-full": LayerKind("self_attn.attn", _wide_full, state=False),
     "sliding": LayerKind("self_attn.attn", _sliding, state=False),
     "circular": LayerKind("self_attn.indexer.k_cache", _circular, state=False),
     "mamba2": LayerKind("mixer", _mamba2, state=True, mamba_backend="MAMBA2"),
@@ -241,6 +251,7 @@ def build(vllm_config, kinds: tuple[str, ...], device: str, registration: str,
     groups = get_kv_cache_groups(vllm_config, specs)
     config = kvcache.build_kv_cache_config(vllm_config, [(g.layer_names, g.kv_cache_spec) for g in groups],
                                            num_blocks)
+    adopt_engine_block_sizes(vllm_config, config)
     pages = kvcache.allocate(config, vllm_config, device)
     shape = REGISTRATIONS[registration]
     registered: dict[str, object] = {}

@@ -13,15 +13,18 @@ from collections.abc import Callable
 from typing import Any
 
 
-def block_hasher(vllm_config) -> Callable[[Any], list]:
-    """The request block hasher the engine uses for ``vllm_config``'s cache (seeds vLLM's none-hash first)."""
+def block_hasher(vllm_config, hash_block_size: int | None = None) -> Callable[[Any], list]:
+    """The request block hasher the engine uses for ``vllm_config``'s cache (seeds vLLM's none-hash first).
+
+    ``hash_block_size``: the engine core's (``harness/block_sizes.py``) when groups differ in block size;
+    None: the cache's block size, which it is otherwise."""
     from vllm.utils.hashing import get_hash_fn_by_name
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 
     cache_config = vllm_config.cache_config
     hash_fn = get_hash_fn_by_name(cache_config.prefix_caching_hash_algo)
     init_none_hash(hash_fn)
-    return get_request_block_hasher(cache_config.block_size, hash_fn)
+    return get_request_block_hasher(hash_block_size or cache_config.block_size, hash_fn)
 
 
 def new_request(request_id: str, prompt: list[int], hasher: Callable[[Any], list], max_tokens: int = 1,

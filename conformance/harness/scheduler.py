@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from kvconform.conformance.harness.block_sizes import engine_block_sizes
 from kvconform.conformance.harness.requests_vllm import block_hasher, new_request
 
 # How long a connector may take, past the step budget, to report transfers it finishes in the background.
@@ -40,13 +41,15 @@ class SchedulerDriver:
         from vllm.v1.core.sched.scheduler import Scheduler
         from vllm.v1.structured_output import StructuredOutputManager
 
-        cache_config = self.vllm_config.cache_config
-        self._block_hasher = block_hasher(self.vllm_config)
+        # the engine core's sizes: the groups' LCM and GCD when their block sizes differ (harness/block_sizes.py)
+        scheduler_block_size, hash_block_size = engine_block_sizes(self.vllm_config, self.kv_cache_config)
+        self._block_hasher = block_hasher(self.vllm_config, hash_block_size)
         self.scheduler = Scheduler(
             vllm_config=self.vllm_config,
             kv_cache_config=self.kv_cache_config,
             structured_output_manager=StructuredOutputManager(self.vllm_config),
-            block_size=cache_config.block_size,
+            block_size=scheduler_block_size,
+            hash_block_size=hash_block_size,
             log_stats=False,
         )
         self.connector = self.scheduler.connector
