@@ -32,10 +32,11 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 # Code checks first (seconds, so a lint error fails before the long runs): ruff over the repository,
-# mypy over kvconform (strict for kvconform.platforms; .ci/mypy says how mypy sees the kvconform.* names).
+# mypy over kvconform (strict for kvconform.platforms, .pipelines and .reports; .ci/mypy says how mypy sees the
+# kvconform.* names).
 lint-self: venv
 	$(BIN)/ruff check .
-	MYPY=$(abspath $(BIN))/mypy .ci/mypy -p kvconform.platforms
+	MYPY=$(abspath $(BIN))/mypy .ci/mypy -p kvconform.platforms -p kvconform.pipelines -p kvconform.reports
 
 # The project's own tests, then the full CPU conformance suite (engine tier included), strict:
 # an expectation that matches nothing, or an xfail that passes, fails the run.
