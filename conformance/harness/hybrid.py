@@ -266,7 +266,7 @@ def build(vllm_config, kinds: tuple[str, ...], device: str, registration: str,
     return HybridCaches(config, by_layer, pages, registered, registration, dict(unexpected or {}))
 
 
-def _layer_metadata(caches: HybridCaches, backend: str) -> dict[str, object]:
+def layer_metadata(caches: HybridCaches, backend: str) -> dict[str, object]:
     """Per-layer attention metadata of each layer's own backend type, as the forward context holds it."""
     from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum
 
@@ -288,7 +288,7 @@ def hybrid_engine(rig: Rig, kinds: tuple[str, ...], registration: str, extra_con
     config.kv_transfer_config.kv_connector_extra_config.update(extra_config or {})
     configure_hybrid(config, rig.connector, kinds)
     caches = build(config, kinds, rig.device, registration, unexpected)
-    metadata = _layer_metadata(caches, rig.effective_backend)
+    metadata = layer_metadata(caches, rig.effective_backend)
     with refusal_as(ConnectorRefused, rig.connector):
         runner = ModelRunnerStandIn(config, caches.kv_cache_config, caches.registered, rig.connector.name,
                                     rig.device, metadata, attention_layers=caches.attention_layers())

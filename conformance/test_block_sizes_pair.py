@@ -1,0 +1,43 @@
+"""The P/D pair round-trip on hybrid caches whose groups have different block sizes.
+
+A sliding window beside full-attention layers with heads twice as wide: vLLM's
+planner gives the sliding window blocks twice as large (64 and 32 tokens on CPU),
+and a pair connector that implements ``SupportsHMA`` must move each group's blocks
+with that group's block size. NixlConnector (and its pull/push variants) does, over
+host memory on CPU. What must hold: ``conformance/harness/hybrid_pair.py``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kvconform.conformance.harness.kvcache import CacheShape
+from kvconform.conformance.needs import refusals_skip, require
+
+pytestmark = pytest.mark.check("roundtrip")
+
+
+def test_block_sizes_pair(platform, attn_backend, connector, tiny_model, storage, device, worker_process,
+                          connector_services, record_property):
+    require(connector, platform, "roundtrip")
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import supports_hma
+
+    if not supports_hma(connector.load_class()):
+        pytest.skip(f"{connector.name}: does not implement SupportsHMA, so vLLM turns the hybrid KV cache manager "
+                    f"off and its cache groups never differ in block size")
+    if not connector.profile.is_pair():
+        pytest.skip(f"{connector.name}: a store-then-load connector; kvconform drives the round-trip on groups of "
+                    f"different block sizes for producer/consumer pairs only (not yet for store-then-load ones)")
+    from kvconform.conformance.harness.hybrid_pair import HybridPairRig, run_hybrid_pair_roundtrip
+
+    rig = HybridPairRig(connector, platform, attn_backend, CacheShape(), tiny_model, storage, device,
+                        services=connector_services(connector))
+    try:
+        with refusals_skip():
+            result = run_hybrid_pair_roundtrip(rig)
+    finally:
+        rig.close_engines()
+    assert len(set(result.block_sizes)) >= 2, (
+        f"{connector.name}: vLLM planned the cache groups with block sizes {result.block_sizes}: all equal, so "
+        f"per-group block arithmetic was not exercised")
+    record_property("kvconform.claim", f"claims {result.claims}; token slots compared per group {result.compared}")
