@@ -35,6 +35,7 @@ every exit: noise a CI log does not need, so the heap is unfrozen as before.
 
 from __future__ import annotations
 
+import functools
 import gc
 
 import pytest
@@ -52,6 +53,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if gc.isenabled():
         gc.disable()
         config.stash[_PAUSED_KEY] = True
+    config.add_cleanup(functools.partial(_unfreeze, config))  # the last cleanup to run (see _unfreeze)
 
 
 def _resume(config: pytest.Config) -> None:
@@ -97,8 +99,17 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """The process ends as it would have without the freeze: everything collectable again (see above)."""
     _resume(config)
+
+
+def _unfreeze(config: pytest.Config) -> None:
+    """The process ends as it would have without the freeze: everything collectable again (see above).
+
+    Not before pytest's own last collections: its unraisable-exception plugin collects once in
+    ``pytest_unconfigure`` and once in its cleanup, about 1 s each over an unfrozen heap holding vLLM
+    and torch, for finalizer errors of garbage the tests made, none of which is frozen. Registered
+    by this plugin's first-run ``pytest_configure``, this cleanup runs after theirs.
+    """
     if config.stash.get(_FROZEN_KEY, False):
         gc.unfreeze()
         config.stash[_FROZEN_KEY] = False

@@ -1,0 +1,97 @@
+"""Where a pytest run's time goes outside the per-test figures: a plugin for measuring, not for CI.
+
+Why: JUnit and ``--durations`` time each test's setup, call and teardown, and
+pytest's summary times the session; what falls between them (collection, the
+hooks around each test such as ``conformance/released.py``'s collection, the
+cyclic collector's passes, pytest's unconfigure, interpreter exit) shows up only
+as wall time nobody accounts for. This plugin prints, at the process's exit,
+wall and CPU time at each stage, the time spent in each test's whole protocol
+beside the sum of its reported phases, and the collector's time per generation.
+
+    PYTHONPATH=benchmarks .venv/bin/python -m pytest -p phase_probe --pyargs kvconform.conformance ...
+
+The lines go to stderr, prefixed ``phase_probe:``. The last stage is the first
+exit handler; what the process does after it (finalization, library destructors)
+is the command's wall time minus the ``exit handlers`` figure.
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import resource
+import sys
+import time
+
+import pytest
+
+_T0 = time.monotonic()
+_stages: list[tuple[str, float, float]] = []
+_gc_seconds = {0: 0.0, 1: 0.0, 2: 0.0}
+_gc_passes = {0: 0, 1: 0, 2: 0}
+_gc_started = [0.0]
+_protocol = {"tests": 0, "seconds": 0.0}
+_phases = {"setup": 0.0, "call": 0.0, "teardown": 0.0}
+
+
+def _cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _stage(name: str) -> None:
+    _stages.append((name, time.monotonic() - _T0, _cpu_s()))
+
+
+def _on_gc(phase: str, info: dict) -> None:
+    if phase == "start":
+        _gc_started[0] = time.perf_counter()
+    else:
+        _gc_seconds[info["generation"]] += time.perf_counter() - _gc_started[0]
+        _gc_passes[info["generation"]] += 1
+
+
+gc.callbacks.append(_on_gc)
+_stage("plugin imported")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _stage("configure")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    _stage("collection finished")
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    started = time.perf_counter()
+    yield
+    _protocol["tests"] += 1
+    _protocol["seconds"] += time.perf_counter() - started
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _phases[report.when] += report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    _stage("session finished")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    _stage("unconfigure")
+    atexit.register(_report)  # registered last, so it runs first among the exit handlers
+
+
+def _report() -> None:
+    _stage("exit handlers")
+    lines = [f"{name:20s} at {wall:8.2f} s wall {cpu:8.2f} s CPU" for name, wall, cpu in _stages]
+    phases = sum(_phases.values())
+    lines.append(f"{_protocol['tests']} tests: {_protocol['seconds']:.2f} s in their whole protocol, "
+                 f"{phases:.2f} s in their reported phases "
+                 f"(setup {_phases['setup']:.2f}, call {_phases['call']:.2f}, teardown {_phases['teardown']:.2f})")
+    lines.append("cyclic collector: " + ", ".join(
+        f"generation {gen} {_gc_passes[gen]} passes {_gc_seconds[gen]:.2f} s" for gen in _gc_seconds))
+    print("\n".join(f"phase_probe: {line}" for line in lines), file=sys.stderr, flush=True)
