@@ -182,9 +182,6 @@ MESSAGE_LIMIT = 240  # a verdict line, not a traceback: the run's own output has
 MAX_LISTED = 12  # failing tests listed by name; the rest are counted
 
 
-CONNECTOR_PROPERTY = "kvconform.connector"  # set by the suite's results plugin; "-" when a test has none
-
-
 def read_junit(path: Path, connectors: list[str]) -> list[TestResult] | None:
     """Each test's outcome, connector and check; None when the file is missing or unreadable.
 

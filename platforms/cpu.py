@@ -24,6 +24,5 @@ SPEC = PlatformSpec(
     probe=_probe,
     device_name=_device_name,
     emoji=":computer:",
-    vllm_platform="cpu",
     mla_backends=("CPU_MLA",),
 )

@@ -38,6 +38,5 @@ SPEC = PlatformSpec(
     probe=_probe,
     device_name=cuda_device_name,
     emoji=":nvidia:",
-    vllm_platform="cuda",
     mla_backends=("FLASHINFER_MLA", "CUTLASS_MLA", "FLASH_ATTN_MLA", "FLASHMLA", "TRITON_MLA"),
 )

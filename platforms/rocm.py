@@ -31,6 +31,5 @@ SPEC = PlatformSpec(
     probe=_probe,
     device_name=cuda_device_name,  # a HIP torch answers through torch.cuda
     emoji=":rocm:",
-    vllm_platform="rocm",
     mla_backends=("ROCM_AITER_MLA", "ROCM_AITER_TRITON_MLA", "TRITON_MLA"),
 )

@@ -8,7 +8,7 @@ about any particular platform, so adding one is a new module and one line in
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -36,10 +36,8 @@ class PlatformSpec:
     probe: Callable[[], Probe]
     device_name: Callable[[int], str]
     emoji: str = ""
-    vllm_platform: str = ""
     # MLA layers run on their own backends; the MLA checks run once per backend here, not per ``backends``.
     mla_backends: tuple[str, ...] = ()
-    notes: tuple[str, ...] = field(default_factory=tuple)
 
     def device(self, index: int = 0) -> str:
         """The torch device string for device ``index`` of this platform."""

@@ -53,6 +53,5 @@ SPEC = PlatformSpec(
     probe=_probe,
     device_name=_device_name,
     emoji=":intel:",
-    vllm_platform="xpu",
     mla_backends=("FLASH_ATTN_MLA", "TRITON_MLA"),
 )

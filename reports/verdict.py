@@ -1,4 +1,4 @@
-"""What a set of results means, once: the headline, the Buildkite annotation style and the exit status.
+"""What a set of results means, once: the headline and the exit status.
 
 ``kvconform report``'s exit status is what a CI step keys on, and the headline is
 what a person reads first; both come from this one table so they never disagree.
@@ -17,7 +17,6 @@ from kvconform.reports.outcomes import is_failing
 @dataclass(frozen=True)
 class Verdict:
     headline: str
-    style: str  # buildkite-agent annotate --style
     exit_status: int  # kvconform report's, unless --exit-zero
 
 
@@ -36,11 +35,11 @@ def _has_stale_expectations(results: Results) -> bool:
 # (rule, verdict): failures first; a run that tested nothing is not a success; an expectation that
 # matched no test means the expectations no longer describe the suite.
 RULES: tuple[tuple[Callable[[Results], bool], Verdict], ...] = (
-    (_has_failures, Verdict("FAILING", "error", 1)),
-    (_is_empty, Verdict("no tests ran", "warning", 1)),
-    (_has_stale_expectations, Verdict("passing, but expectations matched no test", "warning", 1)),
+    (_has_failures, Verdict("FAILING", 1)),
+    (_is_empty, Verdict("no tests ran", 1)),
+    (_has_stale_expectations, Verdict("passing, but expectations matched no test", 1)),
 )
-PASSING = Verdict("passing", "success", 0)
+PASSING = Verdict("passing", 0)
 
 
 def verdict(results: Results) -> Verdict:

@@ -9,10 +9,11 @@ sides. ``producer()`` and ``consumer()`` share only the storage folder.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from kvconform.conformance.harness import kvcache
 from kvconform.conformance.harness.backends import MLA_BACKENDS, backend_class, metadata_instance
@@ -20,6 +21,13 @@ from kvconform.conformance.harness.kvcache import CacheShape
 from kvconform.conformance.harness.model import MAX_MODEL_LEN, attention_layer_names
 from kvconform.conformance.harness.runner import ModelRunnerStandIn
 from kvconform.conformance.harness.scheduler import SchedulerDriver
+
+if TYPE_CHECKING:  # types only: vLLM is imported when a config is built, never when the harness is imported
+    from vllm.config import VllmConfig
+    from vllm.v1.kv_cache_interface import AttentionSpec, KVCacheConfig
+
+    from kvconform.conformance.selection import ConnectorParam
+    from kvconform.platforms.spec import PlatformSpec
 
 VLLM_DEFAULT_BLOCK_SIZE = 16  # CacheConfig's default, which backends adjust through get_preferred_block_size
 
@@ -29,7 +37,7 @@ class ConnectorRefused(Exception):
 
 
 @contextmanager
-def refusal_as(error: type[Exception], connector):
+def refusal_as(error: type[Exception], connector: ConnectorParam) -> Iterator[None]:
     """Re-raise a construction error matching the profile's ``refusal`` pattern as ``error``."""
     pattern = connector.profile.refusal
     try:
@@ -45,9 +53,9 @@ class EngineStandIn:
     """One engine's connector pair over one set of caches: vLLM's real scheduler (``SchedulerDriver``) and
     a ``ModelRunnerStandIn`` calling the worker-side connector; a check drives a producer and a consumer."""
 
-    vllm_config: object
-    kv_cache_config: object
-    caches: dict
+    vllm_config: VllmConfig
+    kv_cache_config: KVCacheConfig
+    caches: dict[str, object]  # layer name -> what the connector registered (ModelRunnerStandIn.caches)
     scheduler: SchedulerDriver
     runner: ModelRunnerStandIn
     closed: bool = False
@@ -68,18 +76,19 @@ class EngineStandIn:
 
 @dataclass
 class Rig:
-    connector: object  # conformance.selection.ConnectorParam
-    platform: object  # platforms.spec.PlatformSpec
+    connector: ConnectorParam
+    platform: PlatformSpec
     backend: str
     shape: CacheShape
     model_dir: Path
     storage: Path
     device: str
     max_model_len: int = MAX_MODEL_LEN
-    services: dict = field(default_factory=dict)  # the connector's servers' placeholders (conformance/services.py)
+    # the connector's servers' placeholders (conformance/services.py)
+    services: dict[str, str] = field(default_factory=dict)
     # every engine built, so that the test's teardown shuts down what a failed check left open, as vLLM's engine
     # does on an error: a connector left to its __del__ would close against a server stopped by then
-    engines: list = field(default_factory=list, repr=False)
+    engines: list[EngineStandIn] = field(default_factory=list, repr=False)
     # the model runner stand-in to build (the bench swaps in a timed one)
     runner_class: ClassVar[type[ModelRunnerStandIn]] = ModelRunnerStandIn
 
@@ -105,7 +114,7 @@ class Rig:
     def layer_names(self) -> list[str]:
         return attention_layer_names()
 
-    def attention_spec(self):
+    def attention_spec(self) -> AttentionSpec:
         return self.shape.attention_spec()
 
     def scheduler_limits(self) -> tuple[int, int]:
@@ -123,7 +132,7 @@ class Rig:
     def layout(self) -> str:
         return self.shape.layout or kvcache.preferred_layout(backend_class(self.effective_backend))
 
-    def vllm_config(self, role: str):
+    def vllm_config(self, role: str) -> VllmConfig:
         from vllm.config import (
             AttentionConfig,
             CacheConfig,

@@ -12,13 +12,20 @@ from binding to clearing is ``harness.step_order``'s, shared with the contract c
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from kvconform.conformance.harness.affinity import kept_cpu_affinity
 from kvconform.conformance.harness.devices import DeviceGuard
 from kvconform.conformance.harness.step_order import Call, connector_step
+
+if TYPE_CHECKING:  # types only: vLLM is imported when a runner is built, never when the harness is imported
+    from vllm.config import VllmConfig
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.kv_cache_interface import KVCacheConfig
 
 
 class AttentionLayerStandIn:
@@ -120,29 +127,21 @@ def _plain_call(connector) -> Call:
 
 
 @dataclass
-class StepRecord:
-    finished_sending: set | None
-    finished_recving: set | None
-    load_errors: set
-
-
-@dataclass
 class ModelRunnerStandIn:
     """Plays vLLM's model runner for a worker-role connector: builds it, registers the caches and calls it
     per step in the runner's order (``step``), so checks drive a real connector without a model."""
 
-    vllm_config: object
-    kv_cache_config: object
-    caches: dict[str, object]
+    vllm_config: VllmConfig
+    kv_cache_config: KVCacheConfig
+    caches: dict[str, object]  # layer name -> what register_kv_caches gets: a tensor, or a hybrid layer's state
     connector_name: str
     device: str
     metadata_for_layer: dict[str, object]
     attention_layers: list[str] | None = None  # layers the forward runs save_kv_layer for
     register: bool = True
-    records: list[StepRecord] = field(default_factory=list)
     # The model's forward, per attention layer, between wait_for_layer_load and save_kv_layer:
     # ``forward(layer_name, scheduler_output)`` writes the step's new KV (workloads use it).
-    forward: object = None
+    forward: Callable[[str, SchedulerOutput], None] | None = None
 
     def __post_init__(self) -> None:
         from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
@@ -189,7 +188,6 @@ class ModelRunnerStandIn:
                 _plain_call(connector), metadata, get_forward_context,
                 sync_loads=bool(getattr(scheduler_output, "has_sync_kv_loads", True)),
                 report=report, forward=layers if runs_forward else None)
-        self.records.append(StepRecord(sending, recving, load_errors))
         return KVConnectorOutput(finished_sending=sending, finished_recving=recving, failed_recving=failed,
                                  invalid_block_ids=set(load_errors or ()), **worker_meta)
 
