@@ -73,9 +73,9 @@ def make_rig(platform, attn_backend, connector, tiny_model, storage, device, wor
 
     rigs = []
 
-    def make(shape):
-        rigs.append(Rig(connector, platform, attn_backend, shape, tiny_model, storage, device,
-                        services=connector_services(connector)))
+    def make(shape, rig_class=Rig):
+        rigs.append(rig_class(connector, platform, attn_backend, shape, tiny_model, storage, device,
+                              services=connector_services(connector)))
         return rigs[-1]
 
     yield make

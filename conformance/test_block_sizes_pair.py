@@ -17,8 +17,7 @@ from kvconform.conformance.needs import refusals_skip, require
 pytestmark = pytest.mark.check("roundtrip")
 
 
-def test_block_sizes_pair(platform, attn_backend, connector, tiny_model, storage, device, worker_process,
-                          connector_services, record_property):
+def test_block_sizes_pair(platform, attn_backend, connector, make_rig, record_property):
     require(connector, platform, "roundtrip")
     from vllm.distributed.kv_transfer.kv_connector.v1.base import supports_hma
 
@@ -30,13 +29,8 @@ def test_block_sizes_pair(platform, attn_backend, connector, tiny_model, storage
                     f"different block sizes for producer/consumer pairs only (not yet for store-then-load ones)")
     from kvconform.conformance.harness.hybrid_pair import HybridPairRig, run_hybrid_pair_roundtrip
 
-    rig = HybridPairRig(connector, platform, attn_backend, CacheShape(), tiny_model, storage, device,
-                        services=connector_services(connector))
-    try:
-        with refusals_skip():
-            result = run_hybrid_pair_roundtrip(rig)
-    finally:
-        rig.close_engines()
+    with refusals_skip():
+        result = run_hybrid_pair_roundtrip(make_rig(CacheShape(), HybridPairRig))
     assert len(set(result.block_sizes)) >= 2, (
         f"{connector.name}: vLLM planned the cache groups with block sizes {result.block_sizes}: all equal, so "
         f"per-group block arithmetic was not exercised")

@@ -36,7 +36,7 @@ def adopt_engine_block_sizes(vllm_config, kv_cache_config) -> None:
     if not groups:
         return
     participating = [g.kv_cache_spec.block_size for g in groups if g.kv_cache_spec.prefix_cacheable]
-    vllm_config.cache_config.block_size = min(participating or [g.kv_cache_spec.block_size for g in groups])
+    vllm_config.cache_config.block_size = min(participating or group_block_sizes(kv_cache_config))
     scheduler_size, hash_size = engine_block_sizes(vllm_config, kv_cache_config)
     kv_cache_config.hash_block_size = hash_size
     kv_cache_config.cache_hit_alignment_tokens = resolve_cache_hit_alignment_tokens(

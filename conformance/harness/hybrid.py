@@ -266,7 +266,7 @@ def build(vllm_config, kinds: tuple[str, ...], device: str, registration: str,
     return HybridCaches(config, by_layer, pages, registered, registration, dict(unexpected or {}))
 
 
-def layer_metadata(caches: HybridCaches, backend: str) -> dict[str, object]:
+def _layer_metadata(caches: HybridCaches, backend: str) -> dict[str, object]:
     """Per-layer attention metadata of each layer's own backend type, as the forward context holds it."""
     from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum
 
@@ -286,9 +286,19 @@ def hybrid_engine(rig: Rig, kinds: tuple[str, ...], registration: str, extra_con
     """A fresh engine stand-in over a hybrid cache; ``extra_config`` overrides the profile's."""
     config = rig.vllm_config(rig.roles()[0])
     config.kv_transfer_config.kv_connector_extra_config.update(extra_config or {})
+    return engine_over(rig, config, kinds, registration, unexpected)
+
+
+def engine_over(rig: Rig, config, kinds: tuple[str, ...], registration: str,
+                unexpected: dict[str, str] | None = None,
+                fill_seed: int | None = None) -> tuple[EngineStandIn, HybridCaches]:
+    """An engine stand-in for ``config`` (any role) over a hybrid cache of ``kinds``; pages random (``fill_seed``)
+    or zeroed."""
     configure_hybrid(config, rig.connector, kinds)
     caches = build(config, kinds, rig.device, registration, unexpected)
-    metadata = layer_metadata(caches, rig.effective_backend)
+    if fill_seed is not None:
+        kvcache.fill_random(caches.pages, fill_seed)
+    metadata = _layer_metadata(caches, rig.effective_backend)
     with refusal_as(ConnectorRefused, rig.connector):
         runner = ModelRunnerStandIn(config, caches.kv_cache_config, caches.registered, rig.connector.name,
                                     rig.device, metadata, attention_layers=caches.attention_layers())

@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kvconform.conformance.harness import hybrid, kvcache
+from kvconform.conformance.harness import hybrid
+from kvconform.conformance.harness.block_sizes import group_block_sizes
 from kvconform.conformance.harness.pair import drained, open_pair
 from kvconform.conformance.harness.prompts import request_prompt
 from kvconform.conformance.harness.rig import ConnectorRefused, EngineStandIn, Rig, refusal_as
-from kvconform.conformance.harness.scheduler import SchedulerDriver
 
 # A sliding window beside full attention with heads twice as wide: groups of 2b and b tokens per block.
 PAIR_KINDS = ("sliding", "wide-full")
@@ -46,20 +46,9 @@ class HybridPairRig(Rig):
     hybrid_caches: dict[int, hybrid.HybridCaches] = field(default_factory=dict, repr=False)  # id(engine) -> caches
 
     def engine(self, role: str = "kv_both", fill_seed: int | None = None) -> EngineStandIn:
-        from kvconform.conformance.harness.runner import ModelRunnerStandIn
-
         with refusal_as(ConnectorRefused, self.connector):
             config = self.vllm_config(role)
-        hybrid.configure_hybrid(config, self.connector, self.kinds)
-        caches = hybrid.build(config, self.kinds, self.device, "pages")
-        if fill_seed is not None:
-            kvcache.fill_random(caches.pages, fill_seed)
-        metadata = hybrid.layer_metadata(caches, self.effective_backend)
-        with refusal_as(ConnectorRefused, self.connector):
-            runner = ModelRunnerStandIn(config, caches.kv_cache_config, caches.registered, self.connector.name,
-                                        self.device, metadata, attention_layers=caches.attention_layers())
-            scheduler = SchedulerDriver(config, caches.kv_cache_config)
-        engine = EngineStandIn(config, caches.kv_cache_config, caches.pages, scheduler, runner)
+        engine, caches = hybrid.engine_over(self, config, self.kinds, "pages", fill_seed=fill_seed)
         self.engines.append(engine)
         self.hybrid_caches[id(engine)] = caches
         return engine
@@ -85,7 +74,7 @@ def _verify(rig: HybridPairRig, producer: EngineStandIn, consumer: EngineStandIn
             changed: dict[str, set[int]]) -> HybridPairResult:
     name = rig.connector.name
     caches = rig.hybrid_caches[id(consumer)]
-    sizes = [g.kv_cache_spec.block_size for g in consumer.kv_cache_config.kv_cache_groups]
+    sizes = group_block_sizes(consumer.kv_cache_config)
     claims = {rid: consumer.scheduler.external_tokens(rid) for rid in stored}
     compared = dict.fromkeys(range(len(sizes)), 0)
     allowed: set[int] = set()
