@@ -12,19 +12,24 @@ its window are vLLM's null block, never loaded), that slot holds the bytes the
 producer's slot for the same token holds, and every group has such tokens. The
 consumer's cache starts zeroed and only pages of blocks its requests were
 allocated (in any group: groups share physical pages) may change, whole pages
-allowed (NIXL reads pages). A failed receive, a load error or a finish by lease
-expiry fails as in ``pair.py``.
+allowed (NIXL reads pages). Reads land some polls after they are posted
+(``pair_faults.SLOW_TRANSPORT``), and the claimed slots must already hold the
+producer's bytes at the step the consumer reports the request received, when vLLM
+schedules its compute (``pair.py``'s completion witness, per group). A failed
+receive, a load error or a finish by lease expiry fails as in ``pair.py``.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
 
 from kvconform.conformance.harness import hybrid
 from kvconform.conformance.harness.block_sizes import group_block_sizes
-from kvconform.conformance.harness.pair import drained, open_pair
+from kvconform.conformance.harness.pair import CompletionWitness, check_completion, drained, open_pair
+from kvconform.conformance.harness.pair_faults import SLOW_TRANSPORT, install_transport
 from kvconform.conformance.harness.prompts import request_prompt
 from kvconform.conformance.harness.rig import ConnectorRefused, EngineStandIn, Rig, refusal_as
 
@@ -70,6 +75,50 @@ def _pages_changed(before: dict[str, torch.Tensor], side: EngineStandIn) -> dict
     return out
 
 
+def _first_wrong_slot(rig: HybridPairRig, producer: EngineStandIn, consumer: EngineStandIn, request_id: str,
+                      tokens: int, consumer_table, compared: Counter[int] | dict[int, int]) -> str | None:
+    """The first of ``tokens`` claimed tokens, over every layer, whose slot in ``consumer_table`` (the
+    request's block ids per group) differs from the producer's slot for that token, in words; None when all
+    hold the producer's bytes. Slots compared are counted per group in ``compared``."""
+    caches = rig.hybrid_caches[id(consumer)]
+    sizes = group_block_sizes(consumer.kv_cache_config)
+    producer_table = producer.scheduler.block_ids[request_id]
+    for layer, view in consumer.caches.items():
+        group = caches.group_of(layer)
+        size = sizes[group]
+        for token in range(tokens):
+            block = consumer_table[group][token // size]
+            if block == 0:  # the null block: outside a sliding window, vLLM loads nothing there
+                continue
+            source = producer_table[group][token // size]
+            saved = producer.caches[layer][source, :, token % size].contiguous().view(torch.uint8)
+            loaded = view[block, :, token % size].contiguous().view(torch.uint8)
+            if source == 0 or not bool((saved == loaded).all()):
+                return (f"layer {layer} (group {group}, {size} tokens per block; groups' block sizes {sizes}): "
+                        f"token {token} of {tokens} loaded wrong bytes (block {block} slot {token % size} of the "
+                        f"consumer's cache differs from block {source} slot {token % size} the producer computed)")
+            compared[group] += 1
+    return None
+
+
+@dataclass
+class HybridCompletionWitness(CompletionWitness):
+    """``pair.py``'s witness, per group: the moment the consumer reports a request received, every claimed
+    token's slot in every group holds the producer's bytes."""
+
+    def __call__(self, request_id: str, step: int) -> None:
+        rig, consumer = self.pair.rig, self.pair.consumer
+        tokens = consumer.scheduler.external_tokens(request_id)
+        table = consumer.scheduler.scheduler.kv_cache_manager.get_block_ids(request_id)
+        if tokens <= 0 or not any(table):
+            return  # no claim: _verify reports it
+        wrong = _first_wrong_slot(rig, self.pair.producer, consumer, request_id, tokens, table, Counter())
+        if wrong is not None:
+            self.wrong.append(f"{rig.connector.name}: the consumer reported {request_id} received (finished_recving) "
+                              f"at its step {step}, when vLLM schedules its compute, but {wrong}: it reported the "
+                              f"read done before it completed")
+
+
 def _verify(rig: HybridPairRig, producer: EngineStandIn, consumer: EngineStandIn, stored: dict[str, list[int]],
             changed: dict[str, set[int]]) -> HybridPairResult:
     name = rig.connector.name
@@ -82,25 +131,11 @@ def _verify(rig: HybridPairRig, producer: EngineStandIn, consumer: EngineStandIn
         if not 0 < tokens <= len(stored[rid]):
             raise HybridPairFailure(f"{name}: {rid}: claimed {tokens} external tokens of a {len(stored[rid])}-token "
                                     f"prompt the producer computed")
-        producer_table, consumer_table = producer.scheduler.block_ids[rid], consumer.scheduler.block_ids[rid]
+        consumer_table = consumer.scheduler.block_ids[rid]
         allowed |= {b for group in consumer_table for b in group if b != 0}
-        for layer, view in consumer.caches.items():
-            group = caches.group_of(layer)
-            size = sizes[group]
-            for token in range(tokens):
-                block = consumer_table[group][token // size]
-                if block == 0:  # the null block: outside a sliding window, vLLM loads nothing there
-                    continue
-                source = producer_table[group][token // size]
-                saved = producer.caches[layer][source, :, token % size].contiguous().view(torch.uint8)
-                loaded = view[block, :, token % size].contiguous().view(torch.uint8)
-                if source == 0 or not bool((saved == loaded).all()):
-                    raise HybridPairFailure(
-                        f"{name}: {rid}, layer {layer} (group {group}, {size} tokens per block; groups' block sizes "
-                        f"{sizes}): token {token} of {tokens} loaded wrong bytes (block {block} slot {token % size} "
-                        f"of the consumer's cache differs from block {source} slot {token % size} the producer "
-                        f"computed)")
-                compared[group] += 1
+        wrong = _first_wrong_slot(rig, producer, consumer, rid, tokens, consumer_table, compared)
+        if wrong is not None:
+            raise HybridPairFailure(f"{name}: {rid}, {wrong}")
     for layer, blocks in changed.items():
         stray = sorted(blocks - allowed)
         if stray:
@@ -116,25 +151,21 @@ def _verify(rig: HybridPairRig, producer: EngineStandIn, consumer: EngineStandIn
 
 def run_hybrid_pair_roundtrip(rig: HybridPairRig) -> HybridPairResult:
     """The producer prefills ``PAIR_PROMPTS`` and serves; the consumer asks for the same prompts (as a P/D
-    proxy sends them) and pulls; then the bytes are compared per group."""
+    proxy sends them) and pulls over a slow transport (each read lands some polls after it is posted, so a
+    consumer that reports a read done when it posts it is seen); then the bytes are compared per group."""
     size = rig.shape.block_size  # the smallest group's: the planner only scales block sizes up
     stored = {rid: request_prompt(i, blocks * size + extra) for i, (rid, (blocks, extra)) in
               enumerate(PAIR_PROMPTS.items())}
     with open_pair(rig, stored) as pair:
         consumer = pair.consumer
+        install_transport(consumer, SLOW_TRANSPORT)
+        witness = HybridCompletionWitness(pair)
+        pair.logs["consumer"].on_received = witness
         before = {layer: view.view(torch.uint8).clone() for layer, view in consumer.caches.items()}
         pair.add_consumer_requests(stored)
         pair.step_until(lambda: drained(pair.consumer) and drained(pair.producer),
                         f"{rig.connector.name}: the consumer did not finish receiving, or the producer did not "
                         f"release its pages (finished_sending),")
-        log = pair.logs["consumer"]
-        if log.failed_requests or log.invalid_blocks:
-            raise HybridPairFailure(f"{rig.connector.name}: the consumer reported failed receive(s) "
-                                    f"{sorted(log.failed_requests)} and load-error block(s) "
-                                    f"{sorted(log.invalid_blocks)}")
-        expired = {role: side_log.expired for role, side_log in pair.logs.items() if side_log.expired}
-        if expired:
-            raise HybridPairFailure(f"{rig.connector.name}: requests released when a lease expired, not on the "
-                                    f"other side's notification: {expired}")
+        check_completion(pair, witness)
         changed = _pages_changed(before, consumer)
         return _verify(rig, pair.producer, consumer, stored, changed)

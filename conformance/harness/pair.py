@@ -294,7 +294,7 @@ class CompletionWitness:
                 return
 
 
-def _check_completion(pair: LivePair, witness: CompletionWitness) -> None:
+def check_completion(pair: LivePair, witness: CompletionWitness) -> None:
     """A healthy pair: no failed receive, no finish by expiry, the bytes in place when reported."""
     name = pair.rig.connector.name
     consumer = pair.logs["consumer"]
@@ -330,5 +330,5 @@ def run_pair_roundtrip(rig: Rig, scenario: RoundTripScenario,
         pair.step_until(lambda: drained(pair.consumer) and drained(pair.producer),
                         f"{name}: the consumer did not finish receiving, or the producer did not release "
                         f"its pages (finished_sending),")
-        _check_completion(pair, witness)
+        check_completion(pair, witness)
     return verify_roundtrip(rig, pair.producer, pair.consumer, stored, wanted, whole_blocks=True)

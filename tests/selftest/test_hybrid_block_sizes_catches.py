@@ -16,11 +16,12 @@ from tests.selftest.suite_run import REPO, of_connector, run_broken
 
 PROFILES = REPO / "tests" / "broken_connectors" / "hybrid_block_sizes_broken.yaml"
 PAIR_PROFILES = REPO / "tests" / "broken_connectors" / "hybrid_pair_broken.yaml"
-PAIR_BROKEN = "tests.broken_connectors.hybrid_pair_broken:FirstGroupOnlyNixlConnector"
+PAIR_BROKEN = ("tests.broken_connectors.hybrid_pair_broken:FirstGroupOnlyNixlConnector",
+               "tests.broken_connectors.nixl_broken:DoneOnPostingConnector")
 # connector -> the tests it runs (the others are skipped: the fill check does not apply to a pair, nor the
 # round-trip to DecodeBenchConnector): the fill check's 2 scenarios x 2 registrations, or the pair round-trip
 TESTS_RUN = {"DecodeBenchConnector": 4, "FirstGroupBlockSizeConnector": 4, "SlicedBlockSizeConnector": 4,
-             "NixlConnector": 1, "FirstGroupOnlyNixlConnector": 1}
+             "NixlConnector": 1, "FirstGroupOnlyNixlConnector": 1, "DoneOnPostingConnector": 1}
 TESTS_PER_CONNECTOR = 5
 # NIXL's UCX libraries can crash in their exit handlers after the session ended (as in test_pair_faults_catches)
 EXIT_CRASH = (-11, "rtnl_tc_unregister")
@@ -46,16 +47,22 @@ BROKEN = {
         "test_block_sizes_pair": ["FirstGroupOnlyNixlConnector", "layer model.layers.1.self_attn.attn (group 1, "
                                   "32 tokens per block; groups' block sizes [64, 32])", "loaded wrong bytes"],
     },
+    # reports a read received in the step it posts it (nixl_broken.py): the bytes land polls later
+    "DoneOnPostingConnector": {
+        "test_block_sizes_pair": ["DoneOnPostingConnector", "reported req-", "received (finished_recving) at its "
+                                  "step", "groups' block sizes [64, 32]", "reported the read done before it completed"],
+    },
 }
+PAIR_NAMES = ("NixlConnector", "FirstGroupOnlyNixlConnector", "DoneOnPostingConnector")
 
 
 @pytest.fixture(scope="module")
 def block_sizes_run(tmp_path_factory):
-    fill_broken = [name for name in BROKEN if name != "FirstGroupOnlyNixlConnector"]
+    fill_broken = [name for name in BROKEN if name not in PAIR_NAMES]
     return run_broken(tmp_path_factory.mktemp("block-sizes-selftest"), "test_block_sizes",
                       "DecodeBenchConnector", "hybrid_block_sizes_broken", fill_broken,
                       ("--profiles", str(PROFILES), "--profiles", str(PAIR_PROFILES),
-                       "--connector", "NixlConnector", "--connector", PAIR_BROKEN))
+                       "--connector", "NixlConnector", *(arg for spec in PAIR_BROKEN for arg in ("--connector", spec))))
 
 
 def _ran(outcomes, name):
