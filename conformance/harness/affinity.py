@@ -1,30 +1,64 @@
-"""The harness thread keeps every core when a connector pins the thread that builds it.
+"""The harness thread keeps its share of the CPU when a connector's threads would take it.
 
-vLLM's NIXL worker side on CPU calls ``os.sched_setaffinity(0, [last core of each
-NUMA node])`` while it is constructed, to reserve that core for its transfers.
-On Linux that pins the calling thread, and the threads it starts from then on
-(NIXL's agent progress threads, which poll without pause) inherit the pin. In
-vLLM that is a worker process's own business; here the calling thread is the
-harness, which also plays the scheduler, the other side of a pair and every test
-after this one. Left pinned, the harness ran on one core beside the connector's
-polling threads, and two xdist workers pinned themselves to the same last core
-while the other idled. So the affinity is restored as soon as the worker side is
-built: the connector's own threads stay where vLLM put them, the harness does not.
+Two things a connector's worker side does while it is built are a worker process's own
+business in vLLM, where the worker has its cores to itself, but not here, where one
+harness thread plays the scheduler, both sides of a pair and every test after this one:
+
+* Affinity. vLLM's NIXL worker side on CPU calls ``os.sched_setaffinity(0, [last core
+  of each NUMA node])`` while it is constructed, to reserve that core for its transfers.
+  On Linux that pins the calling thread, and the threads it starts from then on inherit
+  the pin. Left pinned, the harness ran on one core beside the connector's threads, and
+  two xdist workers pinned themselves to the same last core while the other idled. So
+  the harness thread's affinity is restored as soon as the worker side is built; the
+  connector's own threads stay where vLLM put them.
+* Busy polling. Each NIXL agent starts a progress thread that polls UCX without pause
+  (NIXL's Python API sets ``pthrDelay = 0``): a whole core per agent, measured at 99 of
+  100 clock ticks a second on an idle agent. A live pair has two; with ``-n 2`` on two
+  cores, four such threads beside two harness threads left the second worker with next
+  to no CPU (``-n 2`` ran 1.13x faster than serial). The native threads a worker side
+  starts while it is built run at the lowest priority (nice 19) instead: they still poll
+  whenever a core has nothing else to run, as a reserved core would let them, and no
+  longer take CPU from the harness that drives them. Nothing about the connector's
+  configuration or transfers changes.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+TASKS = "/proc/self/task"  # Linux: one entry per thread of this process
+CONNECTOR_THREAD_NICE = 19  # the lowest CFS priority an unprivileged process may set
+
+
+def _native_threads() -> set[int]:
+    """Thread ids of this process (empty where /proc is not Linux's)."""
+    try:
+        return {int(tid) for tid in os.listdir(TASKS)}
+    except OSError:
+        return set()
+
+
+def _lower_priority(tids: set[int]) -> None:
+    for tid in tids:
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, CONNECTOR_THREAD_NICE)
+        except OSError:  # the thread ended meanwhile
+            pass
+
 
 @contextmanager
-def kept_cpu_affinity() -> Iterator[None]:
-    """Restore the calling thread's CPU affinity when the block exits, however it exits."""
+def harness_keeps_cpu() -> Iterator[None]:
+    """Around a connector's construction: restore the calling thread's CPU affinity when the block exits,
+    however it exits, and lower the priority of the native (non-Python) threads it started meanwhile."""
     saved = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    before = _native_threads()
     try:
         yield
     finally:
         if saved is not None and os.sched_getaffinity(0) != saved:
             os.sched_setaffinity(0, saved)
+        python_threads = {thread.native_id for thread in threading.enumerate()}
+        _lower_priority(_native_threads() - before - python_threads)

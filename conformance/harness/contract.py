@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from kvconform.conformance.harness import kvcache
-from kvconform.conformance.harness.affinity import kept_cpu_affinity
+from kvconform.conformance.harness.affinity import harness_keeps_cpu
 from kvconform.conformance.harness.devices import DeviceGuard
 from kvconform.conformance.harness.model import attention_layer_names
 from kvconform.conformance.harness.requests_vllm import block_hasher, new_request
@@ -373,7 +373,7 @@ class ContractRig:
 
         label = f"{self.name} ({kv_role}, {side} side)"
         # vLLM's config checks may refuse it too; a worker may pin this thread to its own core (affinity.py)
-        with refusal_as(ConnectorRefused, self.rig.connector), kept_cpu_affinity():
+        with refusal_as(ConnectorRefused, self.rig.connector), harness_keeps_cpu():
             config, kv_cache_config = self.configs(kv_role)
             connector = self.cls(config, KVConnectorRole[side.upper()], kv_cache_config)
         return label, connector, config, kv_cache_config

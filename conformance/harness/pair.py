@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from kvconform.conformance.harness.affinity import kept_cpu_affinity
+from kvconform.conformance.harness.affinity import harness_keeps_cpu
 from kvconform.conformance.harness.distributed import single_rank_parallel_state
 from kvconform.conformance.harness.rig import EngineStandIn, Rig
 from kvconform.conformance.harness.roundtrip import (
@@ -241,7 +241,7 @@ def open_pair(rig: Rig, stored: dict[str, list[int]]) -> Iterator[LivePair]:
     name = rig.connector.name
     producer = consumer = None
     # each worker side restores the harness thread's affinity once built (affinity.py); this covers the rest
-    with single_rank_parallel_state(rig.vllm_config(producer_role)), kept_cpu_affinity():
+    with single_rank_parallel_state(rig.vllm_config(producer_role)), harness_keeps_cpu():
         try:
             producer = _serving_producer(rig, producer_role)
             handed_over = TransferParamsLog(producer)

@@ -1,4 +1,4 @@
-"""kept_cpu_affinity: the harness thread gets its cores back after a connector pins it (NIXL on CPU does)."""
+"""harness_keeps_cpu: the harness thread gets its cores back after a connector pins it (NIXL on CPU does)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from kvconform.conformance.harness.affinity import kept_cpu_affinity
+from kvconform.conformance.harness.affinity import harness_keeps_cpu
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
                                 reason="needs os.sched_setaffinity and at least two usable CPUs to pin to one")
@@ -27,7 +27,7 @@ def test_the_calling_thread_gets_its_cores_back_and_threads_started_inside_stay_
     def worker_thread():  # a connector's thread, started after the pin: it keeps the connector's core
         seen["thread"] = os.sched_getaffinity(0)
 
-    with kept_cpu_affinity():
+    with harness_keeps_cpu():
         core = _pin_like_nixl()
         thread = threading.Thread(target=worker_thread)
         thread.start()
@@ -40,7 +40,55 @@ def test_the_calling_thread_gets_its_cores_back_and_threads_started_inside_stay_
 def test_it_restores_when_the_block_raises():
     before = os.sched_getaffinity(0)
     with pytest.raises(RuntimeError, match="construction failed"):
-        with kept_cpu_affinity():
+        with harness_keeps_cpu():
             _pin_like_nixl()
             raise RuntimeError("construction failed")
     assert os.sched_getaffinity(0) == before
+
+
+class NativeThread:
+    """A thread started as a connector's C++ code starts one: ``pthread_create``, invisible to ``threading``."""
+
+    def __init__(self, seconds: float):
+        import ctypes
+        import time
+
+        self.tid = 0
+        self._started = threading.Event()
+        libc = ctypes.CDLL(None)
+        libc.syscall.restype = ctypes.c_long
+
+        @ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)
+        def body(_arg):
+            self.tid = libc.syscall(186)  # SYS_gettid on x86-64
+            self._started.set()
+            time.sleep(seconds)
+            return None
+
+        self._body = body  # kept alive while the thread runs
+        self._handle = ctypes.c_ulong()
+        assert libc.pthread_create(ctypes.byref(self._handle), None, body, None) == 0
+        self._libc = libc
+        assert self._started.wait(5)
+
+    def join(self) -> None:
+        self._libc.pthread_join(self._handle, None)
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64" or not os.path.isdir("/proc/self/task"),
+                    reason="starts a native thread through x86-64 Linux's gettid syscall number")
+def test_native_threads_started_inside_run_at_the_lowest_priority_and_the_harness_keeps_its_own():
+    own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    outside = NativeThread(0.5)
+    with harness_keeps_cpu():
+        inside = NativeThread(0.5)
+        python_thread = threading.Thread(target=lambda: __import__("time").sleep(0.5))
+        python_thread.start()
+    try:
+        assert os.getpriority(os.PRIO_PROCESS, inside.tid) == 19
+        assert os.getpriority(os.PRIO_PROCESS, outside.tid) == own  # started before the block: not the connector's
+        assert os.getpriority(os.PRIO_PROCESS, python_thread.native_id) == own  # a Python thread does not poll
+        assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == own
+    finally:
+        for thread in (inside, outside, python_thread):
+            thread.join()
