@@ -101,9 +101,11 @@ smoke-accelerator:
 # It pins a CUDA torch 2.14.0 and GPU kernel packages (several GB of downloads); instead it is installed
 # without dependencies on torch 2.14.1, then with its own requirements minus the GPU-only ones
 # (.ci/vllm_requirements.py reads them from vLLM's metadata).
-# uv installs, not pip: with no cache, pip took 27-30 min for these 7 GB (one file at a time, and it compiles
-# every module to bytecode); uv, pinned and installed by pip into the environment, took about 2 min
-# (README: Supported vLLM versions). uv reads no pip configuration: everything comes from PyPI.
+# uv installs, not pip: with no cache, pip took 27-30 min for these 7 GB (one file at a time); uv, pinned and
+# installed by pip into the environment, takes 1-2 min (README: Supported vLLM versions). uv reads no pip
+# configuration: everything comes from PyPI. --compile-bytecode: uv writes no .pyc by default, and where
+# PYTHONDONTWRITEBYTECODE is set (this machine's kind sets it) Python never writes them either, so every process
+# compiled vLLM's sources again: its import took 16.5 s instead of 8 s.
 # NIXL's CUDA 13 build matches that torch (nixl refuses its cu12 build beside a CUDA 13 torch).
 # The wheel has no CPU kernels, so the engine tier skips there, quoting the missing kernel.
 VENV033       ?= .venv-vllm033
@@ -112,7 +114,7 @@ TORCH033_PKG  ?= torch==2.14.1
 NIXL033_PKGS  ?= nixl==1.5.1 nixl-cu13==1.5.1
 UV033_PKG     ?= uv==0.13.9
 BIN033        := $(VENV033)/bin
-UV033         := $(BIN033)/uv pip install --quiet --python $(BIN033)/python
+UV033         := $(BIN033)/uv pip install --quiet --compile-bytecode --python $(BIN033)/python
 STAMP033      := $(VENV033)/.kvconform-installed
 # vLLM caches each model class's inspection in $VLLM_CACHE_ROOT/modelinfos, one file per class name keyed by the
 # hash of vLLM's module: 0.32 and 0.33 sharing ~/.cache/vllm overwrite each other's entry, so every first model
@@ -134,21 +136,11 @@ $(STAMP033): pyproject.toml Makefile .ci/vllm_requirements.py
 	$(UV033) -e '.[test]'
 	touch $(STAMP033)
 
-# The same as `make test`, on vLLM 0.33.0: the project's own tests, then the full CPU suite, strict.
-TESTS033 ?= tests
+# The same as `make test`, on vLLM 0.33.0: the project's own tests, then the full CPU suite, strict (.ci/run runs it).
 test-vllm033: venv-vllm033
-	$(RUN033) $(BIN033)/python -m pytest $(TESTS033) -q -n 2 $(PYTEST_ARGS)
+	$(RUN033) $(BIN033)/python -m pytest tests -q -n 2 $(PYTEST_ARGS)
 	$(RUN033) $(BIN033)/python -m pytest --pyargs kvconform.conformance --platform=cpu -q -n 2 --max-worker-restart=16 \
 		--kvconform-strict --junitxml=$(OUT)/test-cpu-vllm033/junit.xml $(PYTEST_ARGS)
-
-# What .ci/run runs on 0.33.0: the full CPU suite, strict, and only the project tests whose subject is the vLLM
-# release (its moved names, version conditions, lint, bench, platforms, findings, the gate's vLLM probe). All
-# of them took 46 min here against 4 min for the suite (README: Supported vLLM versions); make test runs them on 0.32.0.
-VERSION_TESTS033 ?= tests/harness tests/expectations tests/bench tests/findings tests/lint tests/platforms \
-	tests/gate/test_gate_select.py tests/gate/test_gate_run.py tests/reliability/test_reliability_parts.py
-.PHONY: ci-vllm033
-ci-vllm033:
-	$(MAKE) test-vllm033 TESTS033="$(VERSION_TESTS033)"
 
 clean:
 	rm -rf $(VENV) $(TP_VENV) $(VENV033) $(OUT) *.egg-info
