@@ -18,7 +18,10 @@ plugin of its own, watching every conformance test (one parametrized with a
 - ``zmq_contexts``: ZeroMQ contexts a test leaves open are named and kept alive, so
   that pyzmq's destroy-on-collection cannot hang a later test;
 - ``finalizers``: no garbage collection (a connector's ``__del__``) while pytest
-  formats a conformance test's report.
+  formats a conformance test's report;
+- ``fast_exit``: once pytest and the exit handlers are done, the process ends with
+  pytest's status instead of tearing down vLLM and torch (seconds, and a crash in
+  NIXL's bundled libnl).
 
 ``check_vllm_version()`` says whether the installed vLLM is a release CI tests.
 """
@@ -35,6 +38,7 @@ pytest_plugins = [
     "kvconform.conformance.reliability.cleanup",
     "kvconform.conformance.reliability.zmq_contexts",
     "kvconform.conformance.reliability.finalizers",
+    "kvconform.conformance.reliability.fast_exit",
 ]
 
 __all__ = ["SUPPORTED_VLLM", "VllmVersionError", "check_vllm_version"]

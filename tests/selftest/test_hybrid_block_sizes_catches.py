@@ -23,8 +23,6 @@ PAIR_BROKEN = ("tests.broken_connectors.hybrid_pair_broken:FirstGroupOnlyNixlCon
 TESTS_RUN = {"DecodeBenchConnector": 4, "FirstGroupBlockSizeConnector": 4, "SlicedBlockSizeConnector": 4,
              "NixlConnector": 1, "FirstGroupOnlyNixlConnector": 1, "DoneOnPostingConnector": 1}
 TESTS_PER_CONNECTOR = 5
-# NIXL's UCX libraries can crash in their exit handlers after the session ended (as in test_pair_faults_catches)
-EXIT_CRASH = (-11, "rtnl_tc_unregister")
 
 # connector -> {test id fragment: words its failure must carry}; the tests not named must pass
 BROKEN = {
@@ -75,8 +73,7 @@ def _ran(outcomes, name):
 
 def test_suite_exits_nonzero_on_broken_connectors(block_sizes_run):
     returncode, outcomes, output = block_sizes_run
-    crashed_at_exit = returncode == EXIT_CRASH[0] and EXIT_CRASH[1] in output
-    assert returncode == 1 or crashed_at_exit, output[-3000:]
+    assert returncode == 1, output[-3000:]  # pytest's status (fast_exit: NIXL's libnl destructor never runs)
     assert outcomes, "the suite reported no tests"
 
 

@@ -1,0 +1,80 @@
+"""A conformance run's process ends as soon as pytest and the exit handlers are done, with pytest's status.
+
+Why: once pytest has returned and Python's exit handlers have run, the interpreter
+still tears down everything vLLM, torch and the connectors loaded (module by
+module, then the C++ libraries' destructors). In a one-connector run that was
+2.2 s of 11.3 s, after the last result was written (``benchmarks/phase_probe.py``:
+the first exit handler at 9.2 s, the process gone at 11.3 s). And NIXL's wheel
+bundles a second copy of libnl whose destructor crashes there (README,
+"Performance": a serial run that had passed exited with -11).
+
+So this module registers an exit handler when it is imported, with the plugin,
+before vLLM and torch are: exit handlers run last-registered first, so it runs
+after theirs and after pytest's own (the temporary folders' lock files). It flushes
+logging and the standard streams and ends the process with the status pytest
+returned. It does so only where pytest is the process's program (not
+``pytest.main()`` inside another program, and not an xdist worker, whose
+controller talks to it until it exits) and the run collected conformance tests:
+any other pytest run in this environment ends as Python ends it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvconform.conformance.reliability.items import connector_of
+
+_CONFORMANCE_RUN_KEY = pytest.StashKey[bool]()
+_PYTEST_MAIN = Path(pytest.__file__).with_name("__main__.py")
+
+
+class _ExitStatus:
+    """The status to end with, set when pytest returns; None: end as Python does."""
+
+    value: int | None = None
+
+
+def _end_now() -> None:
+    status = _ExitStatus.value
+    if status is None:
+        return
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed or gone: nothing left to write to it
+            pass
+    os._exit(status)
+
+
+atexit.register(_end_now)
+
+
+def runs_as_the_program() -> bool:
+    """``python -m pytest`` or the ``pytest`` script, not a host process that calls ``pytest.main()``."""
+    main = sys.modules.get("__main__")
+    main_file = getattr(main, "__file__", None)
+    return (main_file is not None and Path(main_file).resolve() == _PYTEST_MAIN.resolve()) or \
+        Path(sys.argv[0]).name in ("pytest", "py.test")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if any(connector_of(item) for item in session.items):
+        session.config.stash[_CONFORMANCE_RUN_KEY] = True
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_cmdline_main(config: pytest.Config):
+    # a run nested in this one (pytester) returns first; the outermost run's decision is the last word
+    _ExitStatus.value = None
+    status = yield
+    if config.stash.get(_CONFORMANCE_RUN_KEY, False) and not hasattr(config, "workerinput") \
+            and runs_as_the_program():
+        _ExitStatus.value = int(status)
+    return status
