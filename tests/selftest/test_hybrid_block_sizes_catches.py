@@ -3,7 +3,8 @@
 One subprocess runs ``-k test_block_sizes`` (the fill check, ``conformance/test_block_sizes.py``, and the
 pair round-trip, ``conformance/test_block_sizes_pair.py``) for the unmodified DecodeBenchConnector and
 NixlConnector and the broken copies of tests/broken_connectors/hybrid_block_sizes_broken.py and
-hybrid_pair_broken.py (given their originals' profiles by the YAML files beside them). The fill check's
+hybrid_pair_broken.py, and nixl_broken.py's DoneOnPostingConnector (given their originals' profiles by the YAML
+files beside them). The fill check's
 groups hold 64 (sliding window, group 0), 32 (full attention, group 1) and 32 (Mamba2, group 2) tokens
 per block on the CPU backend; the pair's 64 (sliding window) and 32 (full attention).
 """
