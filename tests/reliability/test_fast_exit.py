@@ -1,5 +1,5 @@
-"""fast_exit: a conformance run ends with pytest's status once the exit handlers ran, skipping the teardown of
-vLLM and torch; any other pytest run in the environment ends as Python ends it.
+"""fast_exit: a conformance run (and each of its xdist workers) ends with pytest's status once the exit handlers
+ran, skipping the teardown of vLLM and torch; any other pytest run in the environment ends as Python ends it.
 
 Each run loads a small plugin (written into the test's folder) that registers an exit handler after kvconform's
 and keeps an object whose finalizer runs only when the interpreter tears its modules down; both leave a file.
@@ -20,12 +20,13 @@ REPO = Path(__file__).resolve().parents[2]
 WITNESS_PLUGIN = '''
 import atexit, os, pathlib
 OUT = pathlib.Path(os.environ["KVCONFORM_EXIT_WITNESS"])
+ROLE = os.environ.get("PYTEST_XDIST_WORKER", "main")  # the xdist controller is "main" too
 
 def pytest_configure(config):
-    atexit.register(lambda: (OUT / "exit-handler-ran").write_text("yes"))
+    atexit.register(lambda: (OUT / f"{ROLE}-exit-handler-ran").write_text("yes"))
 
 class Finalized:
-    path = str(OUT / "interpreter-teardown-ran")
+    path = str(OUT / f"{ROLE}-interpreter-teardown-ran")
 
     def __del__(self, _open=open):  # module globals may be gone by then: what it needs is bound here
         with _open(self.path, "w") as file:
@@ -40,7 +41,8 @@ def _run(tmp_path: Path, args: list[str]) -> tuple[int, set[str], str]:
     (tmp_path / "exit_witness.py").write_text(WITNESS_PLUGIN)
     out = tmp_path / "witness"
     out.mkdir()
-    env = {**os.environ, "KVCONFORM_EXIT_WITNESS": str(out),
+    outer = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}  # this test's own worker's
+    env = {**outer, "KVCONFORM_EXIT_WITNESS": str(out),
            "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "exit_witness", "-p", "no:cacheprovider", "-q", *args],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=stretched(RUN_TIMEOUT_S))
@@ -57,11 +59,21 @@ def test_a_conformance_run_ends_with_pytests_status_after_the_exit_handlers(tmp_
                                          "--connector", connector_spec])
     assert code == status, output[-3000:]
     assert ("1 failed" if status else "1 passed") in output, output[-3000:]
-    assert left == {"exit-handler-ran"}, (left, output[-2000:])
+    assert left == {"main-exit-handler-ran"}, (left, output[-2000:])
+
+
+def test_an_xdist_worker_of_a_conformance_run_ends_so_too_and_its_controller_as_python_does(tmp_path):
+    code, left, output = _run(tmp_path, ["--pyargs", "kvconform.conformance", "--platform=cpu", "-k", "test_lint",
+                                         "--connector", "ExampleConnector", "-n", "1"])
+    assert code == 0, output[-3000:]
+    assert "1 passed" in output, output[-3000:]
+    # the controller collects no conformance test of its own and holds no vLLM: it ends as Python does
+    assert left == {"gw0-exit-handler-ran", "main-exit-handler-ran", "main-interpreter-teardown-ran"}, \
+        (left, output[-2000:])
 
 
 def test_any_other_pytest_run_ends_as_python_ends_it(tmp_path):
     (tmp_path / "test_plain.py").write_text("def test_plain():\n    assert 1 + 1 == 2\n")
     code, left, output = _run(tmp_path, ["test_plain.py"])
     assert code == 0, output[-3000:]
-    assert left == {"exit-handler-ran", "interpreter-teardown-ran"}, (left, output[-2000:])
+    assert left == {"main-exit-handler-ran", "main-interpreter-teardown-ran"}, (left, output[-2000:])
