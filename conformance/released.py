@@ -40,7 +40,7 @@ import gc
 
 import pytest
 
-from kvconform.conformance.reliability.items import connector_of
+from kvconform.conformance.reliability.items import connector_of, runs_conformance_tests
 
 _FROZEN_KEY = pytest.StashKey[bool]()
 _SKIPPED_AT_SETUP_KEY = pytest.StashKey[bool]()
@@ -64,7 +64,7 @@ def _resume(config: pytest.Config) -> None:
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Freeze what collection left alive (vLLM, torch, the items), once per process, in conformance runs only."""
-    if not session.config.stash.get(_FROZEN_KEY, False) and any(connector_of(item) for item in session.items):
+    if not session.config.stash.get(_FROZEN_KEY, False) and runs_conformance_tests(session):
         gc.collect()
         gc.freeze()
         session.config.stash[_FROZEN_KEY] = True

@@ -76,10 +76,11 @@ def _pages_changed(before: dict[str, torch.Tensor], side: EngineStandIn) -> dict
 
 
 def _first_wrong_slot(rig: HybridPairRig, producer: EngineStandIn, consumer: EngineStandIn, request_id: str,
-                      tokens: int, consumer_table, compared: Counter[int] | dict[int, int]) -> str | None:
+                      tokens: int, consumer_table) -> tuple[str | None, Counter[int]]:
     """The first of ``tokens`` claimed tokens, over every layer, whose slot in ``consumer_table`` (the
-    request's block ids per group) differs from the producer's slot for that token, in words; None when all
-    hold the producer's bytes. Slots compared are counted per group in ``compared``."""
+    request's block ids per group) differs from the producer's slot for that token, in words (None when all
+    hold the producer's bytes), and the slots found equal per group."""
+    compared: Counter[int] = Counter()
     caches = rig.hybrid_caches[id(consumer)]
     sizes = group_block_sizes(consumer.kv_cache_config)
     producer_table = producer.scheduler.block_ids[request_id]
@@ -96,9 +97,10 @@ def _first_wrong_slot(rig: HybridPairRig, producer: EngineStandIn, consumer: Eng
             if source == 0 or not bool((saved == loaded).all()):
                 return (f"layer {layer} (group {group}, {size} tokens per block; groups' block sizes {sizes}): "
                         f"token {token} of {tokens} loaded wrong bytes (block {block} slot {token % size} of the "
-                        f"consumer's cache differs from block {source} slot {token % size} the producer computed)")
+                        f"consumer's cache differs from block {source} slot {token % size} the producer computed)",
+                        compared)
             compared[group] += 1
-    return None
+    return None, compared
 
 
 @dataclass
@@ -112,7 +114,7 @@ class HybridCompletionWitness(CompletionWitness):
         table = consumer.scheduler.scheduler.kv_cache_manager.get_block_ids(request_id)
         if tokens <= 0 or not any(table):
             return  # no claim: _verify reports it
-        wrong = _first_wrong_slot(rig, self.pair.producer, consumer, request_id, tokens, table, Counter())
+        wrong, _ = _first_wrong_slot(rig, self.pair.producer, consumer, request_id, tokens, table)
         if wrong is not None:
             self.wrong.append(f"{rig.connector.name}: the consumer reported {request_id} received (finished_recving) "
                               f"at its step {step}, when vLLM schedules its compute, but {wrong}: it reported the "
@@ -133,9 +135,11 @@ def _verify(rig: HybridPairRig, producer: EngineStandIn, consumer: EngineStandIn
                                     f"prompt the producer computed")
         consumer_table = consumer.scheduler.block_ids[rid]
         allowed |= {b for group in consumer_table for b in group if b != 0}
-        wrong = _first_wrong_slot(rig, producer, consumer, rid, tokens, consumer_table, compared)
+        wrong, slots = _first_wrong_slot(rig, producer, consumer, rid, tokens, consumer_table)
         if wrong is not None:
             raise HybridPairFailure(f"{name}: {rid}, {wrong}")
+        for group, count in slots.items():
+            compared[group] += count
     for layer, blocks in changed.items():
         stray = sorted(blocks - allowed)
         if stray:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from kvconform.conformance.reliability.items import connector_of
+from kvconform.conformance.reliability.items import runs_conformance_tests
 
 _CONFORMANCE_RUN_KEY = pytest.StashKey[bool]()
 _PYTEST_MAIN = Path(pytest.__file__).with_name("__main__.py")
@@ -67,7 +67,7 @@ def runs_as_the_program() -> bool:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    if any(connector_of(item) for item in session.items):
+    if runs_conformance_tests(session):
         session.config.stash[_CONFORMANCE_RUN_KEY] = True
 
 

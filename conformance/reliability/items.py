@@ -22,6 +22,11 @@ def connector_of(item: pytest.Item):
     return callspec.params.get("connector") if callspec is not None else None
 
 
+def runs_conformance_tests(session: pytest.Session) -> bool:
+    """Whether this process collected any conformance test (an xdist controller collects none itself)."""
+    return any(connector_of(item) for item in session.items)
+
+
 def check_of(item: pytest.Item) -> str | None:
     marker = item.get_closest_marker("check")
     return marker.args[0] if marker is not None and marker.args else None
