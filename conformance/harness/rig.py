@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from kvconform.conformance.harness import kvcache
+from kvconform.conformance.harness import closing, kvcache
 from kvconform.conformance.harness.backends import MLA_BACKENDS, backend_class, metadata_instance
 from kvconform.conformance.harness.kvcache import CacheShape
 from kvconform.conformance.harness.model import MAX_MODEL_LEN, attention_layer_names
@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # types only: vLLM is imported when a config is built, never 
     from kvconform.conformance.selection import ConnectorParam
     from kvconform.platforms.spec import PlatformSpec
 
+P_D_ROLES = ("kv_producer", "kv_consumer")  # the two servers of a disaggregated pair, which stop independently
 VLLM_DEFAULT_BLOCK_SIZE = 16  # CacheConfig's default, which backends adjust through get_preferred_block_size
 
 
@@ -66,12 +67,20 @@ class EngineStandIn:
         self.scheduler.run(self.runner, max_steps)
 
     def close(self) -> None:
-        """Both halves shut down, as vLLM's engine does (``Scheduler.shutdown`` closes the scheduler side); once."""
+        """Both halves shut down in vLLM's engine's order (``Scheduler.shutdown`` closes the scheduler side); once.
+
+        A P/D engine's scheduler side may finish in the background (``closing``: NIXL's handshake listener
+        takes up to a second to notice the stop); its end is still judged before the test's result."""
         if self.closed:
             return
         self.closed = True
         self.runner.shutdown()
-        self.scheduler.scheduler.shutdown()
+        transfer = self.vllm_config.kv_transfer_config
+        role = transfer.kv_role if transfer is not None else None
+        if role in P_D_ROLES:
+            closing.close(self.scheduler.scheduler.shutdown, f"{transfer.kv_connector}'s {role} scheduler shutdown()")
+        else:
+            self.scheduler.scheduler.shutdown()
 
 
 @dataclass

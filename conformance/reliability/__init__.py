@@ -19,6 +19,9 @@ plugin of its own, watching every conformance test (one parametrized with a
   that pyzmq's destroy-on-collection cannot hang a later test;
 - ``finalizers``: no garbage collection (a connector's ``__del__``) while pytest
   formats a conformance test's report;
+- ``deferred``: a test's reports wait for the shutdowns it left running in the
+  background (a P/D pair's scheduler side, ``harness/closing.py``) while the next
+  test runs; the checks above judge them once those have ended;
 - ``fast_exit``: once pytest and the exit handlers are done, the process ends with
   pytest's status instead of tearing down vLLM and torch (seconds, and a crash in
   NIXL's bundled libnl).
@@ -39,6 +42,7 @@ pytest_plugins = [
     "kvconform.conformance.reliability.zmq_contexts",
     "kvconform.conformance.reliability.finalizers",
     "kvconform.conformance.reliability.fast_exit",
+    "kvconform.conformance.reliability.deferred",
 ]
 
 __all__ = ["SUPPORTED_VLLM", "VllmVersionError", "check_vllm_version"]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kvconform.conformance.reliability.items import call_passed, connector_of, note_call
+from kvconform.conformance.reliability.items import after_closes, call_passed, connector_of, note_call
 
 _TMP_PATH_KEY = pytest.StashKey[Path]()
 
@@ -32,6 +32,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if connector_of(item) is None:
         return report
     note_call(item, report)
-    if call.when == "teardown" and report.passed and call_passed(item) and _TMP_PATH_KEY in item.stash:
-        shutil.rmtree(item.stash[_TMP_PATH_KEY], ignore_errors=True)
+    if call.when == "teardown" and _TMP_PATH_KEY in item.stash:  # judged once its background closes ended
+        after_closes(item, lambda: _remove_if_passed(item, report))
     return report
+
+
+def _remove_if_passed(item: pytest.Item, report: pytest.TestReport) -> None:
+    if report.passed and call_passed(item):
+        shutil.rmtree(item.stash[_TMP_PATH_KEY], ignore_errors=True)

@@ -4,6 +4,8 @@ A conformance test is one parametrized with a ``connector``. Problems found once
 the test is over (leaked threads, litter) fail its teardown, so the test shows as
 an error naming the connector; when the test had failed already, its connector may
 never have been shut down, so they are attached as a section instead of judged.
+A check observes at the test's teardown and judges once the shutdowns the test left
+running in the background have ended (``after_closes``; ``deferred.py``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import pytest
 
 _CALL_PASSED_KEY = pytest.StashKey[bool]()
 _FLAGGED_KEY = pytest.StashKey[bool]()
+CLOSES_KEY = pytest.StashKey[list]()  # the test's background closes (harness/closing.py), set by deferred.py
+WAITING_KEY = pytest.StashKey[list]()  # what to run once they have ended
 
 
 def connector_of(item: pytest.Item):
@@ -53,10 +57,25 @@ def report_left_behind(item: pytest.Item, report: pytest.TestReport, problem: st
         report.sections.append(("kvconform: left behind", problem))
 
 
-def teardown_check(problems: Callable[[pytest.Item, object], Iterable[str]]):
-    """A ``pytest_runtest_makereport`` hook that reports, at a conformance test's teardown,
-    every problem ``problems(item, connector)`` finds (the shared shape of the threads and
-    storage plugins: only the finding differs)."""
+def closes_running(item: pytest.Item) -> list:
+    """The test's background closes that have not ended yet."""
+    return [c for c in item.stash.get(CLOSES_KEY, []) if not c.done()]
+
+
+def after_closes(item: pytest.Item, action: Callable[[], None]) -> None:
+    """Run ``action`` once ``item``'s background closes have ended: now, when none is running."""
+    if closes_running(item):
+        item.stash.setdefault(WAITING_KEY, []).append(action)
+    else:
+        action()
+
+
+def teardown_check(observe: Callable[[pytest.Item, object], Callable[[], Iterable[str]]]):
+    """A ``pytest_runtest_makereport`` hook that reports every problem a conformance test left behind.
+
+    ``observe(item, connector)`` runs at the test's teardown and returns the judge, which
+    lists the problems once the test's background closes have ended (the shared shape of
+    the threads and storage plugins: only the finding differs)."""
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
@@ -66,8 +85,8 @@ def teardown_check(problems: Callable[[pytest.Item, object], Iterable[str]]):
             return report
         note_call(item, report)
         if call.when == "teardown":
-            for problem in problems(item, connector):
-                report_left_behind(item, report, problem)
+            judge = observe(item, connector)
+            after_closes(item, lambda: [report_left_behind(item, report, p) for p in judge()])
         return report
 
     return pytest_runtest_makereport

@@ -105,7 +105,8 @@ def new_entries(before: dict[DefaultStorage, set[str]]) -> dict[DefaultStorage, 
     return {location: sorted(names) for location, names in after.items() if names}
 
 
-def _litter(item: pytest.Item, connector) -> list[str]:
+def _litter(item: pytest.Item, connector):
+    """What the test wrote to the connector's default locations, read at its teardown (a later test may write)."""
     found = new_entries(item.stash[_BEFORE_KEY]) if _BEFORE_KEY in item.stash else {}
     problems = []
     for location, names in found.items():
@@ -113,7 +114,7 @@ def _litter(item: pytest.Item, connector) -> list[str]:
         more = f" and {len(names) - SHOWN} more" if len(names) > SHOWN else ""
         problems.append(f"{connector.name} wrote outside its per-test storage folder: new in its default "
                         f"location {location.folder}: {shown}{more}")
-    return problems
+    return lambda: problems
 
 
 pytest_runtest_makereport = teardown_check(_litter)

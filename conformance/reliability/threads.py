@@ -40,19 +40,33 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         item.stash[_BEFORE_KEY] = set(threading.enumerate())
 
 
+def new_threads(before: set[threading.Thread]) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t not in before]
+
+
 def leaked_threads(before: set[threading.Thread], grace_s: float = LEAK_GRACE_S) -> list[threading.Thread]:
     """Threads not in ``before`` that are still alive after up to ``grace_s`` seconds."""
-    new = [t for t in threading.enumerate() if t not in before]
+    return still_running(new_threads(before), grace_s)
+
+
+def still_running(threads: list[threading.Thread], grace_s: float = LEAK_GRACE_S) -> list[threading.Thread]:
+    """Those of ``threads`` still alive after up to ``grace_s`` seconds."""
     deadline = time.monotonic() + grace_s
-    for thread in new:
+    for thread in threads:
         thread.join(max(0.0, deadline - time.monotonic()))
-    return [t for t in new if t.is_alive()]
+    return [t for t in threads if t.is_alive()]
 
 
-def _leaks(item: pytest.Item, connector) -> list[str]:
-    leaked = leaked_threads(item.stash[_BEFORE_KEY]) if _BEFORE_KEY in item.stash else []
-    return [f"{connector.name} left {len(leaked)} thread(s) running after the test and the connector's "
-            f"shutdown(): {describe(leaked)}"] if leaked else []
+def _leaks(item: pytest.Item, connector):
+    """The threads born during the test, as its teardown ends; judged once its background closes have ended."""
+    born = new_threads(item.stash[_BEFORE_KEY]) if _BEFORE_KEY in item.stash else []
+
+    def judge() -> list[str]:
+        leaked = still_running(born)
+        return [f"{connector.name} left {len(leaked)} thread(s) running after the test and the connector's "
+                f"shutdown(): {describe(leaked)}"] if leaked else []
+
+    return judge
 
 
 pytest_runtest_makereport = teardown_check(_leaks)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvconform.conformance.reliability.items import connector_of
+from kvconform.conformance.reliability.items import after_closes, connector_of
 
 _CREATED_KEY = pytest.StashKey[list]()
 _PARKED: list = []  # open contexts of finished tests: never collected, so never destroyed mid-run
@@ -66,12 +66,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
     if call.when == "teardown" and _CREATED_KEY in item.stash:
         _watching = None
-        left_open = [c for c in item.stash[_CREATED_KEY] if not c.closed]
+        created = item.stash[_CREATED_KEY]
         del item.stash[_CREATED_KEY]
-        if left_open:
-            _PARKED.extend(left_open)
-            report.sections.append(("kvconform: zmq contexts left open",
-                                    f"{connector_of(item).name} left {len(left_open)} zmq context(s) open after "
-                                    f"the test and the connector's shutdown(); kept referenced until the process "
-                                    f"exits, so that pyzmq's destroy-on-collection cannot hang the run"))
+        after_closes(item, lambda: _park_open(item, report, created))
     return report
+
+
+def _park_open(item: pytest.Item, report: pytest.TestReport, created: list) -> None:
+    left_open = [c for c in created if not c.closed]
+    if left_open:
+        _PARKED.extend(left_open)
+        report.sections.append(("kvconform: zmq contexts left open",
+                                f"{connector_of(item).name} left {len(left_open)} zmq context(s) open after "
+                                f"the test and the connector's shutdown(); kept referenced until the process "
+                                f"exits, so that pyzmq's destroy-on-collection cannot hang the run"))

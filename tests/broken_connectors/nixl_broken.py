@@ -1,11 +1,13 @@
 """Deliberately broken copies of vLLM's NixlConnector (the pull/READ pair), one bug class each.
 
 The pair checks must fail every one of them and pass the unmodified NixlConnector;
-tests/selftest/test_pair_faults_catches.py proves it. Each class changes only what
-carries its bug, on top of vLLM's own worker.
+tests/selftest/test_pair_faults_catches.py proves it (test_shutdown_catches.py for the
+shutdown ones). Each class changes only what carries its bug, on top of vLLM's own worker.
 """
 
 from __future__ import annotations
+
+import threading
 
 from vllm.distributed.kv_transfer.kv_connector.v1.nixl.connector import NixlConnector
 
@@ -73,3 +75,29 @@ class ExpiryFinishConnector(NixlConnector):
         super().__init__(*args, **kwargs)
         if self.connector_worker is not None:
             self.connector_worker.nixl_wrapper = _NoReadNotification(self.connector_worker.nixl_wrapper)
+
+
+class ListenerLeftRunningConnector(NixlConnector):
+    """The scheduler side's ``shutdown()`` forgets its handshake listener: the thread serves on, forever."""
+
+    def shutdown(self):
+        if self.connector_worker is not None:
+            self.connector_worker.shutdown()
+
+
+class ShutdownRaisesConnector(NixlConnector):
+    """The scheduler side's ``shutdown()`` stops its listener, then raises."""
+
+    def shutdown(self):
+        super().shutdown()
+        if self.connector_scheduler is not None:
+            raise RuntimeError("ShutdownRaisesConnector: the scheduler side failed to shut down")
+
+
+class ShutdownHangsConnector(NixlConnector):
+    """The scheduler side's ``shutdown()`` never returns (it waits on an event nothing sets)."""
+
+    def shutdown(self):
+        super().shutdown()
+        if self.connector_scheduler is not None:
+            threading.Event().wait()

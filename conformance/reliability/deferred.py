@@ -1,0 +1,164 @@
+"""A test's result waits for the shutdowns it left running in the background; the next test does not.
+
+Why (issue 20): a P/D pair's scheduler shutdown waits up to a second on an idle
+thread (``harness/closing.py``); waiting for it in every pair test was a third of a
+serial run. So while a conformance run goes on, each test may leave such closes
+running, and its reports are held (not logged: no result, no JUnit entry, no
+terminal line) until they have ended. Then the teardown checks judge what the test
+left behind, exactly as they would have at its teardown (``after_closes``), an
+exception a close raised fails the test's teardown, and the reports are logged,
+in the order the tests ran. Held reports are logged as soon as their closes have
+ended (checked after every test), and all of them after the run's last test and
+whenever the test loop ends.
+
+Under pytest-xdist a worker that dies fails the test it was running, named
+(``crashes.py``), so there a close never overlaps another connector's test: before
+a test that is not skipped outright runs, the closes of another connector's tests
+are waited for, and whatever a close does (crash the worker, start a thread)
+lands on its own connector. Connectors' tests run grouped, so a worker waits a few
+times a run (eight waits, 6.5 s, when a serial run did this too). A serial run
+does not wait: a crash there ends the run whatever test it lands in, and
+faulthandler's dump names the close's thread. What it leaves uncovered: a thread
+a close starts after its test's teardown is charged to the test running then.
+
+A close that has not ended ``CLOSE_WAIT_S`` after it started is judged anyway: it
+fails the test's teardown as not returned, its thread is left running (daemon),
+where before the test hung until its timeout. The last test's closes may still
+run while the session's fixtures stop (the connectors' servers): only P/D pairs
+close so, and none of them has a server. Not deferred: runs with ``--pdb`` or
+``--trace`` (pytest enters the debugger while reporting), and any pytest run that
+is not kvconform's.
+
+Under pytest-xdist a worker sends each report with the index of the test it is
+running, and asserts that the two match; a held report is sent with its own
+test's index (``_xdist_index_of``), which is what the controller already received
+as that test's completion.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import pytest
+from _pytest.runner import runtestprotocol
+
+from kvconform.conformance.harness import closing
+from kvconform.conformance.reliability.items import CLOSES_KEY, WAITING_KEY, connector_of, report_left_behind
+from kvconform.conformance.reliability.threads import LEAK_GRACE_S
+
+CLOSE_WAIT_S = LEAK_GRACE_S  # a close not ended by then is judged as it stands
+POLL_S = 0.01
+
+_ENABLED_KEY = pytest.StashKey[bool]()
+_HELD_KEY = pytest.StashKey[deque]()
+_XDIST_WORKER_KEY = pytest.StashKey[bool]()
+
+
+@dataclass
+class _Held:
+    item: pytest.Item
+    reports: list[pytest.TestReport]
+    closes: list[closing.BackgroundClose] = field(default_factory=list)
+
+    def ready(self) -> bool:
+        now = time.monotonic()
+        return all(c.done() or now - c.started >= CLOSE_WAIT_S for c in self.closes)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from kvconform.conformance.run_target import is_active
+
+    config.stash[_ENABLED_KEY] = (is_active(config) and not config.getoption("usepdb", False)
+                                  and not config.getoption("trace", False))
+    config.stash[_XDIST_WORKER_KEY] = hasattr(config, "workerinput")
+    config.stash[_HELD_KEY] = deque()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
+    """pytest's protocol with the reports held while earlier tests' closes run (None: pytest's own)."""
+    config = item.config
+    if not config.stash.get(_ENABLED_KEY, False):
+        return None
+    if config.stash[_XDIST_WORKER_KEY] and _would_run_another_connector(config.stash[_HELD_KEY], item):
+        _log_ready(config, wait=True)
+    item.stash[CLOSES_KEY] = closing.claim()
+    try:
+        reports = runtestprotocol(item, nextitem=nextitem, log=False)
+    finally:
+        closing.release()
+    config.stash[_HELD_KEY].append(_Held(item, reports, item.stash.get(CLOSES_KEY, [])))
+    _log_ready(config, wait=nextitem is None)
+    return True
+
+
+def _name(item: pytest.Item) -> str | None:
+    connector = connector_of(item)
+    return connector.name if connector is not None else None
+
+
+def _would_run_another_connector(held: deque[_Held], item: pytest.Item) -> bool:
+    """Whether ``item`` may run code of a connector other than one whose closes are still running."""
+    if item.get_closest_marker("skip") is not None:  # skipped before any fixture runs
+        return False
+    return any(not h.ready() and _name(h.item) != _name(item) for h in held)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtestloop(session: pytest.Session):
+    """Whatever ends the loop (the last test, -x, an interrupt), no held report is lost."""
+    try:
+        return (yield)
+    finally:
+        _log_ready(session.config, wait=True)
+
+
+def _log_ready(config: pytest.Config, wait: bool) -> None:
+    """Judge and log held tests from the oldest, while their closes have ended (all of them when ``wait``)."""
+    held: deque[_Held] = config.stash.get(_HELD_KEY, deque())
+    while held:
+        if not held[0].ready():
+            if not wait:
+                return
+            time.sleep(POLL_S)
+            continue
+        _judge_and_log(held.popleft())
+
+
+def _judge_and_log(held: _Held) -> None:
+    item = held.item
+    teardown = held.reports[-1]
+    for close in held.closes:
+        if not close.done():
+            report_left_behind(item, teardown, f"{close.what} had not returned {CLOSE_WAIT_S:g} s after it was "
+                                               f"called (the test's other checks are judged without it)")
+        elif close.error is not None:
+            report_left_behind(item, teardown, f"{close.what} raised:\n{close.error}")
+    for action in item.stash.get(WAITING_KEY, []):
+        action()
+    item.stash[WAITING_KEY] = []
+    with _xdist_index_of(item):
+        ihook = item.ihook
+        ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+        for report in held.reports:
+            ihook.pytest_runtest_logreport(report=report)
+        ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+
+
+class _xdist_index_of:  # noqa: N801 - used as a context manager, like contextlib's lowercase ones
+    """An xdist worker's current test index set to ``item``'s while its held reports are sent."""
+
+    def __init__(self, item: pytest.Item) -> None:
+        self.worker = next((p for p in item.config.pluginmanager.get_plugins()
+                            if type(p).__name__ == "WorkerInteractor" and hasattr(p, "item_index")), None)
+        self.index = item.session.items.index(item) if self.worker is not None else None
+
+    def __enter__(self) -> None:
+        if self.worker is not None:
+            self.saved, self.worker.item_index = self.worker.item_index, self.index
+
+    def __exit__(self, *exc) -> None:
+        if self.worker is not None:
+            self.worker.item_index = self.saved

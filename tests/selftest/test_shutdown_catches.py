@@ -1,0 +1,78 @@
+"""A P/D pair's scheduler shutdown, finished in the background, is still judged, and judged for its own test.
+
+The suite lets a pair's scheduler shutdown finish while the next test runs
+(conformance/harness/closing.py, reliability/deferred.py). This proves nothing
+is lost by that, serially and with two xdist workers: three broken NixlConnector
+copies (tests/broken_connectors/nixl_broken.py) fail the round trip's teardown,
+each for its own bug, and the tests run right after each of them (the next broken
+copy, ExampleConnector last) are judged on their own: NixlConnector and
+ExampleConnector pass. Serially, the reports come in the order the tests ran.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from tests.selftest.suite_run import BROKEN as BROKEN_PACKAGE
+from tests.selftest.suite_run import REPO, of_connector, run_suite
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("nixl") is None,
+                                reason="NixlConnector needs package nixl, which is not installed here")
+
+BROKEN_MODULE = f"{BROKEN_PACKAGE}.nixl_broken"
+PROFILES = REPO / "tests" / "broken_connectors" / "nixl_broken.yaml"
+SELECTION = "test_roundtrip_scenario and aligned-bs32 and not unaligned"  # one pair test per connector
+# connector class -> words its one test's teardown failure must carry
+BROKEN = {
+    "ListenerLeftRunningConnector": ["ListenerLeftRunningConnector left 1 thread(s) running",
+                                     "'nixl_handshake_listener'"],
+    "ShutdownRaisesConnector": ["ShutdownRaisesConnector's kv_producer scheduler shutdown() raised",
+                                "RuntimeError: ShutdownRaisesConnector: the scheduler side failed to shut down"],
+    "ShutdownHangsConnector": ["ShutdownHangsConnector's kv_producer scheduler shutdown() had not returned 2 s",
+                               "kvconform-close: ShutdownHangsConnector's kv_producer scheduler shutdown()"],
+}
+WELL_BEHAVED = ["NixlConnector", "ExampleConnector"]
+ORDER = ["NixlConnector", *BROKEN, "ExampleConnector"]  # --connector order: the run's order within a test
+
+
+@pytest.fixture(scope="module", params=["serial", "-n 2"])
+def shutdown_run(request, tmp_path_factory):
+    workers = [] if request.param == "serial" else ["-n", "2"]
+    connectors = [f"{BROKEN_MODULE}:{name}" if name in BROKEN else name for name in ORDER]
+    returncode, outcomes, output = run_suite(
+        tmp_path_factory.mktemp("shutdown-selftest"),
+        ["-k", SELECTION, "--profiles", str(PROFILES), *workers, *(a for c in connectors for a in ("--connector", c))])
+    return request.param, returncode, outcomes, output
+
+
+def test_run_fails_and_reports_every_test(shutdown_run):
+    _, returncode, outcomes, output = shutdown_run
+    assert returncode == 1, output[-3000:]
+    assert sorted(o.nodeid.split("-")[-3] for o in outcomes) == sorted(ORDER), [o.nodeid for o in outcomes]
+
+
+@pytest.mark.parametrize("name", WELL_BEHAVED)
+def test_well_behaved_pass_beside_the_broken(shutdown_run, name):
+    _, _, outcomes, _ = shutdown_run
+    mine = of_connector(outcomes, name)
+    assert [o.outcome for o in mine] == ["passed"], [(o.nodeid, o.outcome, o.message[:800]) for o in mine]
+
+
+@pytest.mark.parametrize("name", list(BROKEN))
+def test_broken_shutdown_fails_its_own_test(shutdown_run, name):
+    _, _, outcomes, _ = shutdown_run
+    mine = of_connector(outcomes, name)
+    assert [o.outcome for o in mine] == ["error"], [(o.nodeid, o.outcome, o.message[:800]) for o in mine]
+    for word in BROKEN[name]:
+        assert word in mine[0].message, (word, mine[0].message[:1500])
+    others = [o for o in outcomes if o is not mine[0]]
+    assert not any(name in o.message for o in others), [(o.nodeid, o.message[:300]) for o in others]
+
+
+def test_serial_reports_come_in_run_order(shutdown_run):
+    mode, _, outcomes, _ = shutdown_run
+    if mode != "serial":
+        pytest.skip("with -n 2 the two workers' reports interleave")
+    assert [o.nodeid.split("-")[-3] for o in outcomes] == ORDER
