@@ -10,6 +10,7 @@ without them.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import json
 import re
 from collections.abc import Iterable
@@ -78,8 +79,12 @@ class Identity:
 
 def glob_match(text: str, pattern: str) -> bool:
     """``*`` and ``?`` are wildcards; brackets are literal, as in every parametrized test id."""
-    escaped = "".join({"[": "[[]", "]": "[]]"}.get(ch, ch) for ch in pattern)
-    return fnmatch.fnmatchcase(text, escaped)
+    return fnmatch.fnmatchcase(text, _brackets_literal(pattern))
+
+
+@functools.lru_cache(maxsize=4096)  # a few dozen entries' patterns, matched against every test at collection
+def _brackets_literal(pattern: str) -> str:
+    return "".join({"[": "[[]", "]": "[]]"}.get(ch, ch) for ch in pattern)
 
 
 def check_from_function(name: str) -> str:

@@ -63,6 +63,7 @@ class Ledger:
 
 _LEDGER_KEY = pytest.StashKey[Ledger]()
 _ITEMS_BY_ID_KEY = pytest.StashKey[dict]()
+_HELD_WRITTEN_KEY = pytest.StashKey[list]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -85,6 +86,19 @@ def pytest_report_header(config: pytest.Config) -> str:
     if workers:
         return "kvconform: crash isolation on: a connector that crashes its worker fails that test; the run goes on"
     return "kvconform: crash isolation off: a connector that crashes the process ends the run (run with -n 1)"
+
+
+def _held_file(folder: Path, worker: str) -> Path:
+    return folder / f"held-{worker}.json"
+
+
+def record_held(config: pytest.Config, held: list[str]) -> None:
+    """An xdist worker's tests whose results wait for their background shutdowns (``deferred.py``), for the
+    controller to report if the worker dies first; nothing outside xdist."""
+    shared = getattr(config, "workerinput", {}).get(LEDGER_INPUT_KEY)
+    if shared and config.stash.get(_HELD_WRITTEN_KEY, []) != held:
+        _held_file(Path(shared).parent, config.workerinput["workerid"]).write_text(json.dumps(held))
+        config.stash[_HELD_WRITTEN_KEY] = held
 
 
 def record_stop(item: pytest.Item, what: str) -> None:
@@ -166,18 +180,39 @@ class CrashReporter:
     def pytest_configure_node(self, node) -> None:
         node.workerinput[LEDGER_INPUT_KEY] = str(self.config.stash[_LEDGER_KEY].share(self.config))
 
+    def _held_by(self, worker: str) -> list[str]:
+        try:
+            return json.loads(_held_file(self.config.stash[_LEDGER_KEY].share(self.config).parent, worker).read_text())
+        except (OSError, ValueError):
+            return []
+
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node, error) -> None:
-        if error:
-            ending = how_it_ended(_worker_returncode(node)) or str(error).strip().splitlines()[0]
-            self.endings[node.gateway.id] = ending
+        if not error:
+            return
+        worker = node.gateway.id
+        ending = how_it_ended(_worker_returncode(node)) or str(error).strip().splitlines()[0]
+        self.endings[worker] = ending
+        names = self._connector_names()
+        for nodeid in self._held_by(worker):  # their results were waiting for background shutdowns
+            connector = connector_in_nodeid(nodeid, names)
+            report = pytest.TestReport(
+                nodeid=nodeid, location=(nodeid.split("::")[0], None, nodeid), keywords={}, outcome="failed",
+                when="teardown", longrepr=f"{connector or 'the code under test'}: pytest worker {worker} died "
+                f"({ending}) while this test's connector shutdown was still running in the background; "
+                f"its result was never sent")
+            report.node = node
+            self.config.hook.pytest_runtest_logreport(report=report)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched) -> None:
         worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "?")
         connector = connector_in_nodeid(crashitem, self._connector_names())
         ending = self.endings.get(worker, "it died")
+        held = [n for n in self._held_by(worker) if n != crashitem]
+        also = (f"; its earlier test(s) {', '.join(held)} were still shutting their connectors down in the "
+                f"background" if held else "")
         report.longrepr = (f"{connector or 'the code under test'} crashed the test process: pytest worker {worker} "
-                           f"died while running {crashitem} ({ending}); the run goes on in a fresh worker")
+                           f"died while running {crashitem} ({ending}){also}; the run goes on in a fresh worker")
         report.when = "call"  # the crash is this test's failure, not an error in some other phase
         self.config.stash[_LEDGER_KEY].add(crashitem, connector, "crashed the test process")

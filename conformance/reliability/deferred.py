@@ -12,10 +12,10 @@ ended (checked after every test), and all of them after the run's last test and
 whenever the test loop ends.
 
 Under pytest-xdist a worker that dies fails the test it was running, named
-(``crashes.py``), so there a close never overlaps another connector's test: before
-a test that is not skipped outright runs, the closes of another connector's tests
-are waited for, and whatever a close does (crash the worker, start a thread)
-lands on its own connector. Connectors' tests run grouped, so a worker waits a few
+(``crashes.py``), so there a close never overlaps another connector's test: when
+the next test is another connector's and not skipped outright, a test's protocol
+ends only once the closes held so far have ended, and whatever a close does
+(crash the worker, start a thread) lands on its own connector. Connectors' tests run grouped, so a worker waits a few
 times a run (eight waits, 6.5 s, when a serial run did this too). A serial run
 does not wait: a crash there ends the run whatever test it lands in, and
 faulthandler's dump names the close's thread. What it leaves uncovered: a thread
@@ -32,7 +32,10 @@ is not kvconform's.
 Under pytest-xdist a worker sends each report with the index of the test it is
 running, and asserts that the two match; a held report is sent with its own
 test's index (``_xdist_index_of``), which is what the controller already received
-as that test's completion.
+as that test's completion. There only tests with closes are held (the others'
+reports go at once), and the worker keeps their ids in a file beside the crash
+ledger: if it dies first, the controller reports each as failed, "its result was
+never sent", and names them in the crash it reports (``crashes.py``).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ import pytest
 from _pytest.runner import runtestprotocol
 
 from kvconform.conformance.harness import closing
+from kvconform.conformance.reliability.crashes import record_held
 from kvconform.conformance.reliability.items import CLOSES_KEY, WAITING_KEY, connector_of, report_left_behind
 from kvconform.conformance.reliability.threads import LEAK_GRACE_S
 
@@ -82,15 +86,19 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     config = item.config
     if not config.stash.get(_ENABLED_KEY, False):
         return None
-    if config.stash[_XDIST_WORKER_KEY] and _would_run_another_connector(config.stash[_HELD_KEY], item):
-        _log_ready(config, wait=True)
     item.stash[CLOSES_KEY] = closing.claim()
     try:
         reports = runtestprotocol(item, nextitem=nextitem, log=False)
     finally:
         closing.release()
-    config.stash[_HELD_KEY].append(_Held(item, reports, item.stash.get(CLOSES_KEY, [])))
-    _log_ready(config, wait=nextitem is None)
+    held, closes = config.stash[_HELD_KEY], item.stash.get(CLOSES_KEY, [])
+    if config.stash[_XDIST_WORKER_KEY] and not closes:  # nothing to wait for: sent now, not kept from a crash
+        _judge_and_log(_Held(item, reports))
+    else:
+        held.append(_Held(item, reports, closes))
+    # under xdist, wait while this test is still the worker's: a crash in a close is reported as this test's
+    _log_ready(config, wait=nextitem is None or (config.stash[_XDIST_WORKER_KEY]
+                                                and _would_run_another_connector(held, nextitem)))
     return True
 
 
@@ -121,10 +129,11 @@ def _log_ready(config: pytest.Config, wait: bool) -> None:
     while held:
         if not held[0].ready():
             if not wait:
-                return
+                break
             time.sleep(POLL_S)
             continue
         _judge_and_log(held.popleft())
+    record_held(config, [h.item.nodeid for h in held])  # under xdist: what the controller reports if we die
 
 
 def _judge_and_log(held: _Held) -> None:

@@ -7,7 +7,10 @@ shutdown ones). Each class changes only what carries its bug, on top of vLLM's o
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
+import time
 
 from vllm.distributed.kv_transfer.kv_connector.v1.nixl.connector import NixlConnector
 
@@ -101,3 +104,13 @@ class ShutdownHangsConnector(NixlConnector):
         super().shutdown()
         if self.connector_scheduler is not None:
             threading.Event().wait()
+
+
+class ShutdownCrashesConnector(NixlConnector):
+    """The scheduler side's ``shutdown()`` stops its listener, then kills the process (a native crash)."""
+
+    def shutdown(self):
+        super().shutdown()
+        if self.connector_scheduler is not None:
+            time.sleep(0.2)  # past the test's own teardown: the crash lands while its result is held
+            os.kill(os.getpid(), signal.SIGSEGV)

@@ -7,6 +7,9 @@ copies (tests/broken_connectors/nixl_broken.py) fail the round trip's teardown,
 each for its own bug, and the tests run right after each of them (the next broken
 copy, ExampleConnector last) are judged on their own: NixlConnector and
 ExampleConnector pass. Serially, the reports come in the order the tests ran.
+A fourth copy crashes the process in its background shutdown: under xdist the
+crash fails its own tests, every test still has a result, and the other
+connectors pass.
 """
 
 from __future__ import annotations
@@ -76,3 +79,32 @@ def test_serial_reports_come_in_run_order(shutdown_run):
     if mode != "serial":
         pytest.skip("with -n 2 the two workers' reports interleave")
     assert [o.nodeid.split("-")[-3] for o in outcomes] == ORDER
+
+
+CRASH_SELECTION = "test_roundtrip_scenario and (aligned-bs32 or multi-bs32) and not unaligned"  # two per connector
+CRASH_ORDER = ["NixlConnector", "ShutdownCrashesConnector", "ExampleConnector"]
+# what a ShutdownCrashesConnector test may say, depending on where the crash lands: while its own test still
+# runs, during its next test (which names the earlier one), after it (its held result), or a later test not run
+CRASH_WORDS = ("crashed the test process", "its result was never sent", "not run: ShutdownCrashesConnector")
+
+
+@pytest.fixture(scope="module")
+def crash_run(tmp_path_factory):
+    connectors = [f"{BROKEN_MODULE}:{name}" if name.startswith("Shutdown") else name for name in CRASH_ORDER]
+    return run_suite(tmp_path_factory.mktemp("shutdown-crash-selftest"),
+                     ["-k", CRASH_SELECTION, "--profiles", str(PROFILES), "-n", "1",
+                      *(a for c in connectors for a in ("--connector", c))])
+
+
+def test_a_crash_in_a_background_shutdown_lands_on_its_own_connector(crash_run):
+    returncode, outcomes, output = crash_run
+    assert returncode == 1, output[-3000:]
+    assert sorted(o.nodeid.split("-")[-3] for o in outcomes) == sorted(2 * CRASH_ORDER), [o.nodeid for o in outcomes]
+    for name in ("NixlConnector", "ExampleConnector"):
+        mine = of_connector(outcomes, name)
+        assert [o.outcome for o in mine] == ["passed", "passed"], [(o.nodeid, o.message[:800]) for o in mine]
+    crashed = of_connector(outcomes, "ShutdownCrashesConnector")
+    assert all(o.outcome in ("failed", "error") for o in crashed), [(o.nodeid, o.outcome) for o in crashed]
+    assert any("killed by SIGSEGV" in o.message for o in crashed), [o.message[:800] for o in crashed]
+    for o in crashed:
+        assert "ShutdownCrashesConnector" in o.message and any(w in o.message for w in CRASH_WORDS), o.message[:800]
