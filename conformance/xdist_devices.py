@@ -52,7 +52,8 @@ def share_cpu_threads(worker_count: int) -> dict[str, str]:
     """Called in each xdist worker's configure: torch's threads for its share of the CPUs this process may use."""
     if "OMP_NUM_THREADS" in os.environ or worker_count < 1:
         return {}
-    share = max(1, len(os.sched_getaffinity(0)) // worker_count)
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    share = max(1, usable // worker_count)
     os.environ["OMP_NUM_THREADS"] = str(share)
     torch = sys.modules.get("torch")
     if torch is not None:  # imported already: its pool is sized, so resize it

@@ -14,12 +14,13 @@ whenever the test loop ends.
 Under pytest-xdist a worker that dies fails the test it was running, named
 (``crashes.py``), so there a close never overlaps another connector's test: when
 the next test is another connector's and not skipped outright, a test's protocol
-ends only once the closes held so far have ended, and whatever a close does
-(crash the worker, start a thread) lands on its own connector. Connectors' tests run grouped, so a worker waits a few
-times a run (eight waits, 6.5 s, when a serial run did this too). A serial run
-does not wait: a crash there ends the run whatever test it lands in, and
-faulthandler's dump names the close's thread. What it leaves uncovered: a thread
-a close starts after its test's teardown is charged to the test running then.
+ends only once the closes held so far have ended, and whatever a close does (crash
+the worker, start a thread) lands on its own connector. Connectors' tests run
+grouped, so a worker waits a few times a run (eight waits, 6.5 s, when a serial
+run did this too). A serial run does not wait: a crash there ends the run
+whatever test it lands in, and faulthandler's dump names the close's thread. What
+it leaves uncovered: a thread a close starts after its test's teardown is charged
+to the test running then.
 
 A close that has not ended ``CLOSE_WAIT_S`` after it started is judged anyway: it
 fails the test's teardown as not returned, its thread is left running (daemon),
@@ -29,13 +30,14 @@ close so, and none of them has a server. Not deferred: runs with ``--pdb`` or
 ``--trace`` (pytest enters the debugger while reporting), and any pytest run that
 is not kvconform's.
 
-Under pytest-xdist a worker sends each report with the index of the test it is
+Also under xdist, a worker sends each report with the index of the test it is
 running, and asserts that the two match; a held report is sent with its own
 test's index (``_xdist_index_of``), which is what the controller already received
 as that test's completion. There only tests with closes are held (the others'
-reports go at once), and the worker keeps their ids in a file beside the crash
-ledger: if it dies first, the controller reports each as failed, "its result was
-never sent", and names them in the crash it reports (``crashes.py``).
+reports go at once, so the order may differ from the run's), and the worker keeps
+their ids in a file beside the crash ledger: if it dies first, the controller
+reports each as failed, "its result was never sent", and names them in the crash
+it reports (``crashes.py``).
 """
 
 from __future__ import annotations

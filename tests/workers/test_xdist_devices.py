@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -66,3 +68,27 @@ def test_workers_each_see_their_own_platform(tmp_path):
     out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "--platform=cpu",
                           str(tmp_path)], cwd=tmp_path, capture_output=True, text=True, timeout=stretched(120))
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+
+
+@pytest.mark.parametrize(("cpus", "workers", "share"), [(2, 2, "1"), (8, 2, "4"), (2, 4, "1"), (16, 3, "5")])
+def test_each_worker_takes_its_share_of_the_cpus(monkeypatch, cpus, workers, share):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cpus)), raising=False)
+    monkeypatch.setitem(sys.modules, "torch", None)  # not imported yet: the variable alone sizes its pool
+    assert xdist_devices.share_cpu_threads(workers) == {"OMP_NUM_THREADS": share}
+    assert os.environ["OMP_NUM_THREADS"] == share
+
+
+def test_a_users_thread_count_is_left_alone(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    assert xdist_devices.share_cpu_threads(2) == {}
+    assert os.environ["OMP_NUM_THREADS"] == "7"
+
+
+def test_an_imported_torch_is_resized(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    sized = []
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(set_num_threads=sized.append))
+    xdist_devices.share_cpu_threads(2)
+    assert sized == [2]
