@@ -167,6 +167,7 @@ class CrashReporter:
     def __init__(self, config: pytest.Config):
         self.config = config
         self.endings: dict[str, str] = {}
+        self.unsent: dict[str, tuple[object, list[str]]] = {}  # a dead worker -> (its node, results it held)
 
     def _connector_names(self) -> list[str]:
         try:
@@ -191,28 +192,39 @@ class CrashReporter:
         if not error:
             return
         worker = node.gateway.id
-        ending = how_it_ended(_worker_returncode(node)) or str(error).strip().splitlines()[0]
-        self.endings[worker] = ending
+        self.endings[worker] = how_it_ended(_worker_returncode(node)) or str(error).strip().splitlines()[0]
+        self.unsent[worker] = (node, self._held_by(worker))  # reported with its crashed test, or at the end
+
+    def _report_unsent(self, worker: str, crashitem: str | None = None) -> list[str]:
+        """Fail each test whose result the dead worker still held (all but ``crashitem``, reported as crashed)."""
+        node, held = self.unsent.pop(worker, (None, []))
         names = self._connector_names()
-        for nodeid in self._held_by(worker):  # their results were waiting for background shutdowns
+        unsent = [nodeid for nodeid in held if nodeid != crashitem]
+        for nodeid in unsent:
             connector = connector_in_nodeid(nodeid, names)
             report = pytest.TestReport(
                 nodeid=nodeid, location=(nodeid.split("::")[0], None, nodeid), keywords={}, outcome="failed",
                 when="teardown", longrepr=f"{connector or 'the code under test'}: pytest worker {worker} died "
-                f"({ending}) while this test's connector shutdown was still running in the background; "
-                f"its result was never sent")
+                f"({self.endings[worker]}) while this test's connector shutdown was still running in the "
+                f"background; its result was never sent")
             report.node = node
             self.config.hook.pytest_runtest_logreport(report=report)
+        return unsent
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched) -> None:
         worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "?")
         connector = connector_in_nodeid(crashitem, self._connector_names())
         ending = self.endings.get(worker, "it died")
-        held = [n for n in self._held_by(worker) if n != crashitem]
-        also = (f"; its earlier test(s) {', '.join(held)} were still shutting their connectors down in the "
-                f"background" if held else "")
+        unsent = self._report_unsent(worker, crashitem)
+        also = (f"; its earlier test(s) {', '.join(unsent)} were still shutting their connectors down in the "
+                f"background" if unsent else "")
         report.longrepr = (f"{connector or 'the code under test'} crashed the test process: pytest worker {worker} "
                            f"died while running {crashitem} ({ending}){also}; the run goes on in a fresh worker")
         report.when = "call"  # the crash is this test's failure, not an error in some other phase
         self.config.stash[_LEDGER_KEY].add(crashitem, connector, "crashed the test process")
+
+    @pytest.hookimpl(tryfirst=True)  # before the results and the summary are written
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        for worker in list(self.unsent):  # a worker that died between tests
+            self._report_unsent(worker)
