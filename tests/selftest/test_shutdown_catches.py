@@ -40,14 +40,17 @@ WELL_BEHAVED = ["NixlConnector", "ExampleConnector"]
 ORDER = ["NixlConnector", *BROKEN, "ExampleConnector"]  # --connector order: the run's order within a test
 
 
+def run_in_order(tmp, selection: str, order: list[str], *extra: str):
+    """One suite run of ``selection`` over ``order``'s connectors, in that order (the broken ones from nixl_broken)."""
+    connectors = [name if name in WELL_BEHAVED else f"{BROKEN_MODULE}:{name}" for name in order]
+    return run_suite(tmp, ["-k", selection, "--profiles", str(PROFILES), *extra,
+                           *(arg for name in connectors for arg in ("--connector", name))])
+
+
 @pytest.fixture(scope="module", params=["serial", "-n 2"])
 def shutdown_run(request, tmp_path_factory):
-    workers = [] if request.param == "serial" else ["-n", "2"]
-    connectors = [f"{BROKEN_MODULE}:{name}" if name in BROKEN else name for name in ORDER]
-    returncode, outcomes, output = run_suite(
-        tmp_path_factory.mktemp("shutdown-selftest"),
-        ["-k", SELECTION, "--profiles", str(PROFILES), *workers, *(a for c in connectors for a in ("--connector", c))])
-    return request.param, returncode, outcomes, output
+    workers = () if request.param == "serial" else ("-n", "2")
+    return (request.param, *run_in_order(tmp_path_factory.mktemp("shutdown-selftest"), SELECTION, ORDER, *workers))
 
 
 def test_run_fails_and_reports_every_test(shutdown_run):
@@ -90,17 +93,14 @@ CRASH_WORDS = ("crashed the test process", "its result was never sent", "not run
 
 @pytest.fixture(scope="module")
 def crash_run(tmp_path_factory):
-    connectors = [f"{BROKEN_MODULE}:{name}" if name.startswith("Shutdown") else name for name in CRASH_ORDER]
-    return run_suite(tmp_path_factory.mktemp("shutdown-crash-selftest"),
-                     ["-k", CRASH_SELECTION, "--profiles", str(PROFILES), "-n", "1",
-                      *(a for c in connectors for a in ("--connector", c))])
+    return run_in_order(tmp_path_factory.mktemp("shutdown-crash-selftest"), CRASH_SELECTION, CRASH_ORDER, "-n", "1")
 
 
 def test_a_crash_in_a_background_shutdown_lands_on_its_own_connector(crash_run):
     returncode, outcomes, output = crash_run
     assert returncode == 1, output[-3000:]
     assert sorted(o.nodeid.split("-")[-3] for o in outcomes) == sorted(2 * CRASH_ORDER), [o.nodeid for o in outcomes]
-    for name in ("NixlConnector", "ExampleConnector"):
+    for name in WELL_BEHAVED:
         mine = of_connector(outcomes, name)
         assert [o.outcome for o in mine] == ["passed", "passed"], [(o.nodeid, o.message[:800]) for o in mine]
     crashed = of_connector(outcomes, "ShutdownCrashesConnector")
