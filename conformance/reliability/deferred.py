@@ -60,6 +60,7 @@ POLL_S = 0.01
 _ENABLED_KEY = pytest.StashKey[bool]()
 _HELD_KEY = pytest.StashKey[deque]()
 _XDIST_WORKER_KEY = pytest.StashKey[bool]()
+_INTERACTOR_KEY = pytest.StashKey[object]()
 
 
 @dataclass
@@ -159,12 +160,14 @@ def _judge_and_log(held: _Held) -> None:
 
 
 class _xdist_index_of:  # noqa: N801 - used as a context manager, like contextlib's lowercase ones
-    """An xdist worker's current test index set to ``item``'s while its held reports are sent."""
+    """An xdist worker's current test index set to ``item``'s while its held reports are sent (a report sent
+    while its own test is the current one, the usual case, changes nothing)."""
 
     def __init__(self, item: pytest.Item) -> None:
-        self.worker = next((p for p in item.config.pluginmanager.get_plugins()
-                            if type(p).__name__ == "WorkerInteractor" and hasattr(p, "item_index")), None)
-        self.index = item.session.items.index(item) if self.worker is not None else None
+        worker = _worker_interactor(item.config)
+        items = item.session.items
+        self.worker = worker if worker is not None and items[worker.item_index] is not item else None
+        self.index = items.index(item) if self.worker is not None else None
 
     def __enter__(self) -> None:
         if self.worker is not None:
@@ -173,3 +176,12 @@ class _xdist_index_of:  # noqa: N801 - used as a context manager, like contextli
     def __exit__(self, *exc) -> None:
         if self.worker is not None:
             self.worker.item_index = self.saved
+
+
+def _worker_interactor(config: pytest.Config):
+    """xdist's worker-side plugin (it keeps the current test's index), looked up once; None outside a worker."""
+    if _INTERACTOR_KEY not in config.stash:
+        config.stash[_INTERACTOR_KEY] = next(
+            (p for p in config.pluginmanager.get_plugins()
+             if type(p).__name__ == "WorkerInteractor" and hasattr(p, "item_index")), None)
+    return config.stash[_INTERACTOR_KEY]

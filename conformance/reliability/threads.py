@@ -41,12 +41,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 def new_threads(before: set[threading.Thread]) -> list[threading.Thread]:
+    """Threads alive now that are not in ``before``."""
     return [t for t in threading.enumerate() if t not in before]
-
-
-def leaked_threads(before: set[threading.Thread], grace_s: float = LEAK_GRACE_S) -> list[threading.Thread]:
-    """Threads not in ``before`` that are still alive after up to ``grace_s`` seconds."""
-    return still_running(new_threads(before), grace_s)
 
 
 def still_running(threads: list[threading.Thread], grace_s: float = LEAK_GRACE_S) -> list[threading.Thread]:
