@@ -117,6 +117,17 @@ def pytest_configure_node(node) -> None:
     node.workerinput["kvconform_device_count"] = target.probe.device_count
 
 
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log) -> object | None:
+    """``--dist load`` (xdist's default) runs each connector's tests together on one worker (xdist_scheduling.py)."""
+    if TARGET_KEY not in config.stash or config.getoption("dist") != "load":
+        return None
+    from kvconform.conformance.selection import connector_params
+    from kvconform.conformance.xdist_scheduling import ConnectorScheduling
+
+    return ConnectorScheduling(config, [p.id for p in connector_params(config)], log)
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """``-n auto``: xdist asks before ``pytest_configure``, so the platform is resolved here too."""

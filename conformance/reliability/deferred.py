@@ -15,9 +15,10 @@ Under pytest-xdist a worker that dies fails the test it was running, named
 (``crashes.py``), so there a close never overlaps another connector's test: when
 the next test is another connector's and not skipped outright, a test's protocol
 ends only once the closes held so far have ended, and whatever a close does (crash
-the worker, start a thread) lands on its own connector. Connectors' tests run
-grouped, so a worker waits a few times a run (eight waits, 6.5 s, when a serial
-run did this too). A serial run does not wait: a crash there ends the run
+the worker, start a thread) lands on its own connector. A worker runs one
+connector's tests at a time (``xdist_scheduling.py``), so it waits at most once
+per connector it moves on from (one wait in a ``-n 2`` run; five per worker, 4 s,
+before). A serial run does not wait: a crash there ends the run
 whatever test it lands in, and faulthandler's dump names the close's thread. What
 it leaves uncovered: a thread a close starts after its test's teardown is charged
 to the test running then.

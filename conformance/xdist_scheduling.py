@@ -1,0 +1,87 @@
+"""Under pytest-xdist, each worker runs one connector's tests at a time (issue 20).
+
+Why: xdist's default (``--dist load``) deals tests out in collection order, where
+pytest interleaves the connectors, so each worker switched connector at nearly
+every test. Two costs followed. Before another connector's test a worker waits
+for the P/D shutdowns still running in the background (``reliability/deferred.py``):
+about five waits, 4 s, per worker in a ``-n 2`` run. And both workers ran NIXL
+pairs at once, each pair with its agents' UCX progress threads polling without
+pause, on two cores. Here a scope is one connector's tests (its id: name and
+variant), handed out whole in the order the connectors were collected (xdist's
+scope scheduling, without its re-sorting by size: every connector has as many
+tests). Measured back to back on two cores (``benchmarks/suite_timing.py``):
+``-n 2`` 25.0-26.4 s against 27.6-28.6 s.
+
+Tests with no connector keep xdist's own scope (their module or class). Only
+``--dist load`` (what ``-n`` picks when ``--dist`` is not given) is replaced; any
+other ``--dist`` is xdist's own.
+
+One difference from xdist's scope scheduling: when a worker dies, the test it was
+running has its result (the crash, reported by xdist and ``reliability/crashes.py``)
+and is not sent again; the rest of its scope goes back to the front of the queue,
+so the connector's tests stay together. xdist's own requeues the crashed test too,
+which would give it two results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pytest
+from xdist.scheduler import LoadScopeScheduling
+
+
+def connector_scope(nodeid: str, connector_ids: Iterable[str]) -> str | None:
+    """The connector id among ``nodeid``'s parameter ids (``test_x[cpu-CPU_ATTN-NixlConnector-fp8]``), if any."""
+    start = nodeid.find("[")
+    if start < 0 or not nodeid.endswith("]"):
+        return None
+    params = "-" + nodeid[start + 1:-1] + "-"
+    return next((c for c in connector_ids if f"-{c}-" in params), None)
+
+
+class ConnectorScheduling(LoadScopeScheduling):
+    """xdist's scope scheduling with a connector's tests as one scope, queued in collection order."""
+
+    def __init__(self, config: pytest.Config, connector_ids: Iterable[str], log=None) -> None:
+        super().__init__(config, log)
+        # longest first, so an id that extends another (``Name@variant``) is matched as itself
+        self.connector_ids = sorted(set(connector_ids), key=len, reverse=True)
+
+    def _split_scope(self, nodeid: str) -> str:
+        connector = connector_scope(nodeid, self.connector_ids)
+        return f"connector {connector}" if connector else super()._split_scope(nodeid)
+
+    def schedule(self) -> None:
+        """xdist's, with the scopes kept in collection order (``--loadscope-reorder`` sorts them by size)."""
+        reorder, self.config.option.loadscopereorder = self.config.option.loadscopereorder, False
+        try:
+            super().schedule()
+        finally:
+            self.config.option.loadscopereorder = reorder
+
+    def _reschedule(self, node) -> None:
+        """xdist's, then more scopes until the worker holds two tests or the queue is empty.
+
+        A worker runs a test only once it knows the next one (or is told to stop). A
+        fresh worker given just the one test left of a dead worker's scope would wait
+        for ever; xdist tops a worker up to two tests only when the run starts."""
+        super()._reschedule(node)
+        while self.workqueue and not node.shutting_down and self._pending_of(self.assigned_work[node]) < 2:
+            self._assign_work_unit(node)
+
+    def remove_node(self, node) -> str | None:
+        """Forget a worker; if it died mid-scope, return the test it was running and requeue the rest, first."""
+        workload = self.assigned_work.pop(node)
+        pending = [(scope, nodeid) for scope, unit in workload.items() for nodeid, done in unit.items() if not done]
+        if not pending:
+            return None
+        crash_scope, crashitem = pending[0]
+        workload[crash_scope][crashitem] = True  # its result is the crash
+        for scope in reversed(list(workload)):
+            if not all(workload[scope].values()):
+                self.workqueue[scope] = workload[scope]
+                self.workqueue.move_to_end(scope, last=False)
+        for other in self.assigned_work:
+            self._reschedule(other)
+        return crashitem

@@ -1,0 +1,118 @@
+"""Connector scopes for xdist: which tests go together, and what a dead worker's scope becomes (fake workers)."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from kvconform.conformance.xdist_scheduling import ConnectorScheduling, connector_scope
+
+CONNECTORS = ("ExampleConnector", "NixlConnector", "NixlConnector@pull")
+
+
+@pytest.mark.parametrize("nodeid,expected", [
+    ("conformance/test_roundtrip.py::test_roundtrip[cpu-CPU_ATTN-NixlConnector-fp8]", "NixlConnector"),
+    ("conformance/test_roundtrip.py::test_roundtrip[cpu-CPU_ATTN-NixlConnector@pull-fp8]", "NixlConnector@pull"),
+    ("conformance/test_lint.py::test_lint[ExampleConnector]", "ExampleConnector"),
+    ("conformance/test_lint.py::test_lint[MyNixlConnector]", None),  # a segment, not a substring
+    ("conformance/test_engine.py::test_engine_tier", None),
+])
+def test_connector_scope(nodeid, expected):
+    assert connector_scope(nodeid, sorted(CONNECTORS, key=len, reverse=True)) == expected
+
+
+class FakeWorker:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.gateway = types.SimpleNamespace(id=name)
+        self.sent: list[int] = []
+        self.shutting_down = False
+
+    def send_runtest_some(self, indexes: list[int]) -> None:
+        self.sent.extend(indexes)
+
+    def shutdown(self) -> None:
+        self.shutting_down = True
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def _test(name: str, connector: str) -> str:
+    return f"conformance/test_{name}.py::test_{name}[cpu-CPU_ATTN-{connector}]"
+
+
+# as pytest collects them: the connectors interleaved; one module with no connector
+COLLECTION = [
+    _test("roundtrip", "ExampleConnector"), _test("roundtrip", "NixlConnector"),
+    _test("fill", "ExampleConnector"), _test("fill", "NixlConnector"),
+    _test("fill", "NixlConnector@pull"), _test("workload", "NixlConnector@pull"),
+    _test("contract", "ExampleConnector"), _test("contract", "NixlConnector"),
+    "conformance/test_engine.py::test_engine_tier",
+]
+
+
+class FakeConfig:
+    """What xdist's scheduler reads of pytest's config: ``-n 2`` and the scope-reordering option."""
+
+    def __init__(self) -> None:
+        self.option = types.SimpleNamespace(tx=["2*popen"], loadscopereorder=True)
+
+    def getvalue(self, name: str):
+        return getattr(self.option, name)
+
+
+def _scheduling(*workers: FakeWorker) -> ConnectorScheduling:
+    sched = ConnectorScheduling(FakeConfig(), CONNECTORS)
+    for worker in workers:
+        sched.add_node(worker)
+    for worker in workers:
+        sched.add_node_collection(worker, COLLECTION)
+    sched.schedule()
+    return sched
+
+
+def _ids(worker: FakeWorker) -> list[str]:
+    return [COLLECTION[i] for i in worker.sent]
+
+
+def test_each_worker_gets_whole_connectors_in_collection_order():
+    first, second = FakeWorker("gw0"), FakeWorker("gw1")
+    sched = _scheduling(first, second)
+    assert _ids(first) == [t for t in COLLECTION if "[cpu-CPU_ATTN-ExampleConnector]" in t]
+    assert _ids(second) == [t for t in COLLECTION if "[cpu-CPU_ATTN-NixlConnector]" in t]
+    assert list(sched.workqueue) == ["connector NixlConnector@pull", "conformance/test_engine.py"]
+    assert sched.config.option.loadscopereorder is True  # the user's option, untouched
+
+
+def test_a_dead_workers_test_is_not_sent_again_and_the_rest_of_its_connector_goes_first():
+    first, second = FakeWorker("gw0"), FakeWorker("gw1")
+    sched = _scheduling(first, second)
+    example = _ids(first)
+    sched.mark_test_complete(first, COLLECTION.index(example[0]))
+    assert sched.remove_node(first) == example[1]  # the test it was running
+    assert list(sched.workqueue)[0] == "connector ExampleConnector"
+    assert list(sched.workqueue["connector ExampleConnector"].items()) == [
+        (example[0], True), (example[1], True), (example[2], False)]
+    replacement = FakeWorker("gw2")
+    sched.add_node(replacement)
+    sched.add_node_collection(replacement, COLLECTION)
+    sched.schedule()
+    # the test not run yet, and the next scope: a worker runs a test once it knows the next one
+    assert _ids(replacement) == [example[2], *(t for t in COLLECTION if "NixlConnector@pull" in t)]
+    assert example[1] not in _ids(replacement) + _ids(second)
+
+
+def test_workers_that_finish_leave_nothing_queued():
+    first, second = FakeWorker("gw0"), FakeWorker("gw1")
+    sched = _scheduling(first, second)
+    done: set[tuple[str, int]] = set()
+    while len(done) < len(first.sent) + len(second.sent):  # completing tests hands out the next scopes
+        for worker in (first, second):
+            for index in [i for i in worker.sent if (worker.name, i) not in done]:
+                done.add((worker.name, index))
+                sched.mark_test_complete(worker, index)
+    assert sorted(first.sent + second.sent) == list(range(len(COLLECTION)))
+    assert sched.tests_finished
+    assert sched.remove_node(first) is None and sched.remove_node(second) is None
