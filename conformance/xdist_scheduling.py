@@ -9,8 +9,8 @@ pairs at once, each pair with its agents' UCX progress threads polling without
 pause, on two cores. Here a scope is one connector's tests (its id: name and
 variant), handed out whole in the order the connectors were collected (xdist's
 scope scheduling, without its re-sorting by size: every connector has as many
-tests). Measured back to back on two cores (``benchmarks/suite_timing.py``):
-``-n 2`` 25.0-26.4 s against 27.6-28.6 s.
+tests). Measured back to back on two cores (``benchmarks/suite_timing.py``, the
+README's "Performance"): ``-n 2`` 27.7-27.8 s against 29.7-30.0 s, one wait a run.
 
 Tests with no connector keep xdist's own scope (their module or class). Only
 ``--dist load`` (what ``-n`` picks when ``--dist`` is not given) is replaced; any
