@@ -16,11 +16,12 @@ Tests with no connector keep xdist's own scope (their module or class). Only
 ``--dist load`` (what ``-n`` picks when ``--dist`` is not given) is replaced; any
 other ``--dist`` is xdist's own.
 
-One difference from xdist's scope scheduling: when a worker dies, the test it was
+Two differences from xdist's scope scheduling. When a worker dies, the test it was
 running has its result (the crash, reported by xdist and ``reliability/crashes.py``)
 and is not sent again; the rest of its scope goes back to the front of the queue,
 so the connector's tests stay together. xdist's own requeues the crashed test too,
-which would give it two results.
+which would give it two results. And a worker is always topped up to two tests
+(``_reschedule``), which the replacement of a dead worker needs.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ from xdist.scheduler import LoadScopeScheduling
 
 
 def connector_scope(nodeid: str, connector_ids: Iterable[str]) -> str | None:
-    """The connector id among ``nodeid``'s parameter ids (``test_x[cpu-CPU_ATTN-NixlConnector-fp8]``), if any."""
+    """The connector id that is one of ``nodeid``'s parameter ids (``test_x[cpu-CPU_ATTN-NixlConnector-fp8]``).
+
+    Matched whole, so ``NixlConnector`` is not found in ``NixlConnector@pull`` (a profile variant's id)."""
     start = nodeid.find("[")
     if start < 0 or not nodeid.endswith("]"):
         return None
@@ -45,8 +48,7 @@ class ConnectorScheduling(LoadScopeScheduling):
 
     def __init__(self, config: pytest.Config, connector_ids: Iterable[str], log=None) -> None:
         super().__init__(config, log)
-        # longest first, so an id that extends another (``Name@variant``) is matched as itself
-        self.connector_ids = sorted(set(connector_ids), key=len, reverse=True)
+        self.connector_ids = tuple(connector_ids)
 
     def _split_scope(self, nodeid: str) -> str:
         connector = connector_scope(nodeid, self.connector_ids)
