@@ -31,16 +31,7 @@ from collections.abc import Iterable
 import pytest
 from xdist.scheduler import LoadScopeScheduling
 
-
-def connector_scope(nodeid: str, connector_ids: Iterable[str]) -> str | None:
-    """The connector id that is one of ``nodeid``'s parameter ids (``test_x[cpu-CPU_ATTN-NixlConnector-fp8]``).
-
-    Matched whole, so ``NixlConnector`` is not found in ``NixlConnector@pull`` (a profile variant's id)."""
-    start = nodeid.find("[")
-    if start < 0 or not nodeid.endswith("]"):
-        return None
-    params = "-" + nodeid[start + 1:-1] + "-"
-    return next((c for c in connector_ids if f"-{c}-" in params), None)
+from kvconform.conformance.reliability.crashes import connector_in_nodeid
 
 
 class ConnectorScheduling(LoadScopeScheduling):
@@ -51,7 +42,7 @@ class ConnectorScheduling(LoadScopeScheduling):
         self.connector_ids = tuple(connector_ids)
 
     def _split_scope(self, nodeid: str) -> str:
-        connector = connector_scope(nodeid, self.connector_ids)
+        connector = connector_in_nodeid(nodeid, self.connector_ids)
         return f"connector {connector}" if connector else super()._split_scope(nodeid)
 
     def schedule(self) -> None:

@@ -57,9 +57,12 @@ def test_the_installed_vllm_is_read_from_metadata(monkeypatch):
     ("test_lint.py::test_lint[cpu-MultiConnector]", "MultiConnector"),
     ("test_x.py::test_x[cpu-CPU_ATTN-ExampleConnectorX-fp8]", None),  # a whole parameter, not a substring
     ("test_x.py::test_plain", None),
+    ("test_x.py::test_x[cuda-TRITON_ATTN-NixlConnector@device-buffer-fp8]", "NixlConnector@device-buffer"),
+    ("test_x.py::test_x[cuda-TRITON_ATTN-NixlConnector@device-buffer]", "NixlConnector@device-buffer"),
 ])
 def test_the_connector_is_found_among_a_test_ids_parameters(nodeid, name):
-    assert connector_in_nodeid(nodeid, ["ExampleConnector", "MultiConnector"]) == name
+    names = ["ExampleConnector", "MultiConnector", "NixlConnector", "NixlConnector@device-buffer"]
+    assert connector_in_nodeid(nodeid, names) == name
 
 
 @pytest.mark.parametrize("code,words", [(-11, "killed by SIGSEGV"), (-9, "killed by SIGKILL"), (3, "exit status 3"),

@@ -4,22 +4,9 @@ from __future__ import annotations
 
 import types
 
-import pytest
+from kvconform.conformance.xdist_scheduling import ConnectorScheduling
 
-from kvconform.conformance.xdist_scheduling import ConnectorScheduling, connector_scope
-
-CONNECTORS = ("ExampleConnector", "NixlConnector", "NixlConnector@pull")
-
-
-@pytest.mark.parametrize("nodeid,expected", [
-    ("conformance/test_roundtrip.py::test_roundtrip[cpu-CPU_ATTN-NixlConnector-fp8]", "NixlConnector"),
-    ("conformance/test_roundtrip.py::test_roundtrip[cpu-CPU_ATTN-NixlConnector@pull-fp8]", "NixlConnector@pull"),
-    ("conformance/test_lint.py::test_lint[ExampleConnector]", "ExampleConnector"),
-    ("conformance/test_lint.py::test_lint[MyNixlConnector]", None),  # a segment, not a substring
-    ("conformance/test_engine.py::test_engine_tier", None),
-])
-def test_connector_scope(nodeid, expected):
-    assert connector_scope(nodeid, CONNECTORS) == expected
+CONNECTORS = ("ExampleConnector", "NixlConnector", "NixlConnector@device-buffer")
 
 
 class FakeWorker:
@@ -47,7 +34,7 @@ def _test(name: str, connector: str) -> str:
 COLLECTION = [
     _test("roundtrip", "ExampleConnector"), _test("roundtrip", "NixlConnector"),
     _test("fill", "ExampleConnector"), _test("fill", "NixlConnector"),
-    _test("fill", "NixlConnector@pull"), _test("workload", "NixlConnector@pull"),
+    _test("fill", "NixlConnector@device-buffer"), _test("workload", "NixlConnector@device-buffer"),
     _test("contract", "ExampleConnector"), _test("contract", "NixlConnector"),
     "conformance/test_engine.py::test_engine_tier",
 ]
@@ -82,7 +69,7 @@ def test_each_worker_gets_whole_connectors_in_collection_order():
     sched = _scheduling(first, second)
     assert _ids(first) == [t for t in COLLECTION if "[cpu-CPU_ATTN-ExampleConnector]" in t]
     assert _ids(second) == [t for t in COLLECTION if "[cpu-CPU_ATTN-NixlConnector]" in t]
-    assert list(sched.workqueue) == ["connector NixlConnector@pull", "conformance/test_engine.py"]
+    assert list(sched.workqueue) == ["connector NixlConnector@device-buffer", "conformance/test_engine.py"]
     assert sched.config.option.loadscopereorder is True  # the user's option, untouched
 
 
@@ -100,7 +87,7 @@ def test_a_dead_workers_test_is_not_sent_again_and_the_rest_of_its_connector_goe
     sched.add_node_collection(replacement, COLLECTION)
     sched.schedule()
     # the test not run yet, and the next scope: a worker runs a test once it knows the next one
-    assert _ids(replacement) == [example[2], *(t for t in COLLECTION if "NixlConnector@pull" in t)]
+    assert _ids(replacement) == [example[2], *(t for t in COLLECTION if "NixlConnector@device-buffer" in t)]
     assert example[1] not in _ids(replacement) + _ids(second)
 
 
