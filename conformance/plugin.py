@@ -14,6 +14,7 @@ import pytest
 
 from kvconform import platforms
 from kvconform.conformance import vllm_source
+from kvconform.conformance.harness.affinity import ucx_locks_sleep
 from kvconform.conformance.run_target import TARGET_KEY, RunTarget, is_active, run_target, targets_conformance
 from kvconform.conformance.versions import installed
 
@@ -72,6 +73,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{marker}: {text}")
     if not is_active(config):
         return
+    ucx_locks_sleep()  # before any UCX context reads it; xdist workers inherit it (harness/affinity.py)
     worker = getattr(config, "workerinput", None)
     if worker and "kvconform_platform" in worker:
         # an xdist worker: take its own device and share of the CPUs before anything probes or initialises them

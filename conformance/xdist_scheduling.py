@@ -1,16 +1,23 @@
-"""Under pytest-xdist, each worker runs one connector's tests at a time (issue 20).
+"""Under pytest-xdist, each worker runs one connector's tests of one test module at a time (issue 20).
 
 Why: xdist's default (``--dist load``) deals tests out in collection order, where
 pytest interleaves the connectors, so each worker switched connector at nearly
-every test. Two costs followed. Before another connector's test a worker waits
-for the P/D shutdowns still running in the background (``reliability/deferred.py``):
-about five waits, 4 s, per worker in a ``-n 2`` run. And both workers ran NIXL
-pairs at once, each pair with its agents' UCX progress threads polling without
-pause, on two cores. Here a scope is one connector's tests (its id: name and
-variant), handed out whole in the order the connectors were collected (xdist's
-scope scheduling, without its re-sorting by size: every connector has as many
-tests). Measured back to back on two cores (``benchmarks/suite_timing.py``, the
-README's "Performance"): ``-n 2`` 27.7-27.8 s against 29.7-30.0 s, one wait a run.
+every test. Before another connector's test a worker waits for the P/D shutdowns
+still running in the background (``reliability/deferred.py``): about five waits,
+4 s, per worker in a ``-n 2`` run. Here a scope is one connector's tests (its id:
+name and variant) in one test module, handed out whole in the order they were
+collected (xdist's scope scheduling, without its re-sorting by size). A worker
+moves to another connector a few dozen times a run instead of at every test, and
+waits about 1 s in all.
+
+Scopes of whole connectors (the first version) waited once a run, but put all of
+NixlConnector's 90 tests, a third of a serial run, on one worker: that worker
+ended last, its pairs' transfers slowed by the other worker on the second core.
+Per module, both workers take their share of every connector's pairs: measured
+back to back on two cores (``benchmarks/suite_timing.py``, the README's
+"Performance"), ``-n 2`` took 28.7-34.0 s against 31.2-35.1 s with whole connectors
+(1.46-1.63x the serial run beside it, against 1.30-1.42x), together with UCX's
+sleeping locks (``harness/affinity.py``).
 
 Tests with no connector keep xdist's own scope (their module or class). Only
 ``--dist load`` (what ``-n`` picks when ``--dist`` is not given) is replaced; any
@@ -35,7 +42,7 @@ from kvconform.conformance.reliability.crashes import connector_in_nodeid
 
 
 class ConnectorScheduling(LoadScopeScheduling):
-    """xdist's scope scheduling with a connector's tests as one scope, queued in collection order."""
+    """xdist's scope scheduling with a connector's tests in one module as one scope, queued in collection order."""
 
     def __init__(self, config: pytest.Config, connector_ids: Iterable[str], log=None) -> None:
         super().__init__(config, log)
@@ -43,7 +50,9 @@ class ConnectorScheduling(LoadScopeScheduling):
 
     def _split_scope(self, nodeid: str) -> str:
         connector = connector_in_nodeid(nodeid, self.connector_ids)
-        return f"connector {connector}" if connector else super()._split_scope(nodeid)
+        if connector is None:
+            return super()._split_scope(nodeid)
+        return f"connector {connector} in {nodeid.split('::', 1)[0]}"
 
     def schedule(self) -> None:
         """xdist's, with the scopes kept in collection order (``--loadscope-reorder`` sorts them by size)."""

@@ -20,6 +20,14 @@ harness thread plays the scheduler, both sides of a pair and every test after th
   whenever a core has nothing else to run, as a reserved core would let them, and no
   longer take CPU from the harness that drives them. Nothing about the connector's
   configuration or transfers changes.
+* Locks. UCX guards a worker that several threads use with a spin lock, taken by
+  the progress thread on every poll. Preempted while it held it (nice 19, beside a
+  busy core), it left the harness thread spinning for the lock in each transfer
+  check: a pair's waits for its transfers took 5.6 s of the harness thread's CPU
+  instead of 0.7 s in the NIXL tests beside a busy process. So a conformance run
+  sets ``UCX_USE_MT_MUTEX=y`` (UCX's own setting: a mutex, whose waiters sleep)
+  when it starts, before any UCX context reads it, unless the user set it; the
+  xdist workers inherit it. The waits came back to 2.9 s beside a busy process.
 """
 
 from __future__ import annotations
@@ -31,6 +39,16 @@ from contextlib import contextmanager
 
 TASKS = "/proc/self/task"  # Linux: one entry per thread of this process
 CONNECTOR_THREAD_NICE = 19  # the lowest CFS priority an unprivileged process may set
+UCX_SLEEPING_LOCKS = ("UCX_USE_MT_MUTEX", "y")
+
+
+def ucx_locks_sleep() -> dict[str, str]:
+    """At the start of a conformance run: UCX's thread locks sleep instead of spinning (the user's choice kept)."""
+    name, value = UCX_SLEEPING_LOCKS
+    if name in os.environ:
+        return {}
+    os.environ[name] = value
+    return {name: value}
 
 
 def _native_threads() -> set[int]:

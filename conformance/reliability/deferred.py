@@ -16,12 +16,12 @@ Under pytest-xdist a worker that dies fails the test it was running, named
 the next test is another connector's and not skipped outright, a test's protocol
 ends only once the closes held so far have ended, and whatever a close does (crash
 the worker, start a thread) lands on its own connector. A worker runs one
-connector's tests at a time (``xdist_scheduling.py``), so it waits at most once
-per connector it moves on from (one wait in a ``-n 2`` run; five per worker, 4 s,
-before). A serial run does not wait: a crash there ends the run
-whatever test it lands in, and faulthandler's dump names the close's thread. What
-it leaves uncovered: a thread a close starts after its test's teardown is charged
-to the test running then.
+connector's tests of one module at a time (``xdist_scheduling.py``), so it waits
+at most once per such scope it moves on from (about 1 s in a whole ``-n 2`` run;
+five waits, 4 s, per worker with xdist's own scheduling). A serial run does not
+wait: a crash there ends the run whatever test it lands in, and faulthandler's
+dump names the close's thread. What it leaves uncovered: a thread a close starts
+after its test's teardown is charged to the test running then.
 
 A close that has not ended ``CLOSE_WAIT_S`` after it started is judged anyway: it
 fails the test's teardown as not returned, its thread is left running (daemon),

@@ -59,14 +59,18 @@ def test_multi_device_skip_names_the_count():
 
 
 def test_workers_each_see_their_own_platform(tmp_path):
-    """Under real xdist the controller hands the platform to its workers, which pin from it."""
+    """Under real xdist the controller hands the platform to its workers, which pin from it; the UCX setting
+    the run starts with (harness/affinity.py) reaches them too."""
     (tmp_path / "test_w.py").write_text(
         "import os\n"
         "def test_w(platform):\n"
         "    assert platform.name == 'cpu'\n"
-        "    assert os.environ['PYTEST_XDIST_WORKER'].startswith('gw')\n")
+        "    assert os.environ['PYTEST_XDIST_WORKER'].startswith('gw')\n"
+        "    assert os.environ['UCX_USE_MT_MUTEX'] == 'y'\n")
+    env = {k: v for k, v in os.environ.items() if k != "UCX_USE_MT_MUTEX"}
     out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "--platform=cpu",
-                          str(tmp_path)], cwd=tmp_path, capture_output=True, text=True, timeout=stretched(120))
+                          str(tmp_path)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=stretched(120))
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
 
 

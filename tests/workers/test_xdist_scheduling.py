@@ -1,9 +1,11 @@
-"""Connector scopes for xdist: which tests go together, and what a dead worker's scope becomes (fake workers)."""
+"""Connector scopes for xdist: which tests go together (a connector's, of one module), and what a dead worker's
+scope becomes (fake workers)."""
 
 from __future__ import annotations
 
 import types
 
+from kvconform.conformance.reliability.crashes import connector_in_nodeid
 from kvconform.conformance.xdist_scheduling import ConnectorScheduling
 
 CONNECTORS = ("ExampleConnector", "NixlConnector", "NixlConnector@device-buffer")
@@ -26,15 +28,21 @@ class FakeWorker:
         return self.name
 
 
-def _test(name: str, connector: str) -> str:
-    return f"conformance/test_{name}.py::test_{name}[cpu-CPU_ATTN-{connector}]"
+def _test(name: str, connector: str, case: str = "") -> str:
+    return f"conformance/test_{name}.py::test_{name}[cpu-CPU_ATTN-{connector}{case}]"
 
 
-# as pytest collects them: the connectors interleaved; one module with no connector
+def _scope(connector: str, name: str) -> str:
+    return f"connector {connector} in conformance/test_{name}.py"
+
+
+# as pytest collects them: module by module, the connectors interleaved; one module with no connector
 COLLECTION = [
-    _test("roundtrip", "ExampleConnector"), _test("roundtrip", "NixlConnector"),
-    _test("fill", "ExampleConnector"), _test("fill", "NixlConnector"),
-    _test("fill", "NixlConnector@device-buffer"), _test("workload", "NixlConnector@device-buffer"),
+    _test("roundtrip", "ExampleConnector", "-float16"), _test("roundtrip", "NixlConnector", "-float16"),
+    _test("roundtrip", "ExampleConnector", "-bfloat16"), _test("roundtrip", "NixlConnector", "-bfloat16"),
+    _test("roundtrip", "ExampleConnector", "-float32"),
+    _test("fill", "ExampleConnector"), _test("fill", "NixlConnector"), _test("fill", "NixlConnector@device-buffer"),
+    _test("workload", "NixlConnector@device-buffer"),
     _test("contract", "ExampleConnector"), _test("contract", "NixlConnector"),
     "conformance/test_engine.py::test_engine_tier",
 ]
@@ -64,30 +72,39 @@ def _ids(worker: FakeWorker) -> list[str]:
     return [COLLECTION[i] for i in worker.sent]
 
 
-def test_each_worker_gets_whole_connectors_in_collection_order():
+def _of(connector: str, name: str) -> list[str]:
+    """A connector's tests of one module, as collected."""
+    return [t for t in COLLECTION
+            if t.startswith(f"conformance/test_{name}.py::") and connector_in_nodeid(t, CONNECTORS) == connector]
+
+
+def test_each_worker_gets_a_connectors_tests_of_one_module_whole_in_collection_order():
     first, second = FakeWorker("gw0"), FakeWorker("gw1")
     sched = _scheduling(first, second)
-    assert _ids(first) == [t for t in COLLECTION if "[cpu-CPU_ATTN-ExampleConnector]" in t]
-    assert _ids(second) == [t for t in COLLECTION if "[cpu-CPU_ATTN-NixlConnector]" in t]
-    assert list(sched.workqueue) == ["connector NixlConnector@device-buffer", "conformance/test_engine.py"]
+    assert _ids(first) == _of("ExampleConnector", "roundtrip")  # three tests: enough to start on
+    assert _ids(second) == _of("NixlConnector", "roundtrip") + _of("ExampleConnector", "fill")
+    assert list(sched.workqueue) == [_scope("NixlConnector", "fill"), _scope("NixlConnector@device-buffer", "fill"),
+                                     _scope("NixlConnector@device-buffer", "workload"),
+                                     _scope("ExampleConnector", "contract"), _scope("NixlConnector", "contract"),
+                                     "conformance/test_engine.py"]
     assert sched.config.option.loadscopereorder is True  # the user's option, untouched
 
 
-def test_a_dead_workers_test_is_not_sent_again_and_the_rest_of_its_connector_goes_first():
+def test_a_dead_workers_test_is_not_sent_again_and_the_rest_of_its_scope_goes_first():
     first, second = FakeWorker("gw0"), FakeWorker("gw1")
     sched = _scheduling(first, second)
     example = _ids(first)
     sched.mark_test_complete(first, COLLECTION.index(example[0]))
     assert sched.remove_node(first) == example[1]  # the test it was running
-    assert list(sched.workqueue)[0] == "connector ExampleConnector"
-    assert list(sched.workqueue["connector ExampleConnector"].items()) == [
-        (example[0], True), (example[1], True), (example[2], False)]
+    roundtrip = _scope("ExampleConnector", "roundtrip")
+    assert list(sched.workqueue)[0] == roundtrip
+    assert list(sched.workqueue[roundtrip].items()) == [(example[0], True), (example[1], True), (example[2], False)]
     replacement = FakeWorker("gw2")
     sched.add_node(replacement)
     sched.add_node_collection(replacement, COLLECTION)
     sched.schedule()
     # the test not run yet, and the next scope: a worker runs a test once it knows the next one
-    assert _ids(replacement) == [example[2], *(t for t in COLLECTION if "NixlConnector@device-buffer" in t)]
+    assert _ids(replacement) == [example[2], *_of("NixlConnector", "fill")]
     assert example[1] not in _ids(replacement) + _ids(second)
 
 
