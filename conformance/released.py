@@ -27,9 +27,9 @@ siblings, which pytest drops at the next test's call anyway) is dropped first:
 it holds the failed test's frames, connectors and caches. Measured on two cores:
 the passes of a serial run took 8.8 s when they walked what every earlier test
 had left (the walk grew from 5 ms to 40 ms a test), 1.7 s now; no NIXL agent
-outlives its test. Finalizers run here, outside any
-report being made (see ``reliability/finalizers.py``); an error in one is
-pytest's usual "exception ignored" warning.
+outlives its test. Finalizers run here, outside any report being made (see
+``reliability/finalizers.py``); an error in one is pytest's usual "exception
+ignored" warning.
 
 Collection itself (pytest's) is cheaper with the collector paused: while vLLM
 and torch are being imported the automatic collector walks the growing heap
@@ -53,8 +53,9 @@ import pytest
 
 from kvconform.conformance.reliability.items import connector_of, runs_conformance_tests
 
-_FROZEN_KEY = pytest.StashKey[bool]()
 POST_MORTEM = ("last_type", "last_value", "last_traceback", "last_exc")  # pytest's record of a failed call
+
+_FROZEN_KEY = pytest.StashKey[bool]()
 _SKIPPED_AT_SETUP_KEY = pytest.StashKey[bool]()
 _THREADS_KEY = pytest.StashKey[set]()  # the threads alive when the tests began (xdist's, say)
 _PAUSED_KEY = pytest.StashKey[bool]()  # automatic collection is off for the imports and this plugin turned it off
@@ -81,7 +82,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         gc.collect()
         gc.freeze()
         session.config.stash[_FROZEN_KEY] = True
-        session.config.stash[_THREADS_KEY] = {thread.ident for thread in threading.enumerate()}
+        session.config.stash[_THREADS_KEY] = set(threading.enumerate())
     _resume(session.config)
 
 
@@ -118,7 +119,7 @@ def _release(config: pytest.Config) -> None:
         if hasattr(sys, name):
             delattr(sys, name)
     gc.collect()
-    if {thread.ident for thread in threading.enumerate()} <= config.stash[_THREADS_KEY]:
+    if set(threading.enumerate()) <= config.stash[_THREADS_KEY]:
         gc.freeze()
 
 

@@ -7,8 +7,7 @@ still running in the background (``reliability/deferred.py``): about five waits,
 4 s, per worker in a ``-n 2`` run. Here a scope is one connector's tests (its id:
 name and variant) in one test module, handed out whole in the order they were
 collected (xdist's scope scheduling, without its re-sorting by size). A worker
-moves to another connector a few dozen times a run instead of at every test, and
-waits about 1 s in all.
+moves to another connector only where a scope ends, and waits about 1 s in all.
 
 Scopes of whole connectors (the first version) waited once a run, but put all of
 NixlConnector's 90 tests, a third of a serial run, on one worker: that worker
@@ -17,7 +16,8 @@ Per module, both workers take their share of every connector's pairs: measured
 back to back on two cores (``benchmarks/suite_timing.py``, the README's
 "Performance"), ``-n 2`` took 28.7-34.0 s against 31.2-35.1 s with whole connectors
 (1.46-1.63x the serial run beside it, against 1.30-1.42x), together with UCX's
-sleeping locks (``harness/affinity.py``).
+sleeping locks (``harness/affinity.py``) and before ``released.py`` froze what
+each test leaves.
 
 Tests with no connector keep xdist's own scope (their module or class). Only
 ``--dist load`` (what ``-n`` picks when ``--dist`` is not given) is replaced; any
