@@ -121,7 +121,8 @@ def pytest_configure_node(node) -> None:
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log) -> object | None:
-    """``--dist load`` (xdist's default) runs each connector's tests together on one worker (xdist_scheduling.py)."""
+    """``--dist load`` (xdist's default) runs a connector's tests of one module together on one worker
+    (xdist_scheduling.py)."""
     if TARGET_KEY not in config.stash or config.getoption("dist") != "load":
         return None
     from kvconform.conformance.selection import connector_params

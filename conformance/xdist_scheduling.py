@@ -26,7 +26,7 @@ other ``--dist`` is xdist's own.
 Two differences from xdist's scope scheduling. When a worker dies, the test it was
 running has its result (the crash, reported by xdist and ``reliability/crashes.py``)
 and is not sent again; the rest of its scope goes back to the front of the queue,
-so the connector's tests stay together. xdist's own requeues the crashed test too,
+so the scope's tests stay together. xdist's own requeues the crashed test too,
 which would give it two results. And a worker is always topped up to two tests
 (``_reschedule``), which the replacement of a dead worker needs.
 """
