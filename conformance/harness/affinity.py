@@ -1,8 +1,9 @@
 """The harness thread keeps its share of the CPU when a connector's threads would take it.
 
-Two things a connector's worker side does while it is built are a worker process's own
-business in vLLM, where the worker has its cores to itself, but not here, where one
-harness thread plays the scheduler, both sides of a pair and every test after this one:
+What a connector's worker side (and vLLM's distributed world) does while it is built is
+a worker process's own business in vLLM, where the worker has its cores to itself, but
+not here, where one harness thread plays the scheduler, both sides of a pair and every
+test after this one:
 
 * Affinity. vLLM's NIXL worker side on CPU calls ``os.sched_setaffinity(0, [last core
   of each NUMA node])`` while it is constructed, to reserve that core for its transfers.
@@ -20,6 +21,14 @@ harness thread plays the scheduler, both sides of a pair and every test after th
   whenever a core has nothing else to run, as a reserved core would let them, and no
   longer take CPU from the harness that drives them. Nothing about the connector's
   configuration or transfers changes.
+* Idle wakeups. vLLM's world of one (``distributed.py``) has 15 gloo process groups, and
+  torch starts a TCP loop thread for each that wakes every 10 ms with nothing to serve:
+  about 1,500 wakeups a second per test process, each of which preempted whatever ran on
+  its core. Under ``-n 2`` that is the other worker's harness thread: in a traced run
+  those wakeups preempted the two harness threads 9,039 times, 2.1 s of waiting between
+  them, the largest share of the 7.8 s they waited after preemptions. The world is built
+  inside ``harness_keeps_cpu`` too, so these threads run at nice 19: a busy loop sharing
+  a core with a world ran 8% slower than alone with them at nice 0, 3% at nice 19.
 * Locks. UCX guards a worker that several threads use with a spin lock, taken by
   the progress thread on every poll. Preempted while it held it (nice 19, beside a
   busy core), it left the harness thread spinning for the lock in each transfer
@@ -70,8 +79,9 @@ def _lower_priority(tids: set[int]) -> None:
 
 @contextmanager
 def harness_keeps_cpu() -> Iterator[None]:
-    """Around a connector's construction: restore the calling thread's CPU affinity when the block exits,
-    however it exits, and lower the priority of the native (non-Python) threads it started meanwhile."""
+    """Around building what starts threads the harness does not drive (a connector's worker side, vLLM's
+    world of one): restore the calling thread's CPU affinity when the block exits, however it exits, and
+    lower the priority of the native (non-Python) threads it started meanwhile."""
     saved = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     before = _native_threads()
     try:

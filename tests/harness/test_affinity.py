@@ -91,3 +91,25 @@ def test_native_threads_started_inside_run_at_the_lowest_priority_and_the_harnes
     finally:
         for thread in (inside, outside, python_thread):
             thread.join()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="the world's threads are found in Linux's "
+                    "/proc/self/task")
+def test_the_one_rank_worlds_polling_threads_run_at_the_lowest_priority():
+    """vLLM's world of one starts torch's gloo threads (a TCP loop per group, waking every 10 ms): nice 19."""
+    from vllm.config import VllmConfig
+    from vllm.distributed.parallel_state import model_parallel_is_initialized
+
+    from kvconform.conformance.harness.distributed import single_rank_parallel_state
+
+    assert not model_parallel_is_initialized(), "this test builds the world itself"
+    own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    config = VllmConfig()  # may start threads of its own (torch's), before the world is built
+    before = {int(tid) for tid in os.listdir("/proc/self/task")}
+    with single_rank_parallel_state(config):
+        started = {int(tid) for tid in os.listdir("/proc/self/task")} - before
+        python_threads = {thread.native_id for thread in threading.enumerate()}
+        native = started - python_threads
+        assert native, "the world started no native thread: nothing here to check"
+        assert {tid: os.getpriority(os.PRIO_PROCESS, tid) for tid in native} == dict.fromkeys(native, 19)
+        assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == own
