@@ -10,7 +10,7 @@ process that holds vLLM and torch (about 650,000 tracked objects) full passes
 are rare, so every NIXL pair a run had made kept two agents spinning: a serial
 run of the suite used about 1.85 cores, its load average climbed to 10, and two
 xdist workers each dragged their own dead agents along (measured per thread
-from ``/proc/PID/task/*/stat`` and a ``gdb`` backtrace; README "Performance").
+from ``/proc/PID/task/*/stat`` and a ``gdb`` backtrace; ``benchmarks/HISTORY.md``).
 
 So after each conformance test, once its teardown has been reported (the
 thread and storage checks have judged what the connector left behind, so this

@@ -13,8 +13,8 @@ Scopes of whole connectors (the first version) waited once a run, but put all of
 NixlConnector's 90 tests, a third of a serial run, on one worker: that worker
 ended last, its pairs' transfers slowed by the other worker on the second core.
 Per module, both workers take their share of every connector's pairs: measured
-back to back on two cores (``benchmarks/suite_timing.py``, the README's
-"Performance"), ``-n 2`` took 28.7-34.0 s against 31.2-35.1 s with whole connectors
+back to back on two cores (``benchmarks/suite_timing.py``,
+``benchmarks/HISTORY.md``), ``-n 2`` took 28.7-34.0 s against 31.2-35.1 s with whole connectors
 (1.46-1.63x the serial run beside it, against 1.30-1.42x), together with UCX's
 sleeping locks (``harness/affinity.py``) and before ``released.py`` froze what
 each test leaves.

@@ -5,8 +5,8 @@ still tears down everything vLLM, torch and the connectors loaded (module by
 module, then the C++ libraries' destructors). In a one-connector run that was
 2.2 s of 11.3 s, after the last result was written (``benchmarks/phase_probe.py``:
 the first exit handler at 9.2 s, the process gone at 11.3 s). And NIXL's wheel
-bundles a second copy of libnl whose destructor crashes there (README,
-"Performance": a serial run that had passed exited with -11).
+bundles a second copy of libnl whose destructor crashes there
+(``benchmarks/HISTORY.md``: a serial run that had passed exited with -11).
 
 So this module registers an exit handler when it is imported, with the plugin,
 before vLLM and torch are: exit handlers run last-registered first, so it runs
