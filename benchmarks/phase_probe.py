@@ -12,21 +12,32 @@ beside the sum of its reported phases, and the collector's time per generation.
 
 The lines go to stderr, prefixed ``phase_probe:``. The last stage is the first
 exit handler; what the process does after it (finalization, library destructors)
-is the command's wall time minus the ``exit handlers`` figure.
+is the command's wall time minus the ``exit handlers`` figure. Each xdist worker
+prints its own lines (``phase_probe[gw0]:``).
+
+Where Linux's ``/proc`` has them, each stage also shows the harness (main)
+thread's own CPU time and the time it spent runnable but waiting for a core (its
+``schedstat``), and the report ends with its voluntary and involuntary context
+switches: the figures that tell a run slowed by contention (two xdist workers,
+other threads preempting the harness) from one slowed by work. The rest of the
+process's CPU time is its other threads' (a connector's, torch's, vLLM's).
 """
 
 from __future__ import annotations
 
 import atexit
 import gc
+import os
 import resource
 import sys
+import threading
 import time
 
 import pytest
 
 _T0 = time.monotonic()
-_stages: list[tuple[str, float, float]] = []
+_HARNESS_THREAD = f"/proc/self/task/{threading.get_native_id()}"  # the thread that imports the plugin runs pytest
+_stages: list[tuple[str, float, float, tuple[float, float] | None]] = []
 _gc_seconds = {0: 0.0, 1: 0.0, 2: 0.0}
 _gc_passes = {0: 0, 1: 0, 2: 0}
 _gc_started = [0.0]
@@ -39,8 +50,37 @@ def _cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def _harness_thread_s() -> tuple[float, float] | None:
+    """The harness thread's CPU time and its time runnable but waiting for a core, or None without /proc."""
+    try:
+        with open(f"{_HARNESS_THREAD}/schedstat") as schedstat:
+            on_cpu_ns, waiting_ns, _slices = schedstat.read().split()
+    except (OSError, ValueError):
+        return None
+    return int(on_cpu_ns) / 1e9, int(waiting_ns) / 1e9
+
+
+def _context_switches() -> str:
+    try:
+        with open(f"{_HARNESS_THREAD}/status") as status:
+            fields = dict(line.split(":", 1) for line in status if "ctxt_switches" in line)
+    except OSError:
+        return "not available here"
+    return (f"{fields['voluntary_ctxt_switches'].strip()} voluntary, "
+            f"{fields['nonvoluntary_ctxt_switches'].strip()} involuntary (preempted)")
+
+
 def _stage(name: str) -> None:
-    _stages.append((name, time.monotonic() - _T0, _cpu_s()))
+    _stages.append((name, time.monotonic() - _T0, _cpu_s(), _harness_thread_s()))
+
+
+def _stage_line(name: str, wall: float, cpu: float, harness: tuple[float, float] | None) -> str:
+    line = f"{name:20s} at {wall:8.2f} s wall {cpu:8.2f} s CPU"
+    if harness is not None:
+        on_cpu, waiting = harness
+        others = max(cpu - on_cpu, 0.0)  # two clocks: never below zero
+        line += f" (harness thread {on_cpu:7.2f} s, waited for a core {waiting:6.2f} s; other threads {others:7.2f} s)"
+    return line
 
 
 def _on_gc(phase: str, info: dict) -> None:
@@ -87,11 +127,14 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def _report() -> None:
     _stage("exit handlers")
-    lines = [f"{name:20s} at {wall:8.2f} s wall {cpu:8.2f} s CPU" for name, wall, cpu in _stages]
+    lines = [_stage_line(*stage) for stage in _stages]
     phases = sum(_phases.values())
     lines.append(f"{_protocol['tests']} tests: {_protocol['seconds']:.2f} s in their whole protocol, "
                  f"{phases:.2f} s in their reported phases "
                  f"(setup {_phases['setup']:.2f}, call {_phases['call']:.2f}, teardown {_phases['teardown']:.2f})")
     lines.append("cyclic collector: " + ", ".join(
         f"generation {gen} {_gc_passes[gen]} passes {_gc_seconds[gen]:.2f} s" for gen in _gc_seconds))
-    print("\n".join(f"phase_probe: {line}" for line in lines), file=sys.stderr, flush=True)
+    lines.append(f"harness thread context switches: {_context_switches()}")
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    prefix = f"phase_probe[{worker}]" if worker else "phase_probe"
+    print("\n".join(f"{prefix}: {line}" for line in lines), file=sys.stderr, flush=True)
