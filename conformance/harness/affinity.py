@@ -28,7 +28,9 @@ test after this one:
   those wakeups preempted the two harness threads 9,039 times, 2.1 s of waiting between
   them, the largest share of the 7.8 s they waited after preemptions. The world is built
   inside ``harness_keeps_cpu`` too, so these threads run at nice 19: a busy loop sharing
-  a core with a world ran 8% slower than alone with them at nice 0, 3% at nice 19.
+  a core with a world ran 8% slower than alone with them at nice 0, 3% at nice 19. (A
+  waking nice-19 thread still preempts under EEVDF, for less: 1.1 s of waiting in a
+  second trace.)
 * Locks. UCX guards a worker that several threads use with a spin lock, taken by
   the progress thread on every poll. Preempted while it held it (nice 19, beside a
   busy core), it left the harness thread spinning for the lock in each transfer
