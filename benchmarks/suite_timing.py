@@ -14,6 +14,11 @@ the runs themselves: pytest's ``--durations=15``, seconds per check and per
 connector from the JUnit file (kvconform labels every test with
 ``kvconform.check`` / ``kvconform.connector`` properties), the collection time,
 and the time a fresh process needs to import the vLLM modules the harness uses.
+Each timed run loads ``phase_probe.py`` too, so every test process (each xdist
+worker) also says how much CPU its harness thread spent before the first test
+and in the tests, how long it waited for a core, how often it was preempted, and
+how much CPU the process's other threads (a connector's) took: what tells work
+from contention when two workers are not faster.
 
     .venv/bin/python benchmarks/suite_timing.py [--runs serial,xdist,gate] [--json FILE] [--results-dir DIR]
     .venv/bin/python benchmarks/suite_timing.py --runs serial,xdist --connector NixlConnector   # a subset
@@ -73,6 +78,15 @@ VLLM_IMPORTS = ("import vllm.config; "
                 "from vllm.v1.worker.utils import allocate_kv_cache")
 DURATION_LINE = re.compile(r"^\s*(\d+(?:\.\d+)?)s\s+(setup|call|teardown)\s+(\S.*)$")
 SUMMARY_COUNTS = re.compile(r"(\d+) (passed|failed|skipped|xfailed|xpassed|errors?|deselected|warnings?)")
+# phase_probe.py's lines: "phase_probe[gw0]: session finished  at 21.14 s wall 19.69 s CPU (harness thread
+# 16.86 s, waited for a core 3.47 s; other threads 2.84 s)" and "... context switches: 2002 voluntary, 9408 involuntary"
+PROBE_STAGE = re.compile(r"^phase_probe(?:\[(?P<worker>[^\]]+)\])?: "
+                         r"(?P<stage>collection finished|session finished) +at +(?P<wall>[\d.]+) s wall .*"
+                         r"\(harness thread +(?P<harness>[\d.]+) s, waited for a core +(?P<waited>[\d.]+) s; "
+                         r"other threads +(?P<others>[\d.]+) s\)$")
+PROBE_SWITCHES = re.compile(r"^phase_probe(?:\[(?P<worker>[^\]]+)\])?: harness thread context switches: "
+                            r"\d+ voluntary, (?P<involuntary>\d+) involuntary")
+PROBE = ("-p", "phase_probe")  # benchmarks/ is put on the runs' PYTHONPATH
 
 
 @dataclass
@@ -93,6 +107,7 @@ class RunResult:
     tail: str = ""
     cpu_s: float = 0.0  # user + sys of pytest and every process it waited for (xdist workers included)
     results_json: str | None = None  # kvconform's results.json of this run (--kvconform-json)
+    processes: list[dict] = field(default_factory=list)  # per test process, from phase_probe (parse_probe)
 
     @property
     def met(self) -> bool | None:
@@ -126,6 +141,43 @@ def parse_output(output: str) -> tuple[list[dict], dict[str, int]]:
     return durations, counts
 
 
+def parse_probe(output: str) -> list[dict]:
+    """Per test process (``process`` when it is the only one, or each xdist worker): its harness thread's
+    CPU before the first test and in the tests, its wait for a core, its sleep in the tests, its
+    preemptions, and its other threads' CPU.
+
+    A process that collected nothing (the xdist controller) has no ``collection finished`` line and is left out.
+    """
+    stages: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)
+    involuntary: dict[str, int] = {}
+    for line in output.splitlines():
+        if stage := PROBE_STAGE.match(line):
+            figures = {k: float(stage[k]) for k in ("wall", "harness", "waited", "others")}
+            stages[stage["worker"] or "process"][stage["stage"]] = figures
+        elif switches := PROBE_SWITCHES.match(line):
+            involuntary[switches["worker"] or "process"] = int(switches["involuntary"])
+    processes = []
+    for name, seen in sorted(stages.items()):
+        collected, finished = seen.get("collection finished"), seen.get("session finished")
+        if collected is None or finished is None:
+            continue
+        in_tests = {k: finished[k] - collected[k] for k in ("wall", "harness", "waited")}
+        processes.append({"process": name, "harness_before_tests_s": collected["harness"],
+                          "harness_in_tests_s": round(in_tests["harness"], 2),
+                          "waited_for_a_core_s": finished["waited"],
+                          # the tests' wall time the harness thread neither ran nor waited for a core: it slept
+                          # (on a connector's threads, a lock, a timer)
+                          "asleep_in_tests_s": round(max(in_tests["wall"] - in_tests["harness"] - in_tests["waited"],
+                                                         0.0), 2),
+                          "other_threads_s": finished["others"], "preempted": involuntary.get(name)})
+    return processes
+
+
+def _tail(output: str, lines: int = 5) -> str:
+    """The output's last lines, without phase_probe's (printed at exit, after pytest's summary)."""
+    return "\n".join([line for line in output.splitlines() if not line.startswith("phase_probe")][-lines:])
+
+
 def _children_cpu_s() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
@@ -134,15 +186,17 @@ def _children_cpu_s() -> float:
 def run_suite(run: SuiteRun, python: str, scratch: Path, timeout: float, results_dir: Path | None = None) -> RunResult:
     junit = scratch / f"{run.name}.xml"
     results = None if run.name == "collect" or results_dir is None else results_dir / f"{run.name}.results.json"
-    extra = [] if run.name == "collect" else [f"--durations={DURATIONS}", f"--junitxml={junit}"]
+    extra = [] if run.name == "collect" else [f"--durations={DURATIONS}", f"--junitxml={junit}", *PROBE]
     if results is not None:
         extra.append(f"--kvconform-json={results}")
     command = [python, "-m", "pytest", *run.args, *extra]
     before = list(os.getloadavg())
     cpu_before = _children_cpu_s()
     start = time.perf_counter()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "benchmarks"),
+                                                                      os.environ.get("PYTHONPATH")]))}
     try:
-        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
         status, output = done.returncode, done.stdout + done.stderr
     except subprocess.TimeoutExpired as exc:
         status, output = 124, f"timed out after {timeout:.0f} s\n{exc.stdout or ''}"
@@ -152,8 +206,8 @@ def run_suite(run: SuiteRun, python: str, scratch: Path, timeout: float, results
     by_check, by_connector, by_outcome = _junit_seconds(junit)
     return RunResult(run.name, run.doc, command, round(wall, 2), status, run.target_s, before,
                      list(os.getloadavg()), counts, durations, by_check, by_connector, by_outcome,
-                     "\n".join(output.splitlines()[-5:]), round(cpu, 2),
-                     str(results) if results is not None and results.exists() else None)
+                     _tail(output), round(cpu, 2),
+                     str(results) if results is not None and results.exists() else None, parse_probe(output))
 
 
 # ----------------------------------------------------------------------------- same outcomes
@@ -238,6 +292,15 @@ def findings(results: dict[str, RunResult], import_s: float) -> list[str]:
     if collect:
         notes.append(f"collection alone takes {collect.wall_s:.1f} s per pytest run (vLLM import included); "
                      f"with -n 2 each worker collects again")
+    for run in (serial, xdist, gate):
+        for process in run.processes if run else ():
+            preempted = "" if process["preempted"] is None else f" ({process['preempted']} preemptions)"
+            label = run.name if process["process"] == "process" else f"{run.name} {process['process']}"
+            notes.append(f"{label}: harness thread {process['harness_before_tests_s']:.1f} s of CPU before the "
+                         f"first test, {process['harness_in_tests_s']:.1f} s in the tests, "
+                         f"{process['waited_for_a_core_s']:.1f} s waiting for a core{preempted}, "
+                         f"{process['asleep_in_tests_s']:.1f} s asleep in the tests; other threads "
+                         f"{process['other_threads_s']:.1f} s of CPU")
     if serial and serial.by_outcome:
         notes.append(f"serial: {sum(serial.by_outcome.values()):.1f} s inside tests (the rest of "
                      f"{serial.wall_s:.1f} s is start-up and collection); by outcome: "
@@ -295,6 +358,31 @@ def readme_table(results: dict[str, RunResult]) -> str:
         verdict = f"{target}: " + ("met" if met else "**not met**") if target else "-"  # --connector: none
         rows.append(f"| {label} | {run.wall_s:.1f} s{speedup} | {run.cpu_s:.1f} s | "
                     f"{run.load_before[0]:.1f} / {run.load_after[0]:.1f} | {verdict} |")
+    return "\n".join(rows)
+
+
+THREAD_ROWS = (("harness thread's CPU before the first test (imports, collection)", "harness_before_tests_s",
+                "{:.1f} s"),
+               ("harness thread's CPU in the tests", "harness_in_tests_s", "{:.1f} s"),
+               ("harness thread runnable but waiting for a core", "waited_for_a_core_s", "{:.1f} s"),
+               ("harness thread asleep in the tests (on other threads, locks, timers)", "asleep_in_tests_s",
+                "{:.1f} s"),
+               ("harness thread preempted (involuntary context switches)", "preempted", "{:,}"),
+               ("other threads' CPU (a connector's, torch's, vLLM's)", "other_threads_s", "{:.1f} s"))
+
+
+def readme_threads_table(results: dict[str, RunResult]) -> str:
+    """Serial against each -n 2 worker, from phase_probe: the README's table of where the two workers lose."""
+    columns = [(label, results[name].processes) for name, label in (("serial", "serial"), ("xdist", "`-n 2`"))
+               if name in results and results[name].processes]
+    if not columns:
+        return ""
+    header = " | ".join(label if len(procs) == 1 else f"{label}: {', '.join(p['process'] for p in procs)}"
+                        for label, procs in columns)
+    rows = [f"| | {header} |", "|---|" + "---|" * len(columns)]
+    for label, key, form in THREAD_ROWS:
+        cells = (", ".join("-" if p[key] is None else form.format(p[key]) for p in procs) for _, procs in columns)
+        rows.append(f"| {label} | {' | '.join(cells)} |")
     return "\n".join(rows)
 
 
@@ -361,6 +449,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {d['seconds']:7.2f}s {d['phase']:<8} {d['test']}")
     print("README table:")
     print(readme_table(results))
+    if threads := readme_threads_table(results):
+        print("README table of the harness threads (phase_probe):")
+        print(threads)
 
     doc = {"cpus": os.cpu_count(), "python": args.python, "vllm_import_s": round(import_s, 2),
            "speedup_target": SPEEDUP_TARGET, "findings": notes, "same_outcomes": agree,

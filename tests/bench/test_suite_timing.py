@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import json
 import sys
@@ -144,3 +145,48 @@ def test_the_readme_table_of_a_restricted_run_claims_no_target(suite_timing):
     serial = suite_timing._restricted(suite_timing.RUNS["serial"], ["NixlConnector"])
     result = suite_timing.RunResult("serial", serial.doc, [], 30.0, 0, serial.target_s, [1.0] * 3, [2.0] * 3)
     assert suite_timing.readme_table({"serial": result}).splitlines()[2].endswith("| 1.0 / 2.0 | - |")
+
+
+@pytest.fixture(scope="module")
+def probe_output():
+    """What a -n 2 run prints, in phase_probe's own format (its ``_stage_line``), so the two cannot drift apart."""
+    name = "kvconform_phase_probe"
+    spec = importlib.util.spec_from_file_location(name, SCRIPT.parent / "phase_probe.py")
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    gc.callbacks.remove(probe._on_gc)  # it times this process's collector from its import on
+
+    def process(prefix, collected, finished, voluntary, involuntary):
+        return [f"{prefix}: {probe._stage_line('collection finished', 5.1, *collected)}",
+                f"{prefix}: {probe._stage_line('session finished', 21.5, *finished)}",
+                f"{prefix}: harness thread context switches: {voluntary} voluntary, {involuntary} involuntary "
+                "(preempted)"]
+
+    return "\n".join(["166 passed, 1291 skipped, 73 xfailed in 22.00s",
+                      *process("phase_probe[gw1]", (5.19, (5.19, 0.08)), (20.95, (13.87, 3.83)), 1833, 8932),
+                      *process("phase_probe[gw0]", (5.17, (5.17, 0.07)), (19.69, (16.86, 3.47)), 2002, 9408),
+                      f"phase_probe: {probe._stage_line('session finished', 22.3, 1.24, (0.78, 0.33))}",
+                      "phase_probe: harness thread context switches: 6083 voluntary, 833 involuntary (preempted)"])
+
+
+def test_it_reads_each_test_process_from_phase_probe_and_leaves_the_controller_out(suite_timing, probe_output):
+    gw0, gw1 = suite_timing.parse_probe(probe_output)
+    assert gw0 == {"process": "gw0", "harness_before_tests_s": 5.17, "harness_in_tests_s": 11.69,
+                   "waited_for_a_core_s": 3.47, "asleep_in_tests_s": 1.31, "other_threads_s": 2.83, "preempted": 9408}
+    assert gw1["harness_in_tests_s"] == 8.68 and gw1["preempted"] == 8932
+    assert suite_timing.parse_output(probe_output)[1] == {"passed": 166, "skipped": 1291, "xfailed": 73}
+    assert suite_timing._tail(probe_output) == "166 passed, 1291 skipped, 73 xfailed in 22.00s"
+
+
+def test_the_threads_table_puts_each_worker_beside_the_serial_run(suite_timing, probe_output):
+    serial = _result(suite_timing, "serial", 30.0)
+    serial.processes = [{"process": "process", "harness_before_tests_s": 5.46, "harness_in_tests_s": 20.26,
+                         "waited_for_a_core_s": 2.02, "asleep_in_tests_s": 2.0, "other_threads_s": 19.23,
+                         "preempted": 6262}]
+    xdist = _result(suite_timing, "xdist", 22.0)
+    xdist.processes = suite_timing.parse_probe(probe_output)
+    rows = suite_timing.readme_threads_table({"serial": serial, "xdist": xdist}).splitlines()
+    assert rows[0] == "| | serial | `-n 2`: gw0, gw1 |"
+    assert rows[3] == "| harness thread's CPU in the tests | 20.3 s | 11.7 s, 8.7 s |"
+    assert rows[6] == "| harness thread preempted (involuntary context switches) | 6,262 | 9,408, 8,932 |"
+    assert suite_timing.readme_threads_table({"serial": _result(suite_timing, "serial", 30.0)}) == ""
