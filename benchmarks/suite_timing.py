@@ -16,9 +16,10 @@ connector from the JUnit file (kvconform labels every test with
 and the time a fresh process needs to import the vLLM modules the harness uses.
 Each timed run loads ``phase_probe.py`` too, so every test process (each xdist
 worker) also says how much CPU its harness thread spent before the first test
-and in the tests, how long it waited for a core, how often it was preempted, and
-how much CPU the process's other threads (a connector's) took: what tells work
-from contention when two workers are not faster.
+and in the tests, how long it waited for a core and how long it slept in the
+tests, how often it was preempted, and how much CPU the process's other threads
+(a connector's) took: what tells work from contention when two workers are not
+faster.
 
     .venv/bin/python benchmarks/suite_timing.py [--runs serial,xdist,gate] [--json FILE] [--results-dir DIR]
     .venv/bin/python benchmarks/suite_timing.py --runs serial,xdist --connector NixlConnector   # a subset
