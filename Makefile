@@ -40,8 +40,12 @@ lint-self: venv
 
 # The project's own tests, then the full CPU conformance suite (engine tier included), strict:
 # an expectation that matches nothing, or an xfail that passes, fails the run.
+# A passed project test's tmp_path goes at once (the gate tests clone a vLLM tree each): pytest would keep
+# ~0.8 GB a run, three runs deep, and CI's last stage once ran out of disk. The suite removes its own
+# (conformance/reliability/cleanup.py, after a connector's background closes end).
+UNIT_PYTEST := -m pytest tests -q -n 2 -o tmp_path_retention_policy=failed
 test: venv lint-self
-	$(BIN)/python -m pytest tests -q -n 2 --durations=15 $(PYTEST_ARGS)
+	$(BIN)/python $(UNIT_PYTEST) --durations=15 $(PYTEST_ARGS)
 	$(BIN)/python -m pytest --pyargs kvconform.conformance --platform=cpu -q -n 2 --max-worker-restart=16 --kvconform-strict \
 		--junitxml=$(OUT)/test-cpu/junit.xml $(PYTEST_ARGS)
 
@@ -138,7 +142,7 @@ $(STAMP033): pyproject.toml Makefile .ci/vllm_requirements.py
 
 # The same as `make test`, on vLLM 0.33.0: the project's own tests, then the full CPU suite, strict (.ci/run runs it).
 test-vllm033: venv-vllm033
-	$(RUN033) $(BIN033)/python -m pytest tests -q -n 2 $(PYTEST_ARGS)
+	$(RUN033) $(BIN033)/python $(UNIT_PYTEST) $(PYTEST_ARGS)
 	$(RUN033) $(BIN033)/python -m pytest --pyargs kvconform.conformance --platform=cpu -q -n 2 --max-worker-restart=16 \
 		--kvconform-strict --junitxml=$(OUT)/test-cpu-vllm033/junit.xml $(PYTEST_ARGS)
 
