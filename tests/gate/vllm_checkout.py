@@ -29,9 +29,18 @@ GIT_ENV = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM":
            "GIT_COMMITTER_NAME": "gate-test", "GIT_COMMITTER_EMAIL": "gate@test"}
 
 
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=repo, env=GIT_ENV, check=True,
-                          capture_output=True, text=True).stdout.strip()
+class GitFailed(RuntimeError):
+    """A git command of a test's setup failed; its message carries git's own words."""
+
+
+def git(repo: Path, *args: str, strip: bool = True) -> str:
+    """git's output; a failure names the command and quotes git's stderr (a full disk once showed as a bare
+    CalledProcessError, which keeps stderr out of its message)."""
+    done = subprocess.run(["git", *args], cwd=repo, env=GIT_ENV, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise GitFailed(f"git {' '.join(args)} (in {repo}) exited {done.returncode}: "
+                        f"{done.stderr.strip() or '(no stderr)'}")
+    return done.stdout.strip() if strip else done.stdout
 
 
 def installed_connector_names() -> list[str]:
@@ -65,8 +74,7 @@ class VllmRepo:
 
     def text(self, path: str) -> str:
         """A file's content at HEAD (the clone checks out only part of the tree)."""
-        return subprocess.run(["git", "show", f"HEAD:{path}"], cwd=self.path, env=GIT_ENV, check=True,
-                              capture_output=True, text=True).stdout
+        return git(self.path, "show", f"HEAD:{path}", strip=False)
 
 
 @dataclass
