@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.gate.vllm_checkout import CONNECTORS, GIT_ENV
+from tests.gate.vllm_checkout import CONNECTORS, GIT_ENV, untracked
 
 V1 = f"{CONNECTORS}/v1"
 HOSTILE_NAMES = [
@@ -30,9 +30,7 @@ HOSTILE_NAMES = [
 
 def nothing_was_created(workdir: Path, repo: Path) -> bool:
     """The gate's working folder is still empty and the checkout has no file git does not know."""
-    untracked = subprocess.run(["git", "status", "--porcelain", "--ignored", "-z"], cwd=repo, env=GIT_ENV,
-                               capture_output=True, check=True).stdout
-    return os.listdir(workdir) == [] and untracked == b""
+    return os.listdir(workdir) == [] and untracked(repo) == ""
 
 
 @pytest.fixture

@@ -43,6 +43,11 @@ def git(repo: Path, *args: str, strip: bool = True) -> str:
     return done.stdout.strip() if strip else done.stdout
 
 
+def untracked(repo: Path) -> str:
+    """Every file of the checkout git does not track, ignored ones included (empty: the tree is as committed)."""
+    return git(repo, "status", "--porcelain", "--ignored", "-z", strip=False)
+
+
 def installed_connector_names() -> list[str]:
     """The names the installed vLLM registers, read with a regex: an oracle independent of the gate's ast."""
     text = (VLLM_SOURCE.parent / FACTORY).read_text()

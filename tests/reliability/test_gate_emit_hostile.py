@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.gate.vllm_checkout import CONNECTORS, FACTORY, GIT_ENV, VllmRepo, build_template, clone_template
+from tests.gate.vllm_checkout import CONNECTORS, FACTORY, GIT_ENV, VllmRepo, build_template, clone_template, untracked
 from tests.load import stretched
 from tests.pipelines.pipeline_testkit import FakeBin, conformance_steps
 
@@ -47,11 +47,6 @@ def kvconform(workdir: Path, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, check=False, timeout=stretched(120))
 
 
-def untracked(repo: VllmRepo) -> bytes:
-    return subprocess.run(["git", "status", "--porcelain", "--ignored", "-z"], cwd=repo.path, env=GIT_ENV,
-                          capture_output=True, check=True).stdout
-
-
 def test_hostile_file_names_beside_a_real_change_emit_a_pipeline_that_runs_only_connector_names(repo, tmp_path):
     example = f"{V1}/example_connector.py"
     head = repo.commit({**{name: "hostile\n" for name in HOSTILE_FILES},
@@ -78,7 +73,7 @@ def test_hostile_file_names_beside_a_real_change_emit_a_pipeline_that_runs_only_
     connectors = sorted(arg.removeprefix("--connector=") for call in fake.calls("pytest")
                         for arg in call["argv"] if arg.startswith("--connector="))
     assert connectors == ["ExampleConnector", "MultiConnector"]
-    assert not list(tmp_path.rglob("pwned")) and untracked(repo) == b""
+    assert not list(tmp_path.rglob("pwned")) and untracked(repo.path) == ""
 
 
 def _registration(name: str) -> str:
@@ -103,4 +98,4 @@ def test_hostile_connector_names_registered_by_the_change_are_refused_in_one_lin
     assert result.returncode == 2, result.stdout[-2000:]
     assert result.stderr.startswith("kvconform gate: error: ") and result.stderr.count("\n") == 1, result.stderr
     assert "in no connector group" in result.stderr
-    assert not out.exists() and not list(tmp_path.rglob("pwned")) and untracked(repo) == b""
+    assert not out.exists() and not list(tmp_path.rglob("pwned")) and untracked(repo.path) == ""
