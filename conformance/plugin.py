@@ -77,10 +77,10 @@ def pytest_configure(config: pytest.Config) -> None:
     worker = getattr(config, "workerinput", None)
     if worker and "kvconform_platform" in worker:
         # an xdist worker: take its own device and share of the CPUs before anything probes or initialises them
-        from kvconform.conformance.xdist_devices import pin_worker_device, share_cpu_threads
+        from kvconform.conformance.xdist_devices import pin_worker_device, share_cpus
 
         pin_worker_device(platforms.get(worker["kvconform_platform"]), worker["kvconform_device_count"])
-        share_cpu_threads(worker.get("workercount", 1))
+        share_cpus(worker.get("workercount", 1))
     try:
         spec, found = platforms.resolve(config.getoption("platform"))
         backends = platforms.check_backends(spec, config.getoption("attn_backend"))

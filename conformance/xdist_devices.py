@@ -8,11 +8,18 @@ Probing never creates a device context, so the variable still takes effect.
 Tests that need several devices carry ``xdist_group("multi-device")`` and are
 skipped, naming the visible count, where fewer are visible.
 
-The CPUs are shared too: torch sizes its intra-op thread pool to every core, so
-two workers on two cores ran four busy threads, and each worker's tests took
-twice their serial time (the suite with ``-n 2``: 38.7 s, against 30.6 s with one
-thread each). Each worker takes its share (``OMP_NUM_THREADS``), unless the
-user set it.
+The CPUs are shared too, and each worker takes its own share of them, as a vLLM
+worker process has its cores:
+
+* torch sizes its intra-op thread pool to every core, so two workers on two cores
+  ran four busy threads, and each worker's tests took twice their serial time (the
+  suite with ``-n 2``: 38.7 s, against 30.6 s with one thread each). Each worker
+  sizes the pool to its share (``OMP_NUM_THREADS``), unless the user set it.
+* Its threads run on its own cores (CPU affinity, a slice of the cores this run
+  may use). A NIXL agent's progress thread polls whenever its core is free (see
+  ``harness/affinity.py``); unpinned, one worker's pairs polled on the core the
+  other worker's harness thread needed. Pinned, a worker's pollers only use the
+  time its own harness thread leaves while it waits for their transfers.
 """
 
 from __future__ import annotations
@@ -48,17 +55,49 @@ def pin_worker_device(spec, device_count: int) -> dict[str, str]:
     return env
 
 
-def share_cpu_threads(worker_count: int) -> dict[str, str]:
-    """Called in each xdist worker's configure: torch's threads for its share of the CPUs this process may use."""
-    if "OMP_NUM_THREADS" in os.environ or worker_count < 1:
+def core_share(usable: set[int], worker_count: int, index: int) -> set[int]:
+    """Worker ``index``'s cores: an equal slice of ``usable`` (the rest left to the last worker), or one core
+    of them, round robin, where there are more workers than cores."""
+    cores = sorted(usable)
+    if worker_count <= len(cores):
+        size = len(cores) // worker_count
+        end = len(cores) if index == worker_count - 1 else (index + 1) * size
+        return set(cores[index * size:end])
+    return {cores[index % len(cores)]}
+
+
+def share_cpus(worker_count: int) -> dict[str, str]:
+    """Called in each xdist worker's configure: its threads on its share of the cores this process may use, and
+    torch's pool sized to it. Returns the variables set."""
+    index = worker_index()
+    if index is None or worker_count < 1:
         return {}
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    share = max(1, usable // worker_count)
-    os.environ["OMP_NUM_THREADS"] = str(share)
+    if hasattr(os, "sched_getaffinity"):
+        share = core_share(os.sched_getaffinity(0), worker_count, index % worker_count)
+        _pin_process(share)
+        size = len(share)
+    else:
+        size = max(1, (os.cpu_count() or 1) // worker_count)
+    if "OMP_NUM_THREADS" in os.environ:
+        return {}
+    os.environ["OMP_NUM_THREADS"] = str(size)
     torch = sys.modules.get("torch")
     if torch is not None:  # imported already: its pool is sized, so resize it
-        torch.set_num_threads(share)
-    return {"OMP_NUM_THREADS": str(share)}
+        torch.set_num_threads(size)
+    return {"OMP_NUM_THREADS": str(size)}
+
+
+def _pin_process(cores: set[int]) -> None:
+    """Every thread this worker has now (xdist's own among them); the threads they start inherit it."""
+    try:
+        tids = [int(tid) for tid in os.listdir("/proc/self/task")]
+    except OSError:  # not Linux's /proc: the calling thread alone
+        tids = [0]
+    for tid in tids:
+        try:
+            os.sched_setaffinity(tid, cores)
+        except OSError:  # the thread ended meanwhile
+            pass
 
 
 def auto_workers(spec, device_count: int) -> int | None:

@@ -11,7 +11,11 @@ test after this one:
   the pin. Left pinned, the harness ran on one core beside the connector's threads, and
   two xdist workers pinned themselves to the same last core while the other idled. So
   the harness thread's affinity is restored as soon as the worker side is built; the
-  connector's own threads stay where vLLM put them.
+  connector's own threads stay where vLLM put them, as long as that is among the cores
+  this process was given. An xdist worker owns its share of the cores
+  (``xdist_devices.share_cpus``), and vLLM's choice, the machine's last core, may be
+  another worker's: there a connector's threads move to the worker's own cores, so a
+  worker's polling threads take CPU only from the worker that drives them.
 * Busy polling. Each NIXL agent starts a progress thread that polls UCX without pause
   (NIXL's Python API sets ``pthrDelay = 0``): a whole core per agent, measured at 99 of
   100 clock ticks a second on an idle agent. A live pair has two; with ``-n 2`` on two
@@ -79,17 +83,32 @@ def _lower_priority(tids: set[int]) -> None:
             pass
 
 
+def _keep_within(tids: set[int], cores: set[int]) -> None:
+    """Threads pinned outside ``cores`` keep what they share with them, or move onto all of them."""
+    for tid in tids:
+        try:
+            pinned = os.sched_getaffinity(tid)
+            if not pinned <= cores:
+                os.sched_setaffinity(tid, (pinned & cores) or cores)
+        except OSError:  # the thread ended meanwhile
+            pass
+
+
 @contextmanager
 def harness_keeps_cpu() -> Iterator[None]:
     """Around building what starts threads the harness does not drive (a connector's worker side, vLLM's
-    world of one): restore the calling thread's CPU affinity when the block exits, however it exits, and
-    lower the priority of the native (non-Python) threads it started meanwhile."""
+    world of one): restore the calling thread's CPU affinity when the block exits, however it exits, keep
+    the threads it started meanwhile within the cores it had, and lower the priority of the native
+    (non-Python) ones among them."""
     saved = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     before = _native_threads()
     try:
         yield
     finally:
-        if saved is not None and os.sched_getaffinity(0) != saved:
-            os.sched_setaffinity(0, saved)
+        started = _native_threads() - before
+        if saved is not None:
+            if os.sched_getaffinity(0) != saved:
+                os.sched_setaffinity(0, saved)
+            _keep_within(started, saved)
         python_threads = {thread.native_id for thread in threading.enumerate()}
-        _lower_priority(_native_threads() - before - python_threads)
+        _lower_priority(started - python_threads)

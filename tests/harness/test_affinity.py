@@ -37,6 +37,33 @@ def test_the_calling_thread_gets_its_cores_back_and_threads_started_inside_stay_
     assert seen["thread"] == core
 
 
+def test_threads_pinned_outside_the_harness_cores_move_onto_them():
+    """In an xdist worker that owns the first core, vLLM's choice (the last core) is another worker's: the
+    connector's threads run on the worker's own core instead."""
+    before = os.sched_getaffinity(0)
+    own = {min(before)}
+    seen = {}
+    release = threading.Event()
+
+    def connector_thread():
+        seen["started"] = os.sched_getaffinity(0)
+        release.wait(5)
+        seen["after"] = os.sched_getaffinity(0)
+
+    os.sched_setaffinity(0, own)
+    try:
+        with harness_keeps_cpu():
+            os.sched_setaffinity(0, {max(before)})  # as vLLM's NIXL worker does: the machine's last core
+            thread = threading.Thread(target=connector_thread)
+            thread.start()
+        assert os.sched_getaffinity(0) == own
+        release.set()
+        thread.join()
+    finally:
+        os.sched_setaffinity(0, before)
+    assert seen == {"started": {max(before)}, "after": own}
+
+
 def test_it_restores_when_the_block_raises():
     before = os.sched_getaffinity(0)
     with pytest.raises(RuntimeError, match="construction failed"):
