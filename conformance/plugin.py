@@ -34,6 +34,7 @@ MARKERS = {
 
 
 _AVAILABILITY_KEY = pytest.StashKey[dict]()
+_SLOTS_KEY = pytest.StashKey[dict]()  # xdist controller: live worker id -> its slot (device and cores)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -79,8 +80,9 @@ def pytest_configure(config: pytest.Config) -> None:
         # an xdist worker: take its own device and share of the CPUs before anything probes or initialises them
         from kvconform.conformance.xdist_devices import pin_worker_device, share_cpus
 
-        pin_worker_device(platforms.get(worker["kvconform_platform"]), worker["kvconform_device_count"])
-        share_cpus(worker.get("workercount", 1))
+        slot = worker["kvconform_slot"]
+        pin_worker_device(platforms.get(worker["kvconform_platform"]), worker["kvconform_device_count"], slot)
+        share_cpus(worker.get("workercount", 1), slot)
     try:
         spec, found = platforms.resolve(config.getoption("platform"))
         backends = platforms.check_backends(spec, config.getoption("attn_backend"))
@@ -111,12 +113,21 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node) -> None:
-    """Controller side of xdist: tell each worker the platform and device count it pins from."""
+    """Controller side of xdist: tell each worker the platform and device count it pins from, and its slot."""
     if TARGET_KEY not in node.config.stash:
         return
+    from kvconform.conformance.xdist_devices import take_slot
+
     target = run_target(node.config)
     node.workerinput["kvconform_platform"] = target.platform.name
     node.workerinput["kvconform_device_count"] = target.probe.device_count
+    node.workerinput["kvconform_slot"] = take_slot(node.config.stash.setdefault(_SLOTS_KEY, {}), node.gateway.id)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """A worker that ended frees its slot, for the worker that replaces it (called before xdist starts that one)."""
+    node.config.stash.get(_SLOTS_KEY, {}).pop(node.gateway.id, None)
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)

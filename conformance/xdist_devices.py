@@ -1,7 +1,9 @@
 """xdist with devices: one device per worker, chosen before torch initialises.
 
-The controller knows the platform and its device count; each worker learns its
-index from ``PYTEST_XDIST_WORKER`` (``gw3`` -> 3) and sets the platform's
+The controller knows the platform and its device count, and gives each worker a
+slot: the lowest one no live worker holds, so a worker that replaces a crashed one
+takes its device and cores (xdist names the replacement ``gw2`` after ``gw0`` and
+``gw1``, and ``gw2 % 2`` is the survivor's, not the dead one's). The worker sets the platform's
 visibility variables (CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES with it on ROCm,
 ZE_AFFINITY_MASK on XPU) at configure time, before any test touches the device.
 Probing never creates a device context, so the variable still takes effect.
@@ -32,9 +34,11 @@ import pytest
 MULTI_DEVICE_GROUP = "multi-device"
 
 
-def worker_index() -> int | None:
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    return int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else None
+def take_slot(slots: dict[str, int], worker_id: str) -> int:
+    """Controller side: the lowest slot no live worker in ``slots`` (worker id -> slot) holds, now ``worker_id``'s."""
+    slot = min(set(range(len(slots) + 1)) - set(slots.values()))
+    slots[worker_id] = slot
+    return slot
 
 
 def visibility_env(visibility_vars: tuple[str, ...], device_count: int, index: int) -> dict[str, str]:
@@ -45,10 +49,9 @@ def visibility_env(visibility_vars: tuple[str, ...], device_count: int, index: i
     return {var: chosen for var in visibility_vars}
 
 
-def pin_worker_device(spec, device_count: int) -> dict[str, str]:
-    """Called in each xdist worker's configure: pin it to its device, unless the user pinned already."""
-    index = worker_index()
-    if index is None or any(var in os.environ for var in spec.visibility_vars):
+def pin_worker_device(spec, device_count: int, index: int) -> dict[str, str]:
+    """Called in each xdist worker's configure with its slot: pin it to its device, unless the user pinned already."""
+    if any(var in os.environ for var in spec.visibility_vars):
         return {}
     env = visibility_env(spec.visibility_vars, device_count, index)
     os.environ.update(env)
@@ -66,11 +69,10 @@ def core_share(usable: set[int], worker_count: int, index: int) -> set[int]:
     return {cores[index % len(cores)]}
 
 
-def share_cpus(worker_count: int) -> dict[str, str]:
-    """Called in each xdist worker's configure: its threads on its share of the cores this process may use, and
-    torch's pool sized to it. Returns the variables set."""
-    index = worker_index()
-    if index is None or worker_count < 1:
+def share_cpus(worker_count: int, index: int) -> dict[str, str]:
+    """Called in each xdist worker's configure with its slot: its threads on its share of the cores this process
+    may use, and torch's pool sized to it. Returns the variables set."""
+    if worker_count < 1:
         return {}
     if hasattr(os, "sched_getaffinity"):
         share = core_share(os.sched_getaffinity(0), worker_count, index % worker_count)

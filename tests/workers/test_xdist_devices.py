@@ -27,25 +27,24 @@ def test_visibility_env(name, count, index, expected):
     assert xdist_devices.visibility_env(spec.visibility_vars, count, index) == expected
 
 
-def test_pin_sets_env_from_worker_id(monkeypatch):
-    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw3")
+def test_pin_sets_env_from_the_slot(monkeypatch):
     monkeypatch.delenv("ZE_AFFINITY_MASK", raising=False)
-    env = xdist_devices.pin_worker_device(platforms.get("xpu"), 2)
+    env = xdist_devices.pin_worker_device(platforms.get("xpu"), 2, 3)
     assert env == {"ZE_AFFINITY_MASK": "1"}
-    import os
-
     assert os.environ["ZE_AFFINITY_MASK"] == "1"
 
 
 def test_pin_respects_a_user_choice(monkeypatch):
-    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7")
-    assert xdist_devices.pin_worker_device(platforms.get("cuda"), 4) == {}
+    assert xdist_devices.pin_worker_device(platforms.get("cuda"), 4, 1) == {}
 
 
-def test_no_pin_outside_xdist(monkeypatch):
-    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
-    assert xdist_devices.pin_worker_device(platforms.get("cuda"), 4) == {}
+def test_a_replacement_worker_takes_the_dead_workers_slot():
+    slots: dict[str, int] = {}
+    assert [xdist_devices.take_slot(slots, worker) for worker in ("gw0", "gw1", "gw2")] == [0, 1, 2]
+    del slots["gw1"]  # gw1 crashed: pytest_testnodedown freed its slot
+    assert xdist_devices.take_slot(slots, "gw3") == 1
+    assert xdist_devices.take_slot(slots, "gw4") == 3
 
 
 def test_auto_workers_uses_device_count_on_gpu_platforms():
@@ -58,34 +57,61 @@ def test_multi_device_skip_names_the_count():
         xdist_devices.require_devices(platforms.get("cpu"), 2)
 
 
+CORES_PROBE = (  # a conftest: each worker, once every plugin is configured, writes where its threads run
+    "import os\n"
+    "def pytest_sessionstart(session):\n"
+    "    worker = os.environ.get('PYTEST_XDIST_WORKER')\n"
+    "    if worker:\n"
+    "        own = os.sched_getaffinity(0)\n"
+    "        alike = all(os.sched_getaffinity(int(tid)) == own for tid in os.listdir('/proc/self/task'))\n"
+    "        with open(f'{worker}.cores', 'w') as out:\n"
+    "            out.write(' '.join(map(str, sorted(own))) + f' all-threads={alike}')\n")
+
+
+def _two_workers(tmp_path, test_module: str, copies: int = 1) -> subprocess.CompletedProcess:
+    for copy in range(copies):  # xdist hands out a module's tests to one worker
+        (tmp_path / f"test_w{copy}.py").write_text(test_module)
+    (tmp_path / "conftest.py").write_text(CORES_PROBE)
+    env = {k: v for k, v in os.environ.items() if k != "UCX_USE_MT_MUTEX"}
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "--platform=cpu",
+                           str(tmp_path)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=stretched(120))
+
+
+def _cores_of(slot: int) -> str:
+    return " ".join(map(str, sorted(xdist_devices.core_share(os.sched_getaffinity(0), 2, slot))))
+
+
 def test_workers_each_see_their_own_platform_and_run_on_their_own_cores(tmp_path):
     """Under real xdist the controller hands the platform to its workers, which pin from it; the UCX setting
     the run starts with (harness/affinity.py) reaches them too, and each worker's threads run on its slice of
     the cores."""
-    (tmp_path / "test_w.py").write_text(
-        "import os\n"
-        "def test_w(platform):\n"
-        "    assert platform.name == 'cpu'\n"
-        "    assert os.environ['PYTEST_XDIST_WORKER'].startswith('gw')\n"
-        "    assert os.environ['UCX_USE_MT_MUTEX'] == 'y'\n")
-    (tmp_path / "conftest.py").write_text(  # each worker, once every plugin is configured: where it runs
-        "import os, threading\n"
-        "def pytest_sessionstart(session):\n"
-        "    worker = os.environ.get('PYTEST_XDIST_WORKER')\n"
-        "    if worker:\n"
-        "        own = os.sched_getaffinity(0)\n"
-        "        alike = all(os.sched_getaffinity(int(tid)) == own for tid in os.listdir('/proc/self/task'))\n"
-        "        with open(f'{worker}.cores', 'w') as out:\n"
-        "            out.write(' '.join(map(str, sorted(own))) + f' all-threads={alike}')\n")
-    env = {k: v for k, v in os.environ.items() if k != "UCX_USE_MT_MUTEX"}
-    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "--platform=cpu",
-                          str(tmp_path)], cwd=tmp_path, env=env, capture_output=True, text=True,
-                         timeout=stretched(120))
+    out = _two_workers(tmp_path, "import os\n"
+                                 "def test_w(platform):\n"
+                                 "    assert platform.name == 'cpu'\n"
+                                 "    assert os.environ['PYTEST_XDIST_WORKER'].startswith('gw')\n"
+                                 "    assert os.environ['UCX_USE_MT_MUTEX'] == 'y'\n")
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    usable = os.sched_getaffinity(0)
-    for index in (0, 1):
-        share = " ".join(map(str, sorted(xdist_devices.core_share(usable, 2, index))))
-        assert (tmp_path / f"gw{index}.cores").read_text() == f"{share} all-threads=True"
+    for slot in (0, 1):
+        assert (tmp_path / f"gw{slot}.cores").read_text() == f"{_cores_of(slot)} all-threads=True"
+
+
+def test_the_worker_replacing_a_crashed_one_takes_its_cores(tmp_path):
+    """gw1 dies; xdist names its replacement gw2, which must run where gw1 ran (gw2 % 2 is gw0's slot).
+    gw0 stays alive (its test waits for gw2 to start): a worker that has ended frees its slot too."""
+    out = _two_workers(tmp_path, "import os, time, pytest\n"
+                                 "@pytest.mark.parametrize('n', range(3))\n"
+                                 "def test_w(platform, n):\n"
+                                 "    worker = os.environ['PYTEST_XDIST_WORKER']\n"
+                                 "    if worker == 'gw1' and not os.path.exists('crashed'):\n"
+                                 "        open('crashed', 'w').close()\n"
+                                 "        os._exit(3)\n"
+                                 "    deadline = time.monotonic() + 60\n"
+                                 "    while worker == 'gw0' and not os.path.exists('gw2.cores'):\n"
+                                 "        assert time.monotonic() < deadline, 'no replacement for gw1 started'\n"
+                                 "        time.sleep(0.05)\n", copies=4)
+    assert out.returncode == 1 and "replacing crashed worker gw1" in out.stdout, out.stdout[-2000:]
+    assert (tmp_path / "gw2.cores").read_text() == f"{_cores_of(1)} all-threads=True"
 
 
 @pytest.mark.parametrize(("usable", "workers", "index", "share"), [
@@ -101,10 +127,9 @@ def test_each_worker_gets_its_own_slice_of_the_cores(usable, workers, index, sha
     assert xdist_devices.core_share(usable, workers, index) == share
 
 
-def _fake_worker(monkeypatch, index: int, cpus: int) -> list[tuple[int, set[int]]]:
-    """A worker ``gw<index>`` on ``cpus`` cores with two threads; returns where each thread is pinned."""
+def _fake_worker(monkeypatch, cpus: int) -> list[tuple[int, set[int]]]:
+    """A worker on ``cpus`` cores with two threads; returns where each thread is pinned."""
     pinned: list[tuple[int, set[int]]] = []
-    monkeypatch.setenv("PYTEST_XDIST_WORKER", f"gw{index}")
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cpus)), raising=False)
     monkeypatch.setattr(os, "sched_setaffinity", lambda tid, cores: pinned.append((tid, set(cores))), raising=False)
     monkeypatch.setattr(os, "listdir", lambda path: ["100", "101"] if path == "/proc/self/task" else [])
@@ -115,9 +140,9 @@ def _fake_worker(monkeypatch, index: int, cpus: int) -> list[tuple[int, set[int]
                                                                  (16, 3, 0, "5")])
 def test_each_worker_takes_its_share_of_the_cpus(monkeypatch, cpus, workers, index, share):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    pinned = _fake_worker(monkeypatch, index, cpus)
+    pinned = _fake_worker(monkeypatch, cpus)
     monkeypatch.setitem(sys.modules, "torch", None)  # not imported yet: the variable alone sizes its pool
-    assert xdist_devices.share_cpus(workers) == {"OMP_NUM_THREADS": share}
+    assert xdist_devices.share_cpus(workers, index) == {"OMP_NUM_THREADS": share}
     assert os.environ["OMP_NUM_THREADS"] == share
     cores = xdist_devices.core_share(set(range(cpus)), workers, index)
     assert pinned == [(100, cores), (101, cores)]  # every thread the worker has, xdist's own too
@@ -125,24 +150,16 @@ def test_each_worker_takes_its_share_of_the_cpus(monkeypatch, cpus, workers, ind
 
 def test_a_users_thread_count_is_left_alone_and_the_worker_still_takes_its_cores(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "7")
-    pinned = _fake_worker(monkeypatch, 1, 2)
-    assert xdist_devices.share_cpus(2) == {}
+    pinned = _fake_worker(monkeypatch, 2)
+    assert xdist_devices.share_cpus(2, 1) == {}
     assert os.environ["OMP_NUM_THREADS"] == "7"
     assert pinned == [(100, {1}), (101, {1})]
 
 
-def test_outside_xdist_nothing_is_shared(monkeypatch):
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    pinned = _fake_worker(monkeypatch, 0, 2)
-    monkeypatch.delenv("PYTEST_XDIST_WORKER")
-    assert xdist_devices.share_cpus(2) == {}
-    assert pinned == [] and "OMP_NUM_THREADS" not in os.environ
-
-
 def test_an_imported_torch_is_resized(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    _fake_worker(monkeypatch, 0, 4)
+    _fake_worker(monkeypatch, 4)
     sized = []
     monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(set_num_threads=sized.append))
-    xdist_devices.share_cpus(2)
+    xdist_devices.share_cpus(2, 0)
     assert sized == [2]
