@@ -3,9 +3,10 @@
 The controller knows the platform and its device count, and gives each worker a
 slot: the lowest one no live worker holds, so a worker that replaces a crashed one
 takes its device and cores (xdist names the replacement ``gw2`` after ``gw0`` and
-``gw1``, and ``gw2 % 2`` is the survivor's, not the dead one's). The worker sets the platform's
-visibility variables (CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES with it on ROCm,
-ZE_AFFINITY_MASK on XPU) at configure time, before any test touches the device.
+``gw1``, and ``gw2 % 2`` is the survivor's, not the dead one's). From its slot a
+worker sets the platform's visibility variables (CUDA_VISIBLE_DEVICES,
+HIP_VISIBLE_DEVICES with it on ROCm, ZE_AFFINITY_MASK on XPU) at configure time,
+before any test touches the device.
 Probing never creates a device context, so the variable still takes effect.
 Tests that need several devices carry ``xdist_group("multi-device")`` and are
 skipped, naming the visible count, where fewer are visible.
@@ -91,11 +92,9 @@ def share_cpus(worker_count: int, index: int) -> dict[str, str]:
 
 def _pin_process(cores: set[int]) -> None:
     """Every thread this worker has now (xdist's own among them); the threads they start inherit it."""
-    try:
-        tids = [int(tid) for tid in os.listdir("/proc/self/task")]
-    except OSError:  # not Linux's /proc: the calling thread alone
-        tids = [0]
-    for tid in tids:
+    from kvconform.conformance.harness.affinity import thread_ids
+
+    for tid in thread_ids() or {0}:  # not Linux's /proc: the calling thread alone
         try:
             os.sched_setaffinity(tid, cores)
         except OSError:  # the thread ended meanwhile

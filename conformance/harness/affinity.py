@@ -67,8 +67,8 @@ def ucx_locks_sleep() -> dict[str, str]:
     return {name: value}
 
 
-def _native_threads() -> set[int]:
-    """Thread ids of this process (empty where /proc is not Linux's)."""
+def thread_ids() -> set[int]:
+    """The OS ids of this process's threads, Python's and native ones (empty where /proc is not Linux's)."""
     try:
         return {int(tid) for tid in os.listdir(TASKS)}
     except OSError:
@@ -101,11 +101,11 @@ def harness_keeps_cpu() -> Iterator[None]:
     the threads it started meanwhile within the cores it had, and lower the priority of the native
     (non-Python) ones among them."""
     saved = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
-    before = _native_threads()
+    before = thread_ids()
     try:
         yield
     finally:
-        started = _native_threads() - before
+        started = thread_ids() - before
         if saved is not None:
             if os.sched_getaffinity(0) != saved:
                 os.sched_setaffinity(0, saved)
