@@ -190,3 +190,44 @@ def test_the_threads_table_puts_each_worker_beside_the_serial_run(suite_timing, 
     assert rows[3] == "| harness thread's CPU in the tests | 20.3 s | 11.7 s, 8.7 s |"
     assert rows[6] == "| harness thread preempted (involuntary context switches) | 6,262 | 9,408, 8,932 |"
     assert suite_timing.readme_threads_table({"serial": _result(suite_timing, "serial", 30.0)}) == ""
+
+
+@pytest.mark.parametrize(("speedups", "chosen"), [
+    ([1.43, 1.50, 1.48, 1.34, 1.48], 2),  # sorted 1.34 1.43 1.48 1.48 1.50: the first 1.48
+    ([1.2, 1.6], 0),  # an even count: the lower of the middle two
+    ([None, 1.3, None], 1),  # a round without both runs has no speedup
+    ([None, None], 1),  # none has one: the last round
+])
+def test_the_median_round_is_the_one_whose_speedup_is_the_median(suite_timing, speedups, chosen):
+    assert suite_timing.median_round(speedups) == chosen
+
+
+def test_rounds_report_every_speedup_and_show_the_median_round(suite_timing, tmp_path, monkeypatch, capsys):
+    """Three rounds of serial and -n 2 (the runs faked: their walls are what the rounds compare)."""
+    walls = iter([30.0, 20.0, 30.0, 24.0, 29.0, 19.0])  # 1.50x, 1.25x, 1.53x
+    made = []
+
+    def fake_run(run, python, scratch, timeout, results_dir):
+        made.append(results_dir.name)
+        return _result(suite_timing, run.name, next(walls))
+
+    monkeypatch.setattr(suite_timing, "run_suite", fake_run)
+    monkeypatch.setattr(suite_timing, "vllm_import_seconds", lambda python: 5.0)
+    out = tmp_path / "timing.json"
+    status = suite_timing.main(["--runs", "serial,xdist", "--rounds", "3", "--json", str(out),
+                                "--results-dir", str(tmp_path / "results")])
+    assert status == 0
+    assert made == ["round-1", "round-1", "round-2", "round-2", "round-3", "round-3"]
+    doc = json.loads(out.read_text())
+    assert [r["speedup"] for r in doc["rounds"]] == [1.5, 1.25, 1.526]
+    assert doc["median_round"] == 1 and doc["runs"]["xdist"]["wall_s"] == 20.0
+    assert doc["findings"][0] == ("-n 2 against serial in 3 rounds: 1.50x, 1.25x, 1.53x; median 1.50x (round 1, "
+                                  "whose runs the tables show; target 1.5x): met")
+    assert "| 20.0 s (1.50x) |" in capsys.readouterr().out
+
+
+def test_rounds_below_one_are_a_usage_error(suite_timing, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        suite_timing.main(["--rounds", "0"])
+    assert exit_info.value.code == 2
+    assert "--rounds: at least 1, not 0" in capsys.readouterr().err
