@@ -76,8 +76,12 @@ def share_cpus(worker_count: int, index: int) -> dict[str, str]:
     if worker_count < 1:
         return {}
     if hasattr(os, "sched_getaffinity"):
+        from kvconform.conformance.harness.affinity import keep_within, thread_ids
+
         share = core_share(os.sched_getaffinity(0), worker_count, index % worker_count)
-        _pin_process(share)
+        # every thread the worker has now (xdist's own among them); the threads they start inherit it. Not
+        # Linux's /proc: the calling thread alone
+        keep_within(thread_ids() or {0}, share)
         size = len(share)
     else:
         size = max(1, (os.cpu_count() or 1) // worker_count)
@@ -88,17 +92,6 @@ def share_cpus(worker_count: int, index: int) -> dict[str, str]:
     if torch is not None:  # imported already: its pool is sized, so resize it
         torch.set_num_threads(size)
     return {"OMP_NUM_THREADS": str(size)}
-
-
-def _pin_process(cores: set[int]) -> None:
-    """Every thread this worker has now (xdist's own among them); the threads they start inherit it."""
-    from kvconform.conformance.harness.affinity import thread_ids
-
-    for tid in thread_ids() or {0}:  # not Linux's /proc: the calling thread alone
-        try:
-            os.sched_setaffinity(tid, cores)
-        except OSError:  # the thread ended meanwhile
-            pass
 
 
 def auto_workers(spec, device_count: int) -> int | None:

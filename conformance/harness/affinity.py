@@ -83,8 +83,9 @@ def _lower_priority(tids: set[int]) -> None:
             pass
 
 
-def _keep_within(tids: set[int], cores: set[int]) -> None:
-    """Threads pinned outside ``cores`` keep what they share with them, or move onto all of them."""
+def keep_within(tids: set[int], cores: set[int]) -> None:
+    """Threads pinned outside ``cores`` keep what they share with them, or move onto all of them (tid 0: the
+    calling thread)."""
     for tid in tids:
         try:
             pinned = os.sched_getaffinity(tid)
@@ -109,6 +110,6 @@ def harness_keeps_cpu() -> Iterator[None]:
         if saved is not None:
             if os.sched_getaffinity(0) != saved:
                 os.sched_setaffinity(0, saved)
-            _keep_within(started, saved)
+            keep_within(started, saved)
         python_threads = {thread.native_id for thread in threading.enumerate()}
         _lower_priority(started - python_threads)
