@@ -44,6 +44,18 @@ test after this one:
   starts, before any UCX context reads it, unless the user set it; the xdist
   workers inherit it. Measured beside a busy process: 0.2 s of such waiting, and
   the run took 20.9 s instead of 23.9 s (17.1 s alone).
+* Birth. Threads inherit their creator's priority, so a connector's threads start at the
+  harness thread's nice 0 and poll at it until the block ends. NIXL starts its progress
+  thread early in building an agent, and the build then takes 60-110 ms more on this
+  machine (UCX's reachability checks read sysfs and the routing table thousands of
+  times): under ``-n 2`` that thread took half the harness thread's core for all of it,
+  and a traced run had the harness threads waiting 2.0 s of 5 s behind threads still at
+  nice 0. Where a worker side is built (``lower_as_started``) a watcher lowers each new
+  native thread within a millisecond or two of its start (NIXL releases the GIL while it
+  builds, so the watcher runs meanwhile); the block's end still lowers whatever it missed.
+  A Python thread is told apart by ``threading``, which registers it a few microseconds
+  after it starts: a thread counts as native only when two scans, a millisecond apart,
+  both find it unregistered.
 """
 
 from __future__ import annotations
@@ -56,6 +68,7 @@ from contextlib import contextmanager
 TASKS = "/proc/self/task"  # Linux: one entry per thread of this process
 CONNECTOR_THREAD_NICE = 19  # the lowest CFS priority an unprivileged process may set
 UCX_SLEEPING_LOCKS = ("UCX_USE_MT_MUTEX", "y")
+WATCH_INTERVAL_S = 0.001  # how often ``lower_as_started`` looks for new threads
 
 
 def ucx_locks_sleep() -> dict[str, str]:
@@ -95,21 +108,50 @@ def keep_within(tids: set[int], cores: set[int]) -> None:
             pass
 
 
+def _python_thread_ids() -> set[int]:
+    return {thread.native_id for thread in threading.enumerate()}
+
+
+class _LowerAsStarted:
+    """A watcher thread that lowers the priority of each native thread started after it, as it starts."""
+
+    def __init__(self, known: set[int]):
+        self._known = set(known)
+        self._unregistered: set[int] = set()  # found once, not (yet) a Python thread
+        self._stop = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, name="kvconform-lower-as-started", daemon=True)
+        self._watcher.start()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(WATCH_INTERVAL_S):
+            new = thread_ids() - self._known - _python_thread_ids()
+            native = new & self._unregistered  # unregistered in two scans: not a Python thread starting
+            _lower_priority(native)
+            self._known |= native
+            self._unregistered = new - native
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._watcher.join()
+
+
 @contextmanager
-def harness_keeps_cpu() -> Iterator[None]:
+def harness_keeps_cpu(lower_as_started: bool = False) -> Iterator[None]:
     """Around building what starts threads the harness does not drive (a connector's worker side, vLLM's
     world of one): restore the calling thread's CPU affinity when the block exits, however it exits, keep
     the threads it started meanwhile within the cores it had, and lower the priority of the native
-    (non-Python) ones among them."""
+    (non-Python) ones among them; with ``lower_as_started`` each as it starts, not when the block ends."""
     saved = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     before = thread_ids()
+    watcher = _LowerAsStarted(before) if lower_as_started and before else None
     try:
         yield
     finally:
+        if watcher is not None:
+            watcher.stop()
         started = thread_ids() - before
         if saved is not None:
             if os.sched_getaffinity(0) != saved:
                 os.sched_setaffinity(0, saved)
             keep_within(started, saved)
-        python_threads = {thread.native_id for thread in threading.enumerate()}
-        _lower_priority(started - python_threads)
+        _lower_priority(started - _python_thread_ids())

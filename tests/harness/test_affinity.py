@@ -140,3 +140,42 @@ def test_the_one_rank_worlds_polling_threads_run_at_the_lowest_priority():
         assert native, "the world started no native thread: nothing here to check"
         assert {tid: os.getpriority(os.PRIO_PROCESS, tid) for tid in native} == dict.fromkeys(native, 19)
         assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == own
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="harness_keeps_cpu finds native threads in Linux's "
+                    "/proc/self/task")
+def test_lower_as_started_lowers_a_native_thread_while_the_block_still_runs():
+    """NIXL's progress thread polls from its start; the build goes on for 100 ms after it: lowered meanwhile."""
+    import time
+
+    own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    with harness_keeps_cpu(lower_as_started=True):
+        native = NativeThread(0.5)
+        python_thread = threading.Thread(target=lambda: time.sleep(0.5))
+        python_thread.start()
+        deadline = time.monotonic() + 2
+        while os.getpriority(os.PRIO_PROCESS, native.tid) != 19 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        time.sleep(0.02)  # many scans: a Python thread is never taken for a native one
+        inside = {name: os.getpriority(os.PRIO_PROCESS, tid) for name, tid in
+                  (("native", native.tid), ("python", python_thread.native_id), ("harness", threading.get_native_id()))}
+    try:
+        assert inside == {"native": 19, "python": own, "harness": own}
+        assert os.getpriority(os.PRIO_PROCESS, python_thread.native_id) == own
+    finally:
+        native.join()
+        python_thread.join()
+
+
+def test_without_lower_as_started_nothing_watches_and_nothing_is_lowered_before_the_end():
+    import time
+
+    own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    threads_before = threading.active_count()
+    with harness_keeps_cpu():
+        native = NativeThread(0.5)
+        time.sleep(0.02)
+        assert threading.active_count() == threads_before  # no watcher thread
+        assert os.getpriority(os.PRIO_PROCESS, native.tid) == own
+    assert os.getpriority(os.PRIO_PROCESS, native.tid) == 19
+    native.join()
