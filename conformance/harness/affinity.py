@@ -48,11 +48,14 @@ test after this one:
   harness thread's nice 0 and poll at it until the block ends. NIXL starts its progress
   thread early in building an agent, and the build then takes 60-110 ms more on this
   machine (UCX's reachability checks read sysfs and the routing table thousands of
-  times): under ``-n 2`` that thread took half the harness thread's core for all of it,
-  and a traced run had the harness threads waiting 2.0 s of 5 s behind threads still at
-  nice 0. Where a worker side is built (``lower_as_started``) a watcher lowers each new
-  native thread within a millisecond or two of its start (NIXL releases the GIL while it
-  builds, so the watcher runs meanwhile); the block's end still lowers whatever it missed.
+  times): under ``-n 2`` that thread took half the harness thread's core for all of it;
+  in a 5 s trace (``perf sched``) threads still at nice 0 ran 2.0 s while a harness
+  thread waited for its core (0.3 s in 6 s since). So once a build of a connector has
+  started native threads (``builds``: the block says what it builds), later builds of it
+  have a watcher that lowers each new native thread within a millisecond or two of its
+  start (NIXL releases the GIL while it builds, so the watcher runs meanwhile); the
+  block's end still lowers whatever it missed. Builds that start none (most connectors,
+  built in well under a millisecond) are spared the watcher's start and join.
   A Python thread is told apart by ``threading``, which registers it a few microseconds
   after it starts: a thread counts as native only when two scans, a millisecond apart,
   both find it unregistered.
@@ -68,7 +71,8 @@ from contextlib import contextmanager
 TASKS = "/proc/self/task"  # Linux: one entry per thread of this process
 CONNECTOR_THREAD_NICE = 19  # the lowest CFS priority an unprivileged process may set
 UCX_SLEEPING_LOCKS = ("UCX_USE_MT_MUTEX", "y")
-WATCH_INTERVAL_S = 0.001  # how often ``lower_as_started`` looks for new threads
+WATCH_INTERVAL_S = 0.001  # how often a build's watcher looks for new threads
+_BUILDS_STARTING_THREADS: set[str] = set()  # what this process saw start native threads while built
 
 
 def ucx_locks_sleep() -> dict[str, str]:
@@ -136,14 +140,15 @@ class _LowerAsStarted:
 
 
 @contextmanager
-def harness_keeps_cpu(lower_as_started: bool = False) -> Iterator[None]:
+def harness_keeps_cpu(builds: str | None = None) -> Iterator[None]:
     """Around building what starts threads the harness does not drive (a connector's worker side, vLLM's
     world of one): restore the calling thread's CPU affinity when the block exits, however it exits, keep
     the threads it started meanwhile within the cores it had, and lower the priority of the native
-    (non-Python) ones among them; with ``lower_as_started`` each as it starts, not when the block ends."""
+    (non-Python) ones among them: as they start where an earlier build of the same ``builds`` started
+    some, else when the block ends."""
     saved = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     before = thread_ids()
-    watcher = _LowerAsStarted(before) if lower_as_started and before else None
+    watcher = _LowerAsStarted(before) if before and builds in _BUILDS_STARTING_THREADS else None
     try:
         yield
     finally:
@@ -154,4 +159,7 @@ def harness_keeps_cpu(lower_as_started: bool = False) -> Iterator[None]:
             if os.sched_getaffinity(0) != saved:
                 os.sched_setaffinity(0, saved)
             keep_within(started, saved)
-        _lower_priority(started - _python_thread_ids())
+        native = started - _python_thread_ids()
+        _lower_priority(native)
+        if native and builds is not None:
+            _BUILDS_STARTING_THREADS.add(builds)

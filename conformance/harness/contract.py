@@ -373,7 +373,7 @@ class ContractRig:
 
         label = f"{self.name} ({kv_role}, {side} side)"
         # vLLM's config checks may refuse it too; a worker may pin this thread to its own core (affinity.py)
-        with refusal_as(ConnectorRefused, self.rig.connector), harness_keeps_cpu(lower_as_started=True):
+        with refusal_as(ConnectorRefused, self.rig.connector), harness_keeps_cpu(builds=self.name):
             config, kv_cache_config = self.configs(kv_role)
             connector = self.cls(config, KVConnectorRole[side.upper()], kv_cache_config)
         return label, connector, config, kv_cache_config

@@ -151,7 +151,7 @@ class ModelRunnerStandIn:
         # the layers first, as vLLM loads the model before it builds the connector
         self.vllm_config.compilation_config.static_forward_context.update(
             layer_stand_ins(self.vllm_config, self.kv_cache_config, self.caches, self.guard))
-        with harness_keeps_cpu(lower_as_started=True):  # a connector may pin this thread, start busy threads
+        with harness_keeps_cpu(builds=self.connector_name):  # it may pin this thread, start busy threads
             self.connector = KVConnectorFactory.create_connector(self.vllm_config, KVConnectorRole.WORKER,
                                                                  self.kv_cache_config)
             if self.register:

@@ -142,40 +142,47 @@ def test_the_one_rank_worlds_polling_threads_run_at_the_lowest_priority():
         assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == own
 
 
-@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="harness_keeps_cpu finds native threads in Linux's "
-                    "/proc/self/task")
-def test_lower_as_started_lowers_a_native_thread_while_the_block_still_runs():
-    """NIXL's progress thread polls from its start; the build goes on for 100 ms after it: lowered meanwhile."""
+def _priority_inside(name: str) -> tuple[dict[str, int], int]:
+    """Build ``name`` once (a native and a Python thread started in the block): the priorities seen while the block
+    still runs, up to 0.5 s after the build, and the threads' count inside beside the caller's."""
     import time
 
-    own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-    with harness_keeps_cpu(lower_as_started=True):
-        native = NativeThread(0.5)
-        python_thread = threading.Thread(target=lambda: time.sleep(0.5))
+    threads_outside = threading.active_count()
+    with harness_keeps_cpu(builds=name):
+        native = NativeThread(0.6)
+        python_thread = threading.Thread(target=lambda: time.sleep(0.6))
         python_thread.start()
-        deadline = time.monotonic() + 2
+        deadline = time.monotonic() + 0.5
         while os.getpriority(os.PRIO_PROCESS, native.tid) != 19 and time.monotonic() < deadline:
             time.sleep(0.001)
-        time.sleep(0.02)  # many scans: a Python thread is never taken for a native one
+        time.sleep(0.02)  # many scans more: a Python thread is never taken for a native one
         inside = {name: os.getpriority(os.PRIO_PROCESS, tid) for name, tid in
                   (("native", native.tid), ("python", python_thread.native_id), ("harness", threading.get_native_id()))}
+        extra = threading.active_count() - threads_outside - 1  # other than the build's own Python thread
     try:
-        assert inside == {"native": 19, "python": own, "harness": own}
-        assert os.getpriority(os.PRIO_PROCESS, python_thread.native_id) == own
+        assert os.getpriority(os.PRIO_PROCESS, native.tid) == 19  # the block's end lowers it in any case
     finally:
         native.join()
         python_thread.join()
+    return inside, extra
 
 
-def test_without_lower_as_started_nothing_watches_and_nothing_is_lowered_before_the_end():
-    import time
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="harness_keeps_cpu finds native threads in Linux's "
+                    "/proc/self/task")
+def test_a_build_that_started_native_threads_once_has_them_lowered_as_they_start_the_next_time():
+    """NIXL's progress thread polls from its start and the build goes on for 100 ms after it: from the second
+    build of a connector on, lowered meanwhile; the first build, and builds that start none, have no watcher."""
+    import uuid
 
     own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-    threads_before = threading.active_count()
-    with harness_keeps_cpu():
-        native = NativeThread(0.5)
-        time.sleep(0.02)
-        assert threading.active_count() == threads_before  # no watcher thread
-        assert os.getpriority(os.PRIO_PROCESS, native.tid) == own
-    assert os.getpriority(os.PRIO_PROCESS, native.tid) == 19
-    native.join()
+    name = f"connector-{uuid.uuid4()}"
+    first, watchers_first = _priority_inside(name)
+    second, watchers_second = _priority_inside(name)
+    assert (first, watchers_first) == ({"native": own, "python": own, "harness": own}, 0)
+    assert (second, watchers_second) == ({"native": 19, "python": own, "harness": own}, 1)
+    quiet = f"quiet-{uuid.uuid4()}"
+    with harness_keeps_cpu(builds=quiet):
+        pass
+    before = threading.active_count()
+    with harness_keeps_cpu(builds=quiet):  # its first build started no native thread: no watcher
+        assert threading.active_count() == before
