@@ -143,8 +143,9 @@ def test_the_one_rank_worlds_polling_threads_run_at_the_lowest_priority():
 
 
 def _priority_inside(name: str) -> tuple[dict[str, int], int]:
-    """Build ``name`` once (a native and a Python thread started in the block): the priorities seen while the block
-    still runs, up to 0.5 s after the build, and the threads' count inside beside the caller's."""
+    """Build ``name`` once, a native and a Python thread started in the block: the priorities seen while the block
+    still runs (having waited up to 0.5 s for the native one's to drop), and how many more Python threads than
+    the build's own ran in the block (a watcher)."""
     import time
 
     threads_outside = threading.active_count()
@@ -156,7 +157,7 @@ def _priority_inside(name: str) -> tuple[dict[str, int], int]:
         while os.getpriority(os.PRIO_PROCESS, native.tid) != 19 and time.monotonic() < deadline:
             time.sleep(0.001)
         time.sleep(0.02)  # many scans more: a Python thread is never taken for a native one
-        inside = {name: os.getpriority(os.PRIO_PROCESS, tid) for name, tid in
+        inside = {who: os.getpriority(os.PRIO_PROCESS, tid) for who, tid in
                   (("native", native.tid), ("python", python_thread.native_id), ("harness", threading.get_native_id()))}
         extra = threading.active_count() - threads_outside - 1  # other than the build's own Python thread
     try:
