@@ -16,8 +16,12 @@ returned. It does so only where the run collected conformance tests and pytest i
 the process's program: started as ``pytest`` or ``python -m pytest``, or an xdist
 worker (its controller has had every report by then, and waits for the worker to
 end: NixlConnector's tests with ``-n 2`` took 29.3-30.1 s with the workers ending
-so, 31.6-32.5 s without). ``pytest.main()`` inside another program, and any other
-pytest run in this environment, end as Python ends them.
+so, 31.6-32.5 s without). An xdist controller collects nothing itself: it ends so
+once a worker that collected conformance tests has ended (it said so in its
+output); its teardown (execnet's threads, pytest's plugins, no vLLM) was 0.3 s
+after its last worker was gone, a serial stretch at the end of every ``-n`` run.
+``pytest.main()`` inside another program, and any other pytest run in this
+environment, end as Python ends them.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import pytest
 from kvconform.conformance.reliability.items import runs_conformance_tests
 
 _CONFORMANCE_RUN_KEY = pytest.StashKey[bool]()
+_WORKER_RAN_CONFORMANCE = "kvconform_ran_conformance_tests"  # in an xdist worker's output to its controller
 _PYTEST_MAIN = Path(pytest.__file__).with_name("__main__.py")
 
 
@@ -69,6 +74,15 @@ def runs_as_the_program() -> bool:
 def pytest_collection_finish(session: pytest.Session) -> None:
     if runs_conformance_tests(session):
         session.config.stash[_CONFORMANCE_RUN_KEY] = True
+        if hasattr(session.config, "workerinput"):  # tells the controller, which collects nothing itself
+            session.config.workeroutput[_WORKER_RAN_CONFORMANCE] = True
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """xdist controller: a worker that ran conformance tests and ended makes this a conformance run here too."""
+    if getattr(node, "workeroutput", {}).get(_WORKER_RAN_CONFORMANCE):
+        node.config.stash[_CONFORMANCE_RUN_KEY] = True
 
 
 @pytest.hookimpl(wrapper=True)

@@ -6,6 +6,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import yaml
 
 from kvconform.conformance.expectations import (
     EXPECTATIONS_DIR,
@@ -17,6 +18,7 @@ from kvconform.conformance.expectations import (
     load_file,
     raised_as,
 )
+from kvconform.conformance.profiles import FAST_SAFE_LOADER, PROFILES_FILE, safe_load_yaml
 from kvconform.reports.identity import Identity
 
 ROUNDTRIP_ID = "conformance/test_roundtrip.py::test_roundtrip[cpu-CPU_ATTN-{connector}-{variant}]"
@@ -245,3 +247,11 @@ def test_every_shipped_xfail_pins_its_failure_and_has_a_class():
     for e in xfails:
         assert e.entry.finding_class in ("bug", "policy", "hazard"), e.where
         assert e.entry.raises and e.entry.match, e.where
+
+
+@pytest.mark.parametrize("path", [PROFILES_FILE, *sorted(EXPECTATIONS_DIR.rglob("*.yaml"))], ids=lambda p: p.name)
+def test_the_shipped_files_read_as_pyyaml_reads_them(path):
+    """profiles.py parses with libyaml where PyYAML has it: each shipped file gives PyYAML's own document."""
+    text = path.read_text()
+    assert safe_load_yaml(text) == yaml.safe_load(text)
+    assert yaml.__with_libyaml__ is False or FAST_SAFE_LOADER is yaml.CSafeLoader

@@ -62,14 +62,25 @@ def test_a_conformance_run_ends_with_pytests_status_after_the_exit_handlers(tmp_
     assert left == {"main-exit-handler-ran"}, (left, output[-2000:])
 
 
-def test_an_xdist_worker_of_a_conformance_run_ends_so_too_and_its_controller_as_python_does(tmp_path):
+@pytest.mark.parametrize("connector_spec,status", [
+    ("ExampleConnector", 0),
+    ("tests.broken_connectors.example_broken:HardcodedCudaLoadConnector", 1),
+])
+def test_an_xdist_worker_of_a_conformance_run_and_its_controller_end_so_too(tmp_path, connector_spec, status):
     code, left, output = _run(tmp_path, ["--pyargs", "kvconform.conformance", "--platform=cpu", "-k", "test_lint",
-                                         "--connector", "ExampleConnector", "-n", "1"])
+                                         "--connector", connector_spec, "-n", "1"])
+    assert code == status, output[-3000:]
+    assert ("1 failed" if status else "1 passed") in output, output[-3000:]
+    # the controller collects nothing itself: its worker's output says the run was a conformance run
+    assert left == {"gw0-exit-handler-ran", "main-exit-handler-ran"}, (left, output[-2000:])
+
+
+def test_the_controller_of_an_xdist_run_without_conformance_tests_ends_as_python_does(tmp_path):
+    (tmp_path / "test_plain.py").write_text("def test_plain():\n    assert 1 + 1 == 2\n")
+    code, left, output = _run(tmp_path, ["test_plain.py", "-n", "1"])
     assert code == 0, output[-3000:]
-    assert "1 passed" in output, output[-3000:]
-    # the controller collects no conformance test of its own and holds no vLLM: it ends as Python does
-    assert left == {"gw0-exit-handler-ran", "main-exit-handler-ran", "main-interpreter-teardown-ran"}, \
-        (left, output[-2000:])
+    assert left == {"gw0-exit-handler-ran", "gw0-interpreter-teardown-ran", "main-exit-handler-ran",
+                    "main-interpreter-teardown-ran"}, (left, output[-2000:])
 
 
 def test_any_other_pytest_run_ends_as_python_ends_it(tmp_path):
