@@ -142,6 +142,15 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log) -> object | None:
     return ConnectorScheduling(config, [p.id for p in connector_params(config)], log)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> None:
+    """xdist controller of a conformance run: the cores go to its workers first (``xdist_devices.py``)."""
+    if TARGET_KEY in session.config.stash and session.config.pluginmanager.has_plugin("dsession"):
+        from kvconform.conformance.xdist_devices import controller_yields_cpus
+
+        controller_yields_cpus()
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """``-n auto``: xdist asks before ``pytest_configure``, so the platform is resolved here too."""

@@ -32,9 +32,12 @@ test after this one:
   those wakeups preempted the two harness threads 9,039 times, 2.1 s of waiting between
   them, the largest share of the 7.8 s they waited after preemptions. The world is built
   inside ``harness_keeps_cpu`` too, so these threads run at nice 19: a busy loop sharing
-  a core with a world ran 8% slower than alone with them at nice 0, 3% at nice 19. (A
-  waking nice-19 thread still preempts under EEVDF, for less: 1.1 s of waiting in a
-  second trace.)
+  a core with a world ran 8% slower than alone with them at nice 0, 3% at nice 19. A
+  waking nice-19 thread still preempts under EEVDF, for less (1.1 s of waiting in a
+  second trace), so the lowered threads are in the batch class too (``SCHED_BATCH``,
+  which any thread may take: the same share of a core, no preemption on waking). Four
+  interleaved ``-n 2`` pairs: the harness threads waited 3.6-4.4 s for their cores
+  against 3.9-4.8 s.
 * Locks. UCX guards a worker that several threads use with a spin lock, taken by
   the progress thread on every poll. Preempted while it held it (nice 19, beside a
   busy core), it left the harness thread spinning for the lock in each transfer
@@ -92,10 +95,14 @@ def thread_ids() -> set[int]:
         return set()
 
 
-def _lower_priority(tids: set[int]) -> None:
+def lower_priority(tids: set[int]) -> None:
+    """Threads that only serve the harness (or, in an xdist controller, the workers) at nice 19 and in the
+    batch class: they do not preempt on waking."""
     for tid in tids:
         try:
             os.setpriority(os.PRIO_PROCESS, tid, CONNECTOR_THREAD_NICE)
+            if hasattr(os, "SCHED_BATCH"):
+                os.sched_setscheduler(tid, os.SCHED_BATCH, os.sched_param(0))
         except OSError:  # the thread ended meanwhile
             pass
 
@@ -130,7 +137,7 @@ class _LowerAsStarted:
         while not self._stop.wait(WATCH_INTERVAL_S):
             new = thread_ids() - self._known - _python_thread_ids()
             native = new & self._unregistered  # unregistered in two scans: not a Python thread starting
-            _lower_priority(native)
+            lower_priority(native)
             self._known |= native
             self._unregistered = new - native
 
@@ -160,6 +167,6 @@ def harness_keeps_cpu(builds: str | None = None) -> Iterator[None]:
                 os.sched_setaffinity(0, saved)
             keep_within(started, saved)
         native = started - _python_thread_ids()
-        _lower_priority(native)
+        lower_priority(native)
         if native and builds is not None:
             _BUILDS_STARTING_THREADS.add(builds)

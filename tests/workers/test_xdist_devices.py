@@ -57,15 +57,25 @@ def test_multi_device_skip_names_the_count():
         xdist_devices.require_devices(platforms.get("cpu"), 2)
 
 
-CORES_PROBE = (  # a conftest: each worker, once every plugin is configured, writes where its threads run
+CORES_PROBE = (  # a conftest: each worker, once every plugin is configured, writes where its threads run and
+    # at which priority; the controller, once its test loop is over, the priority of each of its threads
     "import os\n"
+    "def _priorities():\n"
+    "    return sorted({(os.getpriority(os.PRIO_PROCESS, int(tid)), os.sched_getscheduler(int(tid)))\n"
+    "                   for tid in os.listdir('/proc/self/task')})\n"
     "def pytest_sessionstart(session):\n"
     "    worker = os.environ.get('PYTEST_XDIST_WORKER')\n"
     "    if worker:\n"
     "        own = os.sched_getaffinity(0)\n"
     "        alike = all(os.sched_getaffinity(int(tid)) == own for tid in os.listdir('/proc/self/task'))\n"
     "        with open(f'{worker}.cores', 'w') as out:\n"
-    "            out.write(' '.join(map(str, sorted(own))) + f' all-threads={alike}')\n")
+    "            out.write(' '.join(map(str, sorted(own))) + f' all-threads={alike}')\n"
+    "        with open(f'{worker}.priorities', 'w') as out:\n"
+    "            out.write(repr(_priorities()))\n"
+    "def pytest_sessionfinish(session):\n"
+    "    if not os.environ.get('PYTEST_XDIST_WORKER'):\n"
+    "        with open('controller.priorities', 'w') as out:\n"
+    "            out.write(repr(_priorities()))\n")
 
 
 def _two_workers(tmp_path, test_module: str, copies: int = 1) -> subprocess.CompletedProcess:
@@ -94,6 +104,10 @@ def test_workers_each_see_their_own_platform_and_run_on_their_own_cores(tmp_path
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     for slot in (0, 1):
         assert (tmp_path / f"gw{slot}.cores").read_text() == f"{_cores_of(slot)} all-threads=True"
+    # the workers keep the priority they started with; the controller's threads yield the cores to them
+    own = (os.getpriority(os.PRIO_PROCESS, 0), os.sched_getscheduler(0))
+    assert [(tmp_path / f"gw{slot}.priorities").read_text() for slot in (0, 1)] == [repr([own])] * 2
+    assert (tmp_path / "controller.priorities").read_text() == repr([(19, os.SCHED_BATCH)])
 
 
 def test_the_worker_replacing_a_crashed_one_takes_its_cores(tmp_path):
