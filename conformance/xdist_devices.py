@@ -27,7 +27,7 @@ worker process has its cores:
   test, about 1.4 s of CPU in a ``-n 2`` run): once its workers are started its
   threads run as a connector's do (``controller_yields_cpus``). In a traced ``-n 2``
   run its threads were 1.0 s of the 3.6 s the two harness threads waited for their
-  cores; seven interleaved pairs, 2.2-3.2 s of waiting against 3.1-3.8 s. A worker
+  cores; ten interleaved pairs, 2.2-3.2 s of waiting against 3.1-3.8 s. A worker
   that replaces a crashed one is started by the lowered controller and inherits its
   nice 19: it runs on its own cores, beside its connector's threads at the same
   priority rather than a lower one.
