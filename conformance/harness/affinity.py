@@ -32,12 +32,9 @@ test after this one:
   those wakeups preempted the two harness threads 9,039 times, 2.1 s of waiting between
   them, the largest share of the 7.8 s they waited after preemptions. The world is built
   inside ``harness_keeps_cpu`` too, so these threads run at nice 19: a busy loop sharing
-  a core with a world ran 8% slower than alone with them at nice 0, 3% at nice 19. A
-  waking nice-19 thread still preempts under EEVDF, for less (1.1 s of waiting in a
-  second trace), so the lowered threads are in the batch class too (``SCHED_BATCH``,
-  which any thread may take: the same share of a core, no preemption on waking). Four
-  interleaved ``-n 2`` pairs: the harness threads waited 3.6-4.4 s for their cores
-  against 3.9-4.8 s.
+  a core with a world ran 8% slower than alone with them at nice 0, 3% at nice 19. (A
+  waking nice-19 thread still preempts under EEVDF, for less: 1.1 s of waiting in a
+  second trace.)
 * Locks. UCX guards a worker that several threads use with a spin lock, taken by
   the progress thread on every poll. Preempted while it held it (nice 19, beside a
   busy core), it left the harness thread spinning for the lock in each transfer
@@ -96,13 +93,10 @@ def thread_ids() -> set[int]:
 
 
 def lower_priority(tids: set[int]) -> None:
-    """Threads that only serve the harness (or, in an xdist controller, the workers) at nice 19 and in the
-    batch class: they do not preempt on waking."""
+    """Threads that only serve the harness (or, in an xdist controller, the workers) at nice 19."""
     for tid in tids:
         try:
             os.setpriority(os.PRIO_PROCESS, tid, CONNECTOR_THREAD_NICE)
-            if hasattr(os, "SCHED_BATCH"):
-                os.sched_setscheduler(tid, os.SCHED_BATCH, os.sched_param(0))
         except OSError:  # the thread ended meanwhile
             pass
 

@@ -115,11 +115,6 @@ def test_native_threads_started_inside_run_at_the_lowest_priority_and_the_harnes
         assert os.getpriority(os.PRIO_PROCESS, outside.tid) == own  # started before the block: not the connector's
         assert os.getpriority(os.PRIO_PROCESS, python_thread.native_id) == own  # a Python thread does not poll
         assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == own
-        # the batch class: no preemption when it wakes; the others keep the harness thread's class
-        assert os.sched_getscheduler(inside.tid) == os.SCHED_BATCH
-        own_policy = os.sched_getscheduler(threading.get_native_id())
-        assert own_policy != os.SCHED_BATCH
-        assert {os.sched_getscheduler(outside.tid), os.sched_getscheduler(python_thread.native_id)} == {own_policy}
     finally:
         for thread in (inside, outside, python_thread):
             thread.join()
@@ -128,8 +123,7 @@ def test_native_threads_started_inside_run_at_the_lowest_priority_and_the_harnes
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="the world's threads are found in Linux's "
                     "/proc/self/task")
 def test_the_one_rank_worlds_polling_threads_run_at_the_lowest_priority():
-    """vLLM's world of one starts torch's gloo threads (a TCP loop per group, waking every 10 ms): nice 19, and
-    in the batch class, so their wakeups do not preempt the harness thread."""
+    """vLLM's world of one starts torch's gloo threads (a TCP loop per group, waking every 10 ms): nice 19."""
     from vllm.config import VllmConfig
     from vllm.distributed.parallel_state import model_parallel_is_initialized
 
@@ -145,7 +139,6 @@ def test_the_one_rank_worlds_polling_threads_run_at_the_lowest_priority():
         native = started - python_threads
         assert native, "the world started no native thread: nothing here to check"
         assert {tid: os.getpriority(os.PRIO_PROCESS, tid) for tid in native} == dict.fromkeys(native, 19)
-        assert {tid: os.sched_getscheduler(tid) for tid in native} == dict.fromkeys(native, os.SCHED_BATCH)
         assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == own
 
 
