@@ -24,7 +24,12 @@ faster.
 On a shared machine one serial / ``-n 2`` pair moves by 10% or more, so
 ``--rounds N`` takes the runs N times back to back and reports every round's
 ``-n 2`` speedup and their median; the tables and findings are those of the
-median round.
+median round. Every target is also tallied over all rounds (met in k of N).
+And because the host's own speed moves too (the same pure-Python loop has
+taken 0.43 s and 0.72 s ten minutes apart on this project's CI kind of VM,
+with the VM itself idle and no steal time reported), a fixed loop is timed in
+a fresh interpreter just before every run: a slow run beside a slow loop is
+the host, a slow run beside a fast loop is the code.
 
     .venv/bin/python benchmarks/suite_timing.py [--runs serial,xdist,gate] [--json FILE] [--results-dir DIR]
     .venv/bin/python benchmarks/suite_timing.py --runs serial,xdist --rounds 5   # the speedup's spread
@@ -39,6 +44,7 @@ import json
 import os
 import re
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -94,6 +100,14 @@ PROBE_STAGE = re.compile(r"^phase_probe(?:\[(?P<worker>[^\]]+)\])?: "
 PROBE_SWITCHES = re.compile(r"^phase_probe(?:\[(?P<worker>[^\]]+)\])?: harness thread context switches: "
                             r"\d+ voluntary, (?P<involuntary>\d+) involuntary")
 PROBE = ("-p", "phase_probe")  # benchmarks/ is put on the runs' PYTHONPATH
+# The host's speed just before a run: the median of three passes of a fixed pure-Python loop (0.07-0.14 s each
+# on this project's CI kind of machine, on one day), in a fresh interpreter, as a run's own processes are.
+HOST_REFERENCE = ("import statistics, time\n"
+                  "def one_pass():\n"
+                  "    start = time.perf_counter()\n"
+                  "    sum(i * i for i in range(2_000_000))\n"
+                  "    return time.perf_counter() - start\n"
+                  "print(statistics.median([one_pass() for _ in range(3)]))")
 
 
 @dataclass
@@ -115,6 +129,7 @@ class RunResult:
     cpu_s: float = 0.0  # user + sys of pytest and every process it waited for (xdist workers included)
     results_json: str | None = None  # kvconform's results.json of this run (--kvconform-json)
     processes: list[dict] = field(default_factory=list)  # per test process, from phase_probe (parse_probe)
+    host_reference_s: float | None = None  # HOST_REFERENCE's seconds just before the run (None: not taken)
 
     @property
     def met(self) -> bool | None:
@@ -265,6 +280,15 @@ def compare_outcomes(before: dict[str, str], after: dict[str, str]) -> OutcomeDi
                        len(common) - len(changed))
 
 
+def host_reference_seconds(python: str) -> float | None:
+    """HOST_REFERENCE's seconds now (None where the interpreter could not run it: the run then says so itself)."""
+    done = subprocess.run([python, "-c", HOST_REFERENCE], cwd=ROOT, capture_output=True, text=True)
+    try:
+        return round(float(done.stdout.strip()), 3)
+    except ValueError:  # it failed, or printed something else first
+        return None
+
+
 def vllm_import_seconds(python: str, repeat: int = 3) -> float:
     """Median seconds a fresh interpreter takes to import the vLLM modules the harness needs."""
     code = f"import time; t = time.perf_counter(); {VLLM_IMPORTS}; print(time.perf_counter() - t)"
@@ -336,13 +360,14 @@ def findings(results: dict[str, RunResult], import_s: float) -> list[str]:
 
 
 def table(results: dict[str, RunResult]) -> str:
-    rows = [("run", "wall s", "cpu s", "target", "met", "exit", "tests", "load avg before/after")]
+    rows = [("run", "wall s", "cpu s", "target", "met", "exit", "tests", "load avg before/after", "host ref s")]
     for r in results.values():
         counts = " ".join(f"{n} {k}" for k, n in r.counts.items() if k not in ("warning",))
         target = f"<= {r.target_s:.0f} s" if r.target_s else "-"
         met = {None: "-", True: "yes", False: "no"}[r.met]
         rows.append((r.name, f"{r.wall_s:.1f}", f"{r.cpu_s:.1f}", target, met, str(r.exit_status), counts,
-                     f"{r.load_before[0]:.2f} / {r.load_after[0]:.2f}"))
+                     f"{r.load_before[0]:.2f} / {r.load_after[0]:.2f}",
+                     "-" if r.host_reference_s is None else f"{r.host_reference_s:.2f}"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
 
@@ -405,6 +430,49 @@ def readme_threads_table(results: dict[str, RunResult]) -> str:
     return "\n".join(rows)
 
 
+def _wall_and_reference(run: RunResult | None) -> str:
+    if run is None:
+        return "-"
+    reference = "" if run.host_reference_s is None else f" ({run.host_reference_s:.2f} s)"
+    return f"{run.wall_s:.1f} s{reference}"
+
+
+def rounds_table(rounds: list[dict[str, RunResult]]) -> str:
+    """Every round's wall times, each beside the host reference taken just before it: the README's table of rounds."""
+    names = [name for name in README_RUNS if any(name in one for one in rounds)]
+    paired = all(name in names for name in SAME_TESTS)
+    header = ["round", *(README_RUNS[name] for name in names), *(["`-n 2` against serial"] if paired else [])]
+    rows = [f"| {' | '.join(header)} |", "|---" * len(header) + "|"]
+    for number, one in enumerate(rounds, 1):
+        cells = [str(number), *(_wall_and_reference(one.get(name)) for name in names)]
+        if paired:
+            ratio = speedup(one)
+            cells.append("-" if ratio is None else f"{ratio:.2f}x")
+        rows.append(f"| {' | '.join(cells)} |")
+    return "\n".join(rows)
+
+
+def tally(rounds: list[dict[str, RunResult]]) -> list[str]:
+    """Each target over every round (met in k of N), and how far the host's own speed moved across the runs."""
+    notes = []
+    for name, label in README_RUNS.items():
+        runs = [one[name] for one in rounds if name in one]
+        if runs and runs[0].target_s is not None:
+            walls = sorted(r.wall_s for r in runs)
+            notes.append(f"{label}: <= {runs[0].target_s:.0f} s in {sum(bool(r.met) for r in runs)} of {len(runs)} "
+                         f"rounds ({walls[0]:.1f}-{walls[-1]:.1f} s)")
+    ratios = [ratio for ratio in map(speedup, rounds) if ratio is not None]
+    if ratios:
+        notes.append(f"-n 2 at least {SPEEDUP_TARGET}x faster than serial in "
+                     f"{sum(ratio >= SPEEDUP_TARGET for ratio in ratios)} of {len(ratios)} rounds "
+                     f"({min(ratios):.2f}x-{max(ratios):.2f}x)")
+    references = [r.host_reference_s for one in rounds for r in one.values() if r.host_reference_s]
+    if references:
+        notes.append(f"host reference loop before each run: {min(references):.2f}-{max(references):.2f} s "
+                     f"({max(references) / min(references):.2f}x apart): the host's own speed moved that much")
+    return notes
+
+
 def compare_main(before: Path, after: Path) -> int:
     try:
         diff = compare_outcomes(outcomes(before), outcomes(after))
@@ -443,6 +511,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--runs: unknown run {', '.join(unknown) or '(none given)'}; choose from {', '.join(RUNS)}")
     if args.rounds < 1:
         parser.error(f"--rounds: at least 1, not {args.rounds}")
+    if shutil.which(args.python) is None:
+        parser.error(f"--python: {args.python} is not an interpreter this machine can run")
 
     runs = {name: _restricted(run, args.connector) for name, run in RUNS.items()}
     import_s = vllm_import_seconds(args.python)
@@ -455,11 +525,15 @@ def main(argv: list[str] | None = None) -> int:
             for name in names:
                 print(f"suite_timing: round {number}/{args.rounds}: {name}: {runs[name].doc} ...", file=sys.stderr,
                       flush=True)
+                reference = host_reference_seconds(args.python)
                 rounds[-1][name] = run_suite(runs[name], args.python, Path(scratch), args.timeout, results_dir)
+                rounds[-1][name].host_reference_s = reference
     speedups = [speedup(r) for r in rounds]
     chosen = median_round(speedups)
     results = rounds[chosen]
     notes = findings(results, import_s)
+    if args.rounds > 1:
+        notes[:0] = tally(rounds)
     if args.rounds > 1 and any(s is not None for s in speedups):
         measured = [s for s in speedups if s is not None]
         middle = speedups[chosen]
@@ -487,6 +561,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {d['seconds']:7.2f}s {d['phase']:<8} {d['test']}")
     print("README table:")
     print(readme_table(results))
+    if args.rounds > 1:
+        print("README table of the rounds (wall time, and the host reference loop's seconds just before the run):")
+        print(rounds_table(rounds))
     if threads := readme_threads_table(results):
         print("README table of the harness threads (phase_probe):")
         print(threads)
@@ -495,7 +572,8 @@ def main(argv: list[str] | None = None) -> int:
            "speedup_target": SPEEDUP_TARGET, "findings": notes, "same_outcomes": agree,
            "runs": {name: {**asdict(r), "met": r.met} for name, r in results.items()},
            "rounds": [{"speedup": None if s is None else round(s, 3),
-                       "runs": {name: {"wall_s": r.wall_s, "cpu_s": r.cpu_s, "exit_status": r.exit_status}
+                       "runs": {name: {"wall_s": r.wall_s, "cpu_s": r.cpu_s, "exit_status": r.exit_status,
+                                       "host_reference_s": r.host_reference_s}
                                 for name, r in one.items()}} for s, one in zip(speedups, rounds, strict=True)],
            "median_round": chosen + 1}
     args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import importlib.util
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -209,9 +210,11 @@ def test_rounds_report_every_speedup_and_show_the_median_round(suite_timing, tmp
 
     def fake_run(run, python, scratch, timeout, results_dir):
         made.append(results_dir.name)
-        return _result(suite_timing, run.name, next(walls))
+        return _result(suite_timing, run.name, next(walls), run.target_s)
 
+    references = iter([0.2, 0.21, 0.3, 0.32, None, 0.19])  # the host slowed in round 2; round 3's serial: not taken
     monkeypatch.setattr(suite_timing, "run_suite", fake_run)
+    monkeypatch.setattr(suite_timing, "host_reference_seconds", lambda python: next(references))
     monkeypatch.setattr(suite_timing, "vllm_import_seconds", lambda python: 5.0)
     out = tmp_path / "timing.json"
     status = suite_timing.main(["--runs", "serial,xdist", "--rounds", "3", "--json", str(out),
@@ -220,10 +223,36 @@ def test_rounds_report_every_speedup_and_show_the_median_round(suite_timing, tmp
     assert made == ["round-1", "round-1", "round-2", "round-2", "round-3", "round-3"]
     doc = json.loads(out.read_text())
     assert [r["speedup"] for r in doc["rounds"]] == [1.5, 1.25, 1.526]
+    assert [r["runs"]["xdist"]["host_reference_s"] for r in doc["rounds"]] == [0.21, 0.32, 0.19]
     assert doc["median_round"] == 1 and doc["runs"]["xdist"]["wall_s"] == 20.0
-    assert doc["findings"][0] == ("-n 2 against serial in 3 rounds: 1.50x, 1.25x, 1.53x; median 1.50x (round 1, "
-                                  "whose runs the tables show; target 1.5x): met")
-    assert "| 20.0 s (1.50x) |" in capsys.readouterr().out
+    assert doc["findings"][:4] == [
+        "-n 2 against serial in 3 rounds: 1.50x, 1.25x, 1.53x; median 1.50x (round 1, whose runs the tables show; "
+        "target 1.5x): met",
+        "full CPU suite without the engine tier, serial: <= 45 s in 3 of 3 rounds (29.0-30.0 s)",
+        "-n 2 at least 1.5x faster than serial in 2 of 3 rounds (1.25x-1.53x)",
+        "host reference loop before each run: 0.19-0.32 s (1.68x apart): the host's own speed moved that much"]
+    printed = capsys.readouterr().out
+    assert "| 20.0 s (1.50x) |" in printed
+    assert ("| round | full CPU suite without the engine tier, serial | the same with `-n 2` "
+            "| `-n 2` against serial |\n|---|---|---|---|\n"
+            "| 1 | 30.0 s (0.20 s) | 20.0 s (0.21 s) | 1.50x |\n"
+            "| 2 | 30.0 s (0.30 s) | 24.0 s (0.32 s) | 1.25x |\n"
+            "| 3 | 29.0 s | 19.0 s (0.19 s) | 1.53x |") in printed
+
+
+def test_the_host_reference_is_a_fresh_interpreter_timing_a_fixed_loop(suite_timing):
+    seconds = suite_timing.host_reference_seconds(sys.executable)
+    assert seconds is not None and 0.0 < seconds < 60.0
+    assert suite_timing.host_reference_seconds(shutil.which("false")) is None  # ran, printed no figure
+
+
+def test_an_interpreter_that_is_not_there_is_a_usage_error(suite_timing, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        suite_timing.main(["--python", str(tmp_path / "no-python"), "--runs", "gate"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--python: {tmp_path / 'no-python'} is not an interpreter this machine can run" in err
+    assert "Traceback" not in err
 
 
 def test_rounds_below_one_are_a_usage_error(suite_timing, capsys):
