@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
-import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -25,6 +25,7 @@ from kvconform import platforms
 from kvconform.errors import UserError, one_line
 from kvconform.pipelines.gate import GateError, Selection, select_change
 from kvconform.pipelines.gate_source import CannotTest, TestedVllm, WrongVllm, read_imports, tested_vllm
+from kvconform.pipelines.held_run import OUT_FD, HeldRun
 
 # flag -> the attribute argparse stores it under; exactly one must be given.
 MODES: dict[str, str] = {"--dry-run": "dry_run", "--run": "run_tests", "--emit-pipeline": "emit_pipeline"}
@@ -331,13 +332,32 @@ def run_tests(selection: Selection, args: argparse.Namespace) -> int:
     return _print_verdict(verdict, here, elsewhere, spec.name, vllm.label, args)
 
 
+def _terminal_look() -> tuple[list[str], dict[str, str]]:
+    """pytest writes to a pipe the gate relays (``held_run``): the options and environment that give it the colours
+    and line width it would have on the gate's terminal (none where the gate's output is no terminal either)."""
+    if not os.isatty(OUT_FD):
+        return [], {}
+    try:
+        return ["--color=yes"], {"COLUMNS": str(os.get_terminal_size(OUT_FD).columns)}
+    except OSError:
+        return ["--color=yes"], {}
+
+
 def _run_and_judge(vllm: TestedVllm, platform: str, connectors: list[str], args: argparse.Namespace) -> Verdict:
     with _results_folder(args.results) as folder:
         # The results folder is the working directory: nothing from the checkout or
         # the caller's folder (conftest.py, pytest.ini, a vllm/ folder) can join the run.
-        probe = vllm.probe(folder)
+        probing = vllm.start_probe(folder)
         command = pytest_command(platform, connectors, folder, vllm.python, args.keyword)
-        status = subprocess.run(command, cwd=folder, env=vllm.env, check=False).returncode
+        options, env = _terminal_look()
+        run = HeldRun([*command, *options], folder, {**vllm.env, **env})
+        try:
+            probe = vllm.probe_record(probing)
+        except BaseException:
+            run.stop()
+            raise
+        run.release()
+        status = run.wait()
         if args.results is None:  # pytest just named a file that is about to be removed
             print(f"kvconform gate: the {JUNIT_FILE} named above is temporary and removed when the gate ends; "
                   f"--results DIR keeps {JUNIT_FILE} and {JSON_FILE}", flush=True)

@@ -10,8 +10,9 @@ Three sources, chosen on the command line (``SOURCES``):
   only on request, and every verdict says so.
 
 The gate process itself never imports the change: a probe subprocess imports
-vLLM with the run's environment first (a checkout that does not import against
-the installed build stops there), and afterwards every test process's own record
+vLLM with the run's environment (a checkout that does not import against the
+installed build stops there: the test run, started beside the probe, is ended
+unseen; ``held_run``), and afterwards every test process's own record
 (results.json's ``vllm_imports``) must name the same vLLM and commit.
 """
 
@@ -70,20 +71,29 @@ class TestedVllm:
     commit: str | None = None  # the commit the run is told to test; None when it tests no particular one
     build_must_match: bool = False  # vLLM's own build commit, when it records one, must be ``commit``
 
-    def probe(self, cwd: Path) -> Record:
-        """Import vLLM as the run will; its record, or CannotTest with the import error."""
+    def start_probe(self, cwd: Path) -> subprocess.Popen:
+        """Start importing vLLM as the run will (``probe_record`` reads what it found)."""
         try:
-            proc = subprocess.run([self.python, "-c", PROBE], cwd=cwd, env=self.env, capture_output=True,
-                                  text=True, timeout=PROBE_TIMEOUT_S, check=False)
-        except (OSError, subprocess.TimeoutExpired) as exc:
+            return subprocess.Popen([self.python, "-c", PROBE], cwd=cwd, env=self.env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+        except OSError as exc:
             raise CannotTest(f"{self.python} could not import vLLM: {exc}") from None
-        lines = proc.stdout.strip().splitlines()
+
+    def probe_record(self, probe: subprocess.Popen) -> Record:
+        """The started probe's record, or CannotTest with the import error."""
+        try:
+            stdout, stderr = probe.communicate(timeout=PROBE_TIMEOUT_S)
+        except subprocess.TimeoutExpired as exc:
+            probe.kill()
+            probe.communicate()
+            raise CannotTest(f"{self.python} could not import vLLM: {exc}") from None
+        lines = stdout.strip().splitlines()
         try:
             record = json.loads(lines[-1]) if lines else None
         except ValueError:
             record = None
         if not isinstance(record, dict):
-            last = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+            last = (stderr.strip().splitlines() or [f"exit {probe.returncode}"])[-1]
             raise CannotTest(f"{self.python} could not run the import probe: {last}")
         if "error" in record:
             raise CannotTest(f"{self.label}: vLLM does not import: {record['error']}")

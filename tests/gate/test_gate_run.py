@@ -61,8 +61,12 @@ SUITE = textwrap.dedent('''
 # Records what the run's process would import as vLLM, as the suite's results plugin does, without
 # paying for the import: where ``import vllm`` resolves, and the commit the gate told it.
 RECORDER = textwrap.dedent('''
-    import importlib.util, json, os
+    import importlib.util, json, os, time
     from pathlib import Path
+
+    def pytest_configure(config):
+        if "GATE_SUITE_MARKS" in os.environ:
+            Path(os.environ["GATE_SUITE_MARKS"], "run-started").write_text(str(time.time()))
 
     def pytest_sessionfinish(session):
         record = {"process": "controller", "file": os.environ.get("GATE_SUITE_VLLM_FILE")
@@ -78,6 +82,12 @@ CHEAP_PROBE = textwrap.dedent('''
     print(json.dumps({"process": "probe", "file": importlib.util.find_spec("vllm").origin,
                       "commit": os.environ.get("KVCONFORM_VLLM_COMMIT"), "build_commit": None}))
 ''')
+# The same, taking as long as a real import would, and saying when it ended.
+SLOW_PROBE = textwrap.dedent('''
+    import os, pathlib, time
+    time.sleep(3)
+    pathlib.Path(os.environ["GATE_SUITE_MARKS"], "probe-ended").write_text(str(time.time()))
+''') + CHEAP_PROBE
 
 
 @pytest.fixture
@@ -265,7 +275,20 @@ def test_a_checkout_that_does_not_import_against_the_installed_build(gate, vllm_
     result = run_gate(gate, vllm_repo, head, monkeypatch, "ExampleConnector=pass,MultiConnector=pass")
     assert result.status == 4, result.out + result.err
     assert "vLLM does not import: ImportError: cannot import name '_C_from_a_newer_build'" in result.out
-    assert small_suite == []
+    assert len(small_suite) == 1 and "PASS" not in result.out  # started beside the probe, stopped unjudged
+
+
+def test_the_run_starts_while_the_probe_still_imports(gate, vllm_repo, small_suite, monkeypatch, tmp_path):
+    """The probe's import and the run's start-up share the cores; the verdict still waits for both."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    monkeypatch.setenv("GATE_SUITE_MARKS", str(marks))
+    monkeypatch.setattr(gate_source, "PROBE", SLOW_PROBE)
+    head = vllm_repo.touch(EXAMPLE)
+    result = run_gate(gate, vllm_repo, head, monkeypatch, "ExampleConnector=pass,MultiConnector=pass")
+    assert result.status == 0, result.out + result.err
+    run_started, probe_ended = (float((marks / name).read_text()) for name in ("run-started", "probe-ended"))
+    assert run_started < probe_ended
 
 
 def test_nothing_selected_runs_nothing(gate, vllm_repo, small_suite, monkeypatch):
