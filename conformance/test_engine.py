@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from kvconform.conformance.harness.engine_run import CANNOT_RUN
+from kvconform.conformance.harness.engine_run import CANNOT_RUN, GO, HELD_ENV
 from kvconform.conformance.needs import require
 
 pytestmark = [pytest.mark.check("engine"), pytest.mark.engine]
@@ -43,32 +43,51 @@ def engine_options(attn_backend: str) -> dict:
     return {"dtype": dtype, "block_size": backend.get_preferred_block_size(16), "attention_backend": attn_backend}
 
 
-def _run_engine(tiny_model, transfer: dict, name: str, engine: dict) -> list[dict]:
-    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-    proc = subprocess.run(
+def _start_engine(tiny_model, transfer: dict, engine: dict, held: bool = False) -> subprocess.Popen:
+    """An engine's process; a held one imports vLLM and waits for GO before building its engine."""
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", HELD_ENV: "1" if held else "0"}
+    return subprocess.Popen(
         [sys.executable, "-m", "kvconform.conformance.harness.engine_run", str(tiny_model), json.dumps(transfer),
          json.dumps(engine)],
-        capture_output=True, text=True, timeout=ENGINE_TIMEOUT_S, env=env)
-    cannot = [line for line in proc.stdout.splitlines() if line.startswith(CANNOT_RUN)]
+        stdin=subprocess.PIPE if held else subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env=env)
+
+
+def _engine_result(proc: subprocess.Popen, name: str, told: str | None = None) -> list[dict]:
+    """What the engine generated (``told``: what a held one reads first), within ENGINE_TIMEOUT_S from now."""
+    try:
+        stdout, stderr = proc.communicate(told, timeout=ENGINE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    cannot = [line for line in stdout.splitlines() if line.startswith(CANNOT_RUN)]
     if proc.returncode == 0 and cannot:
         pytest.skip(cannot[-1].removeprefix(CANNOT_RUN))
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("KVCONFORM-RESULT ")]
+    lines = [line for line in stdout.splitlines() if line.startswith("KVCONFORM-RESULT ")]
     assert proc.returncode == 0 and lines, (
-        f"the engine with {name} exited with status {proc.returncode}:\n{proc.stderr[-4000:]}")
+        f"the engine with {name} exited with status {proc.returncode}:\n{stderr[-4000:]}")
     return json.loads(lines[-1].split(" ", 1)[1])
 
 
-# Two engines, one after the other, each bounded by ENGINE_TIMEOUT_S: the test's own limit covers both
-# (the suite's per-test default, 300 s, is one engine's bound; two CPU engines beside another xdist
-# worker took 190-300 s on 2 cores, so that default failed a working connector at random).
+# Two engines, one after the other, each bounded by ENGINE_TIMEOUT_S once it may run: the test's own limit covers
+# both (the suite's per-test default, 300 s, is one engine's bound; two CPU engines beside another xdist
+# worker took 190-300 s on 2 cores, so that default failed a working connector at random). The second engine's
+# process starts with the first and imports vLLM meanwhile; it builds its engine only once the first has ended.
 @pytest.mark.timeout(2 * ENGINE_TIMEOUT_S + 60)
 def test_engine_external_hit(platform, attn_backend, connector, tiny_model, storage):
     require(connector, platform, "engine")
     engine = engine_options(attn_backend)
     transfer = {"kv_role": "kv_both", "kv_connector_extra_config": connector.profile.render_extra_config(storage),
                 **connector.transfer_config_fields()}
-    first = _run_engine(tiny_model, transfer, connector.name, engine)
-    second = _run_engine(tiny_model, transfer, connector.name, engine)
+    waiting = _start_engine(tiny_model, transfer, engine, held=True)
+    try:
+        first = _engine_result(_start_engine(tiny_model, transfer, engine), connector.name)
+    except BaseException:  # a failure or skip of the first: the second is not wanted
+        waiting.kill()
+        waiting.communicate()
+        raise
+    second = _engine_result(waiting, connector.name, told=GO + "\n")
     assert all(r["cached"] == 0 for r in first), f"the first, fresh engine already had cached tokens: {first}"
     for before, after in zip(first, second, strict=True):  # the same prompts, in order
         assert after["cached"] > 0, f"no external cache hit in the second engine: {after} (first run: {before})"
