@@ -43,7 +43,7 @@ def engine_options(attn_backend: str) -> dict:
     return {"dtype": dtype, "block_size": backend.get_preferred_block_size(16), "attention_backend": attn_backend}
 
 
-def _start_engine(tiny_model, transfer: dict, engine: dict, held: bool = False) -> subprocess.Popen:
+def _start_engine(tiny_model, transfer: dict, engine: dict, held: bool = False) -> subprocess.Popen[str]:
     """An engine's process; a held one imports vLLM and waits for GO before building its engine."""
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", HELD_ENV: "1" if held else "0"}
     return subprocess.Popen(
@@ -53,7 +53,7 @@ def _start_engine(tiny_model, transfer: dict, engine: dict, held: bool = False) 
         text=True, env=env)
 
 
-def _engine_result(proc: subprocess.Popen, name: str, told: str | None = None) -> list[dict]:
+def _engine_result(proc: subprocess.Popen[str], name: str, told: str | None = None) -> list[dict]:
     """What the engine generated (``told``: what a held one reads first), within ENGINE_TIMEOUT_S from now."""
     try:
         stdout, stderr = proc.communicate(told, timeout=ENGINE_TIMEOUT_S)

@@ -71,7 +71,7 @@ class TestedVllm:
     commit: str | None = None  # the commit the run is told to test; None when it tests no particular one
     build_must_match: bool = False  # vLLM's own build commit, when it records one, must be ``commit``
 
-    def start_probe(self, cwd: Path) -> subprocess.Popen:
+    def start_probe(self, cwd: Path) -> subprocess.Popen[str]:
         """Start importing vLLM as the run will (``probe_record`` reads what it found)."""
         try:
             return subprocess.Popen([self.python, "-c", PROBE], cwd=cwd, env=self.env, stdout=subprocess.PIPE,
@@ -79,7 +79,7 @@ class TestedVllm:
         except OSError as exc:
             raise CannotTest(f"{self.python} could not import vLLM: {exc}") from None
 
-    def probe_record(self, probe: subprocess.Popen) -> Record:
+    def probe_record(self, probe: subprocess.Popen[str]) -> Record:
         """The started probe's record, or CannotTest with the import error."""
         try:
             stdout, stderr = probe.communicate(timeout=PROBE_TIMEOUT_S)
