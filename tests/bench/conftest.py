@@ -1,8 +1,14 @@
-"""Fixtures for the bench's tests: ``kvconform bench`` run in-process."""
+"""Fixtures for the bench's tests: ``kvconform bench`` run in-process, and the benchmark scripts imported."""
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -29,3 +35,20 @@ def bench(capsys):
         return Result(status, captured.out, captured.err)
 
     return run
+
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@contextmanager
+def benchmark_script(filename: str) -> Iterator[ModuleType]:
+    """A script of benchmarks/, imported from its file (benchmarks/ is not a package) while the block runs."""
+    name = f"kvconform_{Path(filename).stem}"
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / filename)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses look their module up
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop(name, None)

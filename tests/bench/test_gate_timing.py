@@ -2,26 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gate_timing.py"
+from tests.bench.conftest import benchmark_script
 
 
 @pytest.fixture(scope="module")
 def gate_timing():
-    name = "kvconform_gate_timing"
-    spec = importlib.util.spec_from_file_location(name, SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
+    with benchmark_script("gate_timing.py") as module:
         yield module
-    finally:
-        sys.modules.pop(name, None)
 
 
 @pytest.mark.parametrize(("argv", "message"), [

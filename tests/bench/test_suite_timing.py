@@ -11,21 +11,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.bench.conftest import benchmark_script
+
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "suite_timing.py"
 
 
 @pytest.fixture(scope="module")
 def suite_timing():
-    """The script, imported from its file (benchmarks/ is not a package)."""
-    name = "kvconform_suite_timing"
-    spec = importlib.util.spec_from_file_location(name, SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # its dataclasses look their module up
-    try:
-        spec.loader.exec_module(module)
+    with benchmark_script(SCRIPT.name) as module:
         yield module
-    finally:
-        sys.modules.pop(name, None)
 
 
 PYTEST_OUTPUT = """\

@@ -20,6 +20,16 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _ends(pid: int, seconds: float = 10.0) -> bool:
+    """Whether ``pid`` ends within ``seconds`` (a killed process goes once the kernel has torn it down)."""
+    deadline = time.monotonic() + seconds
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
 def _wait_for(path, seconds: float = 30.0) -> str:
     deadline = time.monotonic() + seconds
     while not path.exists() or not path.read_text().endswith("\n"):
@@ -79,7 +89,7 @@ def test_a_stopped_run_and_what_it_started_end_unseen(tmp_path, capfd):
     started = time.monotonic()
     run.stop()
     assert time.monotonic() - started < 10
-    assert not _alive(parent) and not _alive(child)
+    assert _ends(parent) and _ends(child)
     assert capfd.readouterr().out == ""
 
 
