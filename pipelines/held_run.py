@@ -65,6 +65,7 @@ class HeldRun:
     def __init__(self, command: Sequence[str], cwd: Path, env: Mapping[str, str]):
         self._proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         self._held: list[bytes] | None = []  # None once released
+        self._shown = True  # False once the gate's own output is gone (a reader that closed its pipe)
         self._lock = threading.Lock()
         self._relay = threading.Thread(target=self._pump, name="kvconform-gate-relay", daemon=True)
         self._relay.start()
@@ -75,16 +76,25 @@ class HeldRun:
         while chunk := os.read(fd, CHUNK):
             with self._lock:
                 if self._held is None:
-                    _write_all(OUT_FD, chunk)
+                    self._show(chunk)
                 else:
                     self._held.append(chunk)
+
+    def _show(self, chunk: bytes) -> None:
+        """Write to the gate's output; where that is gone, drop the rest but keep draining, so the run never blocks
+        on a full pipe (as it would have ended on its own broken pipe when it wrote there itself)."""
+        if self._shown:
+            try:
+                _write_all(OUT_FD, chunk)
+            except OSError:
+                self._shown = False
 
     def release(self) -> None:
         """Show what the run wrote so far, after what the gate printed; stream the rest as it comes."""
         with self._lock:
             sys.stdout.flush()
             for chunk in self._held or []:
-                _write_all(OUT_FD, chunk)
+                self._show(chunk)
             self._held = None
 
     def wait(self) -> int:

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from kvconform.pipelines import held_run
 from kvconform.pipelines.held_run import HeldRun, descendants
 
 
@@ -112,3 +113,18 @@ def _interrupted(wait):
         return wait(*args, **kwargs)
 
     return once
+
+
+@pytest.mark.timeout(120)  # the relay that stopped draining left the run blocked for ever
+def test_a_gate_whose_output_is_gone_still_waits_for_the_whole_run(tmp_path, monkeypatch):
+    """``kvconform gate ... | head``: the reader goes, the run goes on writing and must not block on a full pipe."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    monkeypatch.setattr(held_run, "OUT_FD", write_end)
+    script = "import sys\nfor i in range(20000):\n    print('x' * 100)\nsys.exit(3)"
+    try:
+        run = HeldRun([sys.executable, "-c", script], tmp_path, os.environ)
+        run.release()
+        assert run.wait() == 3  # 2 MB through a 64 KB pipe: drained after the first write failed
+    finally:
+        os.close(write_end)
