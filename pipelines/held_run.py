@@ -108,7 +108,9 @@ class HeldRun:
         return status
 
     def stop(self) -> None:
-        """End the run unseen: its own process first (xdist would replace a lost worker), then what it started."""
+        """End the run: its own process first (xdist would replace a lost worker), then what it started. Output
+        still held is never shown; a released run (an interrupted ``wait``) shows what it wrote to the end, as it
+        did when it wrote to the gate's terminal itself."""
         started = descendants(self._proc.pid)
         for pid in [self._proc.pid, *started]:
             try:
@@ -117,7 +119,8 @@ class HeldRun:
                 pass
         self._proc.wait()
         with self._lock:
-            self._held = []  # nothing more is shown
+            if self._held is not None:
+                self._held.clear()
         self._finish(timeout=STOP_GRACE_S)
 
     def _finish(self, timeout: float | None = None) -> None:
