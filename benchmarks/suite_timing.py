@@ -31,6 +31,11 @@ with the VM itself idle and no steal time reported), a fixed loop is timed in
 a fresh interpreter just before every run: a slow run beside a slow loop is
 the host, a slow run beside a fast loop is the code.
 
+``one-core`` is the serial run pinned to one core: a serial run's NIXL pollers
+spin on the core its harness thread leaves idle, so the serial run against it
+says what a second core gives a serial run, and ``-n 2`` against it what two
+workers give over one core.
+
     .venv/bin/python benchmarks/suite_timing.py [--runs serial,xdist,gate] [--json FILE] [--results-dir DIR]
     .venv/bin/python benchmarks/suite_timing.py --runs serial,xdist --rounds 5   # the speedup's spread
     .venv/bin/python benchmarks/suite_timing.py --runs serial,xdist --connector NixlConnector   # a subset
@@ -68,10 +73,13 @@ class SuiteRun:
     doc: str
     args: tuple[str, ...]
     target_s: float | None  # wall-time target, if issue 20 sets one
+    one_core: bool = False  # pinned to one of the cores this script may use, every thread it starts included
 
 
 RUNS: dict[str, SuiteRun] = {r.name: r for r in (
     SuiteRun("serial", "full CPU suite without the engine tier, one process", tuple(SUITE), 45.0),
+    SuiteRun("one-core", "the serial run pinned to one core: what a second core gives a serial run", tuple(SUITE),
+             None, one_core=True),
     SuiteRun("xdist", "the same with -n 2", (*SUITE, "-n", "2"), None),
     SuiteRun("gate", "one connector's tests (what kvconform gate --run runs for an ExampleConnector change)",
              (*SUITE, "--connector", "ExampleConnector"), 10.0),
@@ -205,6 +213,11 @@ def _children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def _pin_to_one_core() -> None:
+    """In the child before it starts: the last of the cores this script may use (threads inherit it)."""
+    os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
+
+
 def run_suite(run: SuiteRun, python: str, scratch: Path, timeout: float, results_dir: Path | None = None) -> RunResult:
     junit = scratch / f"{run.name}.xml"
     results = None if run.name == "collect" or results_dir is None else results_dir / f"{run.name}.results.json"
@@ -218,7 +231,8 @@ def run_suite(run: SuiteRun, python: str, scratch: Path, timeout: float, results
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "benchmarks"),
                                                                       os.environ.get("PYTHONPATH")]))}
     try:
-        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env,
+                              preexec_fn=_pin_to_one_core if run.one_core else None)
         status, output = done.returncode, done.stdout + done.stderr
     except subprocess.TimeoutExpired as exc:
         status, output = 124, f"timed out after {timeout:.0f} s\n{exc.stdout or ''}"
@@ -325,6 +339,11 @@ def findings(results: dict[str, RunResult], import_s: float) -> list[str]:
     if (ratio := speedup(results)) is not None:
         notes.append(f"-n 2 is {ratio:.2f}x serial (target {SPEEDUP_TARGET}x): "
                      + ("met" if ratio >= SPEEDUP_TARGET else "not met"))
+    if (one_core := results.get("one-core")) and serial:
+        notes.append(f"the serial run on one core took {one_core.wall_s:.1f} s against {serial.wall_s:.1f} s on "
+                     f"every core: a second core makes a serial run {one_core.wall_s / serial.wall_s:.2f}x as fast")
+        if xdist:
+            notes.append(f"-n 2 is {one_core.wall_s / xdist.wall_s:.2f}x the serial run on one core")
     if serial and xdist and xdist.cpu_s:
         notes.append(f"-n 2 used {xdist.cpu_s:.1f} s of CPU (user+sys) against serial's {serial.cpu_s:.1f} s: "
                      f"{xdist.cpu_s - serial.cpu_s:+.1f} s for the second worker's start-up and contention")
@@ -381,6 +400,7 @@ def _restricted(run: SuiteRun, connectors: list[str]) -> SuiteRun:
 
 
 README_RUNS = {"serial": "full CPU suite without the engine tier, serial",
+               "one-core": "the same on one core",
                "xdist": "the same with `-n 2`",
                "gate": "one connector (`--connector ExampleConnector`)"}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import importlib.util
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -71,6 +72,34 @@ def test_findings_state_the_speedup_and_the_import_share(suite_timing):
     assert "serial: vLLM import (8.0 s per process) is 20% of its 40.0 s wall time" in notes
     slow = suite_timing.findings({**results, "xdist": _result(suite_timing, "xdist", 30.0)}, import_s=8.0)
     assert "-n 2 is 1.33x serial (target 1.5x): not met" in slow
+
+
+def test_findings_compare_the_serial_run_on_one_core(suite_timing):
+    results = {"serial": _result(suite_timing, "serial", 36.0), "one-core": _result(suite_timing, "one-core", 34.0),
+               "xdist": _result(suite_timing, "xdist", 20.0)}
+    notes = suite_timing.findings(results, import_s=8.0)
+    assert ("the serial run on one core took 34.0 s against 36.0 s on every core: a second core makes a serial "
+            "run 0.94x as fast") in notes
+    assert "-n 2 is 1.70x the serial run on one core" in notes
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs two cores to tell one from all")
+def test_the_one_core_run_and_every_thread_it_starts_use_one_core(suite_timing, tmp_path):
+    """A real pytest run through ``run_suite``: its test sees one core, and so does a thread it starts."""
+    (tmp_path / "test_cores.py").write_text(
+        "import os, threading\n"
+        "def test_cores():\n"
+        "    seen = []\n"
+        "    worker = threading.Thread(target=lambda: seen.append(os.sched_getaffinity(0)))\n"
+        "    worker.start(); worker.join()\n"
+        "    assert os.sched_getaffinity(0) == seen[0] == {max(os.sched_getaffinity(os.getppid()))}\n")
+    for name, expected in (("one-core", "1 passed"), ("serial", "1 failed")):
+        run = suite_timing.RUNS[name]
+        probe = suite_timing.SuiteRun(name, run.doc, (str(tmp_path / "test_cores.py"), "-q", "-p", "no:cacheprovider",
+                                                      "-p", "no:kvconform"), None, one_core=run.one_core)
+        result = suite_timing.run_suite(probe, sys.executable, tmp_path, timeout=120)
+        assert expected in result.tail, result.tail
 
 
 def test_the_table_marks_targets(suite_timing):
