@@ -3,23 +3,19 @@
 from __future__ import annotations
 
 import gc
-import importlib.util
 import json
 import os
 import shutil
 import sys
-from pathlib import Path
 
 import pytest
 
 from tests.bench.conftest import benchmark_script
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "suite_timing.py"
-
 
 @pytest.fixture(scope="module")
 def suite_timing():
-    with benchmark_script(SCRIPT.name) as module:
+    with benchmark_script("suite_timing.py") as module:
         yield module
 
 
@@ -174,23 +170,21 @@ def test_the_readme_table_of_a_restricted_run_claims_no_target(suite_timing):
 @pytest.fixture(scope="module")
 def probe_output():
     """What a -n 2 run prints, in phase_probe's own format (its ``_stage_line``), so the two cannot drift apart."""
-    name = "kvconform_phase_probe"
-    spec = importlib.util.spec_from_file_location(name, SCRIPT.parent / "phase_probe.py")
-    probe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(probe)
-    gc.callbacks.remove(probe._on_gc)  # it times this process's collector from its import on
+    with benchmark_script("phase_probe.py") as probe:
+        gc.callbacks.remove(probe._on_gc)  # it times this process's collector from its import on
 
-    def process(prefix, collected, finished, voluntary, involuntary):
-        return [f"{prefix}: {probe._stage_line('collection finished', 5.1, *collected)}",
-                f"{prefix}: {probe._stage_line('session finished', 21.5, *finished)}",
-                f"{prefix}: harness thread context switches: {voluntary} voluntary, {involuntary} involuntary "
-                "(preempted)"]
+        def process(prefix, collected, finished, voluntary, involuntary):
+            return [f"{prefix}: {probe._stage_line('collection finished', 5.1, *collected)}",
+                    f"{prefix}: {probe._stage_line('session finished', 21.5, *finished)}",
+                    f"{prefix}: harness thread context switches: {voluntary} voluntary, {involuntary} involuntary "
+                    "(preempted)"]
 
-    return "\n".join(["166 passed, 1291 skipped, 73 xfailed in 22.00s",
-                      *process("phase_probe[gw1]", (5.19, (5.19, 0.08)), (20.95, (13.87, 3.83)), 1833, 8932),
-                      *process("phase_probe[gw0]", (5.17, (5.17, 0.07)), (19.69, (16.86, 3.47)), 2002, 9408),
-                      f"phase_probe: {probe._stage_line('session finished', 22.3, 1.24, (0.78, 0.33))}",
-                      "phase_probe: harness thread context switches: 6083 voluntary, 833 involuntary (preempted)"])
+        return "\n".join(["166 passed, 1291 skipped, 73 xfailed in 22.00s",
+                          *process("phase_probe[gw1]", (5.19, (5.19, 0.08)), (20.95, (13.87, 3.83)), 1833, 8932),
+                          *process("phase_probe[gw0]", (5.17, (5.17, 0.07)), (19.69, (16.86, 3.47)), 2002, 9408),
+                          f"phase_probe: {probe._stage_line('session finished', 22.3, 1.24, (0.78, 0.33))}",
+                          "phase_probe: harness thread context switches: 6083 voluntary, 833 involuntary "
+                          "(preempted)"])
 
 
 def test_it_reads_each_test_process_from_phase_probe_and_leaves_the_controller_out(suite_timing, probe_output):
