@@ -113,7 +113,9 @@ def keep_within(tids: set[int], cores: set[int]) -> None:
             pass
 
 
-def _python_thread_ids() -> set[int]:
+def _python_thread_ids() -> set[int | None]:
+    """The OS ids of Python's threads; None among them for one that is starting (``threading`` lists it before
+    its OS thread has said its id)."""
     return {thread.native_id for thread in threading.enumerate()}
 
 
@@ -129,8 +131,12 @@ class _LowerAsStarted:
 
     def _watch(self) -> None:
         while not self._stop.wait(WATCH_INTERVAL_S):
-            new = thread_ids() - self._known - _python_thread_ids()
-            native = new & self._unregistered  # unregistered in two scans: not a Python thread starting
+            present = thread_ids()  # first: a Python thread found here is in threading's list by the next line
+            python = _python_thread_ids()
+            if None in python:  # a Python thread is starting (on a busy host, for many scans): any new id may be it
+                continue
+            new = present - self._known - python
+            native = new & self._unregistered  # unregistered in two scans: not a Python thread ending
             lower_priority(native)
             self._known |= native
             self._unregistered = new - native

@@ -170,6 +170,38 @@ def _priority_inside(name: str) -> tuple[dict[str, int], int]:
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="harness_keeps_cpu finds native threads in Linux's "
                     "/proc/self/task")
+def test_a_python_thread_slow_to_report_its_id_is_never_taken_for_a_native_one():
+    """On a busy host a Python thread's OS thread can exist for many of the watcher's scans before ``threading``
+    knows its id (a CI run lowered one so); the watcher judges new threads only once none is starting."""
+    import time
+    import uuid
+
+    own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    name = f"connector-{uuid.uuid4()}"
+    _priority_inside(name)  # its first build started a native thread: the next one has a watcher
+    with harness_keeps_cpu(builds=name):
+        python_thread = threading.Thread(target=lambda: time.sleep(0.6))
+        python_thread.start()
+        tid = python_thread.native_id
+        python_thread._native_id = None  # threading's own record, as before the OS thread reports its id
+        try:
+            native = NativeThread(0.6)
+            time.sleep(0.05)  # fifty scans
+            python_while_starting = os.getpriority(os.PRIO_PROCESS, tid)
+        finally:
+            python_thread._native_id = tid
+        deadline = time.monotonic() + 0.5
+        while os.getpriority(os.PRIO_PROCESS, native.tid) != 19 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        native_once_reported = os.getpriority(os.PRIO_PROCESS, native.tid)
+    native.join()
+    python_thread.join()
+    assert python_while_starting == own
+    assert native_once_reported == 19
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="harness_keeps_cpu finds native threads in Linux's "
+                    "/proc/self/task")
 def test_a_build_that_started_native_threads_once_has_them_lowered_as_they_start_the_next_time():
     """NIXL's progress thread polls from its start and the build goes on for 100 ms after it: from the second
     build of a connector on, lowered meanwhile; the first build, and builds that start none, have no watcher."""
