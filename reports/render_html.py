@@ -17,7 +17,7 @@ from kvconform.reports.matrix import Matrix, build_matrix, cell_counts, failures
 from kvconform.reports.model import EXCEPTION_LINE, CaseResult, Results
 from kvconform.reports.outcomes import ORDER, OUTCOMES
 from kvconform.reports.skips import reasons_by_cell, skip_groups
-from kvconform.reports.verdict import verdict
+from kvconform.reports.verdict import caveats, verdict
 
 # pytest's long tracebacks mark the error's lines with "E   " and end on "path:line: ErrorType".
 _ERROR_LINE = re.compile(r"^E(?:\s|$)")
@@ -169,8 +169,8 @@ def _matrix(matrix: Matrix) -> str:
 
 
 def _runs(results: Results) -> str:
-    columns = ("id", "platform", "device", "vllm", "vllm_package", "vllm_commit", "torch", "kvconform", "started",
-               "source")
+    columns = ("id", "platform", "device", "vllm", "vllm_package", "vllm_note", "vllm_commit", "torch", "kvconform",
+               "started", "source")
     head = "".join(f"<th>{escape(c)}</th>" for c in columns)
     rows = "".join("<tr>" + "".join(f"<td>{escape(str(getattr(r, c) or ''))}</td>" for c in columns) + "</tr>"
                    for r in results.runs)
@@ -227,6 +227,7 @@ def render(results: Results) -> str:
 <body>
 <h1>kvconform conformance results: {escape(verdict(results).headline)}</h1>
 <p id="totals">{escape(totals_line(results))}</p>
+{"".join(f'<p class="caveat"><strong>{escape(c)}</strong></p>' for c in caveats(results))}
 <h2>Failures ({len(failing)})</h2>
 {f'<ul id="failures">{failure_list}</ul>' if failing else "<p>none</p>"}
 {_findings(results)}

@@ -16,7 +16,7 @@ from kvconform.reports.model import Results
 from kvconform.reports.outcomes import OUTCOMES
 from kvconform.reports.render_terminal import run_line
 from kvconform.reports.skips import skip_groups
-from kvconform.reports.verdict import verdict
+from kvconform.reports.verdict import caveats, verdict
 
 FAILURES_SHOWN = 50
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]|#~])")
@@ -99,5 +99,6 @@ def _stale(results: Results) -> list[str]:
 
 def render(results: Results) -> str:
     lines = [f"## kvconform conformance: {verdict(results).headline}", "", totals_line(results), ""]
+    lines += [*(f"> **{text(caveat)}**" for caveat in caveats(results)), ""] if caveats(results) else []
     lines += [*_failures(results), *_findings(results), *_matrices(results), *_skips(results), *_stale(results)]
     return "\n".join(lines)

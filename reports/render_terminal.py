@@ -13,7 +13,7 @@ from kvconform.reports.findings import findings, where_text
 from kvconform.reports.matrix import build_matrix, cell_count_parts, failures, totals_line
 from kvconform.reports.model import Results, RunInfo
 from kvconform.reports.skips import skip_groups
-from kvconform.reports.verdict import verdict
+from kvconform.reports.verdict import caveats, verdict
 
 FAILURES_SHOWN = 20
 
@@ -94,5 +94,6 @@ def _stale(results: Results) -> list[str]:
 
 def render(results: Results) -> str:
     lines = [*_matrix(results), *_failures(results), *_findings(results), *_skips(results), *_stale(results)]
+    lines += caveats(results)
     lines.append(f"total: {totals_line(results)}; verdict: {verdict(results).headline}")
     return "\n".join(lines)

