@@ -85,16 +85,21 @@ def resolve_commit(repo: Path, rev: str, flag: str = "ref") -> str:
     return sha
 
 
-def changed_files(repo: Path, base: str, head: str) -> list[str]:
-    """Files changed on ``head`` since it forked from ``base`` (both commit ids), verbatim.
+def fork_point(repo: Path, base: str, head: str) -> str:
+    """The commit ``head`` forked from ``base`` at (both commit ids): what the change is measured against."""
+    try:
+        return _git(repo, "merge-base", base, head).decode().strip()
+    except GateError:
+        return base  # unrelated histories: compare the two trees directly
+
+
+def changed_files(repo: Path, base: str, head: str, fork: str | None = None) -> list[str]:
+    """Files changed on ``head`` since it forked from ``base`` (both commit ids; ``fork``: where, when known), verbatim.
 
     Renames are listed as a deletion plus an addition, so moving a connector's
     file away still names the old path.
     """
-    try:
-        fork = _git(repo, "merge-base", base, head).decode().strip()
-    except GateError:
-        fork = base  # unrelated histories: compare the two trees directly
+    fork = fork or fork_point(repo, base, head)
     out = _git(repo, "diff", "--name-only", "-z", "--no-renames", "--no-ext-diff", fork, head, "--")
     return [name.decode("utf-8", "surrogateescape") for name in out.split(b"\0") if name]
 
@@ -154,6 +159,7 @@ class Selection:
     files: tuple[FileMatch, ...]
     wrapped: dict[str, tuple[str, ...]]  # wrapper -> the selected connectors it wraps
     head: str = ""  # the head commit id, once read from a repository
+    fork: str = ""  # the commit head forked from base at (the change's own base), once read from a repository
 
     def as_json(self) -> dict[str, list[str] | dict[str, list[str]]]:
         return {"changed_files": list(self.changed_files), "connectors": list(self.connectors),
@@ -226,5 +232,6 @@ def select_change(repo: Path, base: str, head: str = "HEAD") -> Selection:
     if FACTORY_FILE not in sources:
         raise GateError(f"{repo} at {head}: no {FACTORY_FILE}; is this a vLLM checkout?")
     registry = parse_factory(sources[FACTORY_FILE], f"{head}:{FACTORY_FILE}")
-    selection = select(changed_files(repo, base_id, head_id), registry, SourceTree(sources), profile_wraps())
-    return replace(selection, head=head_id)
+    fork = fork_point(repo, base_id, head_id)
+    selection = select(changed_files(repo, base_id, head_id, fork), registry, SourceTree(sources), profile_wraps())
+    return replace(selection, head=head_id, fork=fork)

@@ -4,7 +4,8 @@
 conformance tests here and gives a verdict, ``--emit-pipeline`` writes the
 Buildkite steps that run them on every platform each connector claims.
 The selection itself lives in ``pipelines.gate``; this module is the command
-around it, the pytest run and the verdict.
+around it, the pytest run and the verdict, which blames the change only for what
+fails on head and not over its base (``pipelines.gate_base``).
 """
 
 from __future__ import annotations
@@ -17,21 +18,24 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from kvconform import platforms
 from kvconform.errors import UserError, one_line
 from kvconform.pipelines.gate import GateError, Selection, select_change
+from kvconform.pipelines.gate_base import RUN, Base, Problem, base_to_compare, rerun_keyword, split
 from kvconform.pipelines.gate_source import CannotTest, TestedVllm, WrongVllm, read_imports, tested_vllm
 from kvconform.pipelines.held_run import OUT_FD, HeldRun
+from kvconform.pipelines.overlay import installed_build
 
 # flag -> the attribute argparse stores it under; exactly one must be given.
 MODES: dict[str, str] = {"--dry-run": "dry_run", "--run": "run_tests", "--emit-pipeline": "emit_pipeline"}
 
 JUNIT_FILE = "junit.xml"  # the verdict is read from here
 JSON_FILE = "results.json"  # the suite's own results, kept for ``kvconform report``
+BASE_FOLDER = "base"  # --results DIR: the run over the change's base (where there is one) keeps its files here
 
 FAILING = ("failed", "error")
 
@@ -130,7 +134,8 @@ EXIT_PASS = 0  # every selected connector was exercised here and passed (or fail
 EXIT_FAIL = 1  # a test failed or errored, or pytest itself did
 EXIT_NO_VERDICT = 2  # bad input, or a test process imported another vLLM than the one under test
 EXIT_NOT_EXERCISED = 3  # nothing failed, but a selected connector ran no runtime check here
-EXIT_BUILD_NEEDED = 4  # the change cannot be tested with the installed build (compiled sources, import error)
+EXIT_BUILD_NEEDED = 4  # the change cannot be tested with the installed build (compiled sources, import error),
+# or what fails on head fails over the change's base too: the checkout does not run over the installed build
 
 # Checks that drive the connector at runtime: only these exercise it. ``lint`` reads its source.
 RUNTIME_CHECKS: dict[str, str] = {
@@ -209,15 +214,27 @@ def read_junit(path: Path, connectors: list[str]) -> list[TestResult] | None:
 
 @dataclass
 class Verdict:
-    """What the run showed: failures (exit 1), and connectors it did not exercise (exit 3)."""
+    """What the run showed: the change's failures (exit 1), failures over its base too (exit 4), and connectors
+    it did not exercise (exit 3)."""
 
-    failures: list[str]
+    problems: list[Problem]  # the change's
     not_exercised: dict[str, str]  # connector -> why (the skip reasons)
-    failing: tuple[str, ...] = ()  # the connectors with a failing test
+    on_base_too: list[Problem] = field(default_factory=list)  # failing over the change's base too: not counted
+    base: Base | None = None  # the base they were compared with (None: it is the installed build, or not run)
+
+    @property
+    def failures(self) -> list[str]:
+        return [problem.line for problem in self.problems]
 
     @property
     def status(self) -> int:
-        return EXIT_FAIL if self.failures else EXIT_NOT_EXERCISED if self.not_exercised else EXIT_PASS
+        return (EXIT_FAIL if self.problems else EXIT_BUILD_NEEDED if self.on_base_too
+                else EXIT_NOT_EXERCISED if self.not_exercised else EXIT_PASS)
+
+    def against(self, base: Base) -> Verdict:
+        """This verdict with the problems ``base`` has too set apart."""
+        change, both = split(self.problems, base)
+        return replace(self, problems=change, on_base_too=both, base=base)
 
 
 def judge(results: list[TestResult] | None, connectors: list[str], platform: str, exit_status: int) -> Verdict:
@@ -229,20 +246,23 @@ def judge(results: list[TestResult] | None, connectors: list[str], platform: str
     exercised, which is neither a pass nor a failure.
     """
     if results is None:
-        return Verdict([f"pytest exited with status {exit_status} and wrote no results"], {}, tuple(connectors))
-    failures = [f"{r.outcome.upper()} {r.nodeid}" + (f": {r.message}" if r.message else "")
-                for r in results if r.outcome in FAILING]
-    not_exercised, failing = {}, []
+        return Verdict([Problem(RUN, None, f"pytest exited with status {exit_status} and wrote no results")], {})
+    problems = [_problem(r) for r in results if r.outcome in FAILING]
+    not_exercised = {}
     for name in connectors:
         own = [r for r in results if r.connector == name]
         if any(r.outcome in FAILING for r in own):
-            failing.append(name)
             continue
         if not any(r.check in RUNTIME_CHECKS and r.outcome in EXERCISED for r in own):
             not_exercised[name] = _why_not_exercised(own)
-    if exit_status not in (0, 5) and not failures:
-        failures.append(f"pytest exited with status {exit_status} (see its output above)")
-    return Verdict(failures, not_exercised, tuple(failing))
+    if exit_status not in (0, 5) and not problems:
+        problems.append(Problem(RUN, None, f"pytest exited with status {exit_status} (see its output above)"))
+    return Verdict(problems, not_exercised)
+
+
+def _problem(result: TestResult) -> Problem:
+    message = f": {result.message}" if result.message else ""
+    return Problem(result.nodeid, result.connector, f"{result.outcome.upper()} {result.nodeid}{message}")
 
 
 def _why_not_exercised(own: list[TestResult]) -> str:
@@ -290,8 +310,9 @@ def _results_folder(chosen: Path | None) -> Iterator[Path]:
         return
     try:
         chosen.mkdir(parents=True, exist_ok=True)
-        for name in (JUNIT_FILE, JSON_FILE):
+        for name in (JUNIT_FILE, JSON_FILE):  # a base run's, from an earlier gate, would be read as this one's
             (chosen / name).unlink(missing_ok=True)
+            (chosen / BASE_FOLDER / name).unlink(missing_ok=True)
     except OSError as exc:
         raise UserError(f"--results {chosen}: cannot use it: {exc.strerror}") from None
     yield chosen.resolve()
@@ -321,7 +342,10 @@ def run_tests(selection: Selection, args: argparse.Namespace) -> int:
     try:
         with tested_vllm(source, args.repo, selection.head, list(selection.changed_files), args.vllm_python) as vllm:
             print(f"kvconform gate: testing {', '.join(here)} on {spec.name} ({vllm.label})", flush=True)
-            verdict = _run_and_judge(vllm, spec.name, here, args)
+            results, status = _run(vllm, spec.name, here, args.results, args.keyword)
+            verdict = judge(results, here, spec.name, status)
+        if source == "checkout" and verdict.problems:
+            verdict = _against_base(verdict, selection, spec.name, here, args)
     except CannotTest as exc:
         print(f"kvconform gate: BUILD NEEDED: {one_line(str(exc))}")
         return EXIT_BUILD_NEEDED
@@ -343,12 +367,15 @@ def _terminal_look() -> tuple[list[str], dict[str, str]]:
         return ["--color=yes"], {}
 
 
-def _run_and_judge(vllm: TestedVllm, platform: str, connectors: list[str], args: argparse.Namespace) -> Verdict:
-    with _results_folder(args.results) as folder:
+def _run(vllm: TestedVllm, platform: str, connectors: list[str], kept: Path | None,
+         keyword: str | None) -> tuple[list[TestResult] | None, int]:
+    """Run the selected tests over ``vllm`` (results kept in ``kept``, if given): each test's result and the run's
+    exit status."""
+    with _results_folder(kept) as folder:
         # The results folder is the working directory: nothing from the checkout or
         # the caller's folder (conftest.py, pytest.ini, a vllm/ folder) can join the run.
         probing = vllm.start_probe(folder)
-        command = pytest_command(platform, connectors, folder, vllm.python, args.keyword)
+        command = pytest_command(platform, connectors, folder, vllm.python, keyword)
         options, env = _terminal_look()
         run = HeldRun([*command, *options], folder, {**vllm.env, **env})
         try:
@@ -358,28 +385,65 @@ def _run_and_judge(vllm: TestedVllm, platform: str, connectors: list[str], args:
             raise
         run.release()
         status = run.wait()
-        if args.results is None:  # pytest just named a file that is about to be removed
+        if kept is None:  # pytest just named a file that is about to be removed
             print(f"kvconform gate: the {JUNIT_FILE} named above is temporary and removed when the gate ends; "
                   f"--results DIR keeps {JUNIT_FILE} and {JSON_FILE}", flush=True)
         results = read_junit(folder / JUNIT_FILE, connectors)
-        verdict = judge(results, connectors, platform, status)
         if results:  # a failure from another vLLM would mislead as much as a pass
             vllm.verify(read_imports(folder / JSON_FILE), probe)
-    return verdict
+    return results, status
+
+
+def _against_base(verdict: Verdict, selection: Selection, platform: str, connectors: list[str],
+                  args: argparse.Namespace) -> Verdict:
+    """The head run's problems, with those that fail over the change's base too set apart (``gate_base``).
+
+    Only where the base's ``vllm/`` is not the installed build: there the head's
+    failing tests run again over the base, an overlay of its Python as the head's is."""
+    base = base_to_compare(args.repo, selection.fork, installed_build())
+    if base is None:
+        return verdict
+    print(f"kvconform gate: {len(verdict.problems)} problem(s) on head {selection.head[:12]}, whose base "
+          f"{base.commit[:12]} is not the installed build ({base.differing} file(s) of it differ): running them "
+          "over the base too, so that the change is blamed only for what it broke", flush=True)
+    kept = args.results / BASE_FOLDER if args.results is not None else None
+    try:
+        with tested_vllm("checkout", args.repo, base.commit, []) as vllm:
+            results, status = _run(vllm, platform, connectors, kept, rerun_keyword(verdict.problems, args.keyword))
+    except CannotTest as exc:
+        return verdict.against(replace(base, broken=one_line(str(exc))))
+    if results is None:
+        return verdict.against(replace(base, broken=f"over the base, pytest exited with status {status} "
+                                                    "and wrote no results"))
+    failing = frozenset(problem.test for problem in judge(results, connectors, platform, status).problems)
+    return verdict.against(replace(base, failing=failing))
+
+
+def _list(lines: list[str]) -> None:
+    for line in lines[:MAX_LISTED]:
+        print(f"  {line}")
+    if len(lines) > MAX_LISTED:
+        print(f"  ... and {len(lines) - MAX_LISTED} more (see the run's output above)")
 
 
 def _print_verdict(verdict: Verdict, here: list[str], elsewhere: list[str], platform: str, label: str,
                    args: argparse.Namespace) -> int:
     if verdict.failures:
         print(f"kvconform gate: FAIL on {platform} ({len(verdict.failures)} problem(s); {label}):")
-        for line in verdict.failures[:MAX_LISTED]:
-            print(f"  {line}")
-        if len(verdict.failures) > MAX_LISTED:
-            print(f"  ... and {len(verdict.failures) - MAX_LISTED} more (see the run's output above)")
+        _list(verdict.failures)
+    if verdict.on_base_too and verdict.base is not None:
+        both, base = len(verdict.on_base_too), verdict.base
+        if verdict.failures:
+            print(f"kvconform gate: not counted against the change: {both} selected test(s) fail on the base "
+                  f"too{base.why_broken()}; {base.does_not_run()}")
+        else:
+            print(f"kvconform gate: {base.does_not_run()}; {both} selected test(s) fail on the base too"
+                  f"{base.why_broken()}")
+        _list([problem.line for problem in verdict.on_base_too])
     for name, why in verdict.not_exercised.items():
         _report_not_exercised(name, platform, why, args)
-    passed = [n for n in here if n not in verdict.not_exercised and n not in verdict.failing]
-    if passed and not verdict.failures:
+    passed = [n for n in here if n not in verdict.not_exercised]
+    if passed and not verdict.failures and not verdict.on_base_too:
         print(f"kvconform gate: PASS: {', '.join(passed)} on {platform} ({label})")
     status = verdict.status
     if status == EXIT_PASS and elsewhere:

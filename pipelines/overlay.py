@@ -177,6 +177,42 @@ def _borrowable(path: str) -> bool:
     return not path.endswith(".py") or _generated(path)
 
 
+@dataclass(frozen=True)
+class Comparison:
+    """A commit's ``vllm/`` tree beside the installed build's files, by git blob id."""
+
+    tree: dict[str, str]  # path -> blob id at the commit
+    installed: dict[str, Path]  # path -> the installed file
+    same: list[str]  # tree files byte for byte the installed ones
+    written: list[str]  # tree files the installed build lacks or holds otherwise
+    borrowed: list[str]  # installed files a checkout cannot hold (compiled, generated)
+    missing: list[str]  # installed Python files the commit does not hold (deleted since, or newer than the commit)
+
+    @property
+    def differing(self) -> list[str]:
+        """The files in which the commit's Python is not the installed build's."""
+        return sorted([*self.written, *self.missing])
+
+
+def compare_with_build(repo: Path, commit: str, build: InstalledBuild) -> Comparison:
+    """How the ``vllm/`` tree at ``commit`` differs from ``build``: what an overlay links, writes and borrows.
+
+    Also how the gate tells whether a change's base is the installed build: when
+    it is not, a test may fail on the base already (``gate_cli``'s base run)."""
+    tree = _tree_files(repo, commit)
+    if f"{PACKAGE}/__init__.py" not in tree:
+        raise GateError(f"{repo} at {commit[:12]}: no {PACKAGE}/__init__.py; is this a vLLM checkout?")
+    installed = _installed_files(build)
+    same: list[str] = []
+    written: list[str] = []
+    for path, blob_id in tree.items():
+        is_same = path in installed and _blob_id(installed[path], len(blob_id)) == blob_id
+        (same if is_same else written).append(path)
+    absent = [path for path in installed if path not in tree]
+    return Comparison(tree, installed, same, written, borrowed=[p for p in absent if _borrowable(p)],
+                      missing=[p for p in absent if not _borrowable(p)])
+
+
 def build_overlay(repo: Path, commit: str, build: InstalledBuild, root: Path) -> Path:
     """Fill ``root`` with the importable vLLM of ``commit``; returns the ``vllm`` package folder in it.
 
@@ -186,22 +222,16 @@ def build_overlay(repo: Path, commit: str, build: InstalledBuild, root: Path) ->
     walks the package (``os.walk``, ``Path.rglob``: kvconform's lint does) does not
     descend into symlinked folders, and would silently see less than the checkout.
     """
-    tree = _tree_files(repo, commit)
-    if f"{PACKAGE}/__init__.py" not in tree:
-        raise GateError(f"{repo} at {commit[:12]}: no {PACKAGE}/__init__.py; is this a vLLM checkout?")
-    installed = _installed_files(build)
-    written = []
-    for path, blob_id in tree.items():
+    comparison = compare_with_build(repo, commit, build)
+    for path in comparison.tree:
         (root / path).parent.mkdir(parents=True, exist_ok=True)
-        if path in installed and _blob_id(installed[path], len(blob_id)) == blob_id:
-            (root / path).symlink_to(installed[path])
-            _link_bytecode(installed[path], root / path)
-        else:
-            written.append(path)
-    _write_blobs(repo, commit, written, root)
-    for path, source in installed.items():
-        if path not in tree and _borrowable(path):
-            (root / path).parent.mkdir(parents=True, exist_ok=True)
-            (root / path).symlink_to(source)
-            _link_bytecode(source, root / path)
+    for path in comparison.same:
+        (root / path).symlink_to(comparison.installed[path])
+        _link_bytecode(comparison.installed[path], root / path)
+    _write_blobs(repo, commit, comparison.written, root)
+    for path in comparison.borrowed:
+        source = comparison.installed[path]
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).symlink_to(source)
+        _link_bytecode(source, root / path)
     return root / PACKAGE

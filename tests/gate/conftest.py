@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from kvconform.conformance.cli import main
+from tests.gate.small_suite import small_suite  # noqa: F401  (a fixture of the gate's tests)
 from tests.gate.vllm_checkout import GateResult, VllmRepo, build_template, clone_template
 
 

