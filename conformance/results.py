@@ -22,7 +22,7 @@ from kvconform.conformance.reliability.vllm_version import installed_status
 from kvconform.conformance.run_target import TARGET_KEY
 from kvconform.conformance.versions import installed
 from kvconform.reports import identity as ident
-from kvconform.reports.model import CaseResult, RunInfo, build, clip, first_line
+from kvconform.reports.model import CaseResult, RunInfo, build, clip, failure_cause, first_line
 from kvconform.reports.outcomes import OUTCOMES, is_failing
 from kvconform.reports.readers import expected_from_properties
 
@@ -92,11 +92,12 @@ class _Collector:
         message, details = _reason(decisive) if decisive is not None and outcome != "passed" else ("", "")
         if decisive is None and outcome == "error":
             message = "no setup or call report was received for this test"
+        cause, message = failure_cause(outcome, message)
         return CaseResult(
             run=run, nodeid=nodeid, check=identity.check, platform=identity.platform, backend=identity.backend,
             connector=identity.connector, variant=identity.variant, params=identity.params, outcome=outcome,
             duration=round(sum(report.duration for _, report in phases.values()), 6),
-            message=message, details=details, expected=expected_from_properties(properties),
+            message=message, details=details, expected=expected_from_properties(properties), cause=cause,
         )
 
     def _collect_error(self, nodeid: str, report: pytest.CollectReport, run: str) -> CaseResult:

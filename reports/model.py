@@ -12,7 +12,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kvconform.reports.outcomes import ORDER, OutcomeName, worst
+from kvconform.reports.outcomes import ORDER, OutcomeName, is_failing, worst
 
 FORMAT: Final = "kvconform-results"
 VERSION: Final = 1
@@ -42,6 +42,23 @@ class Expected(_Strict):
     finding_class: str | None = Field(default=None, alias="class")
 
 
+# Why a failing test failed, where the connector is not the cause: "harness" when kvconform cannot drive the
+# installed vLLM (the harness's table of vLLM names, conformance/harness/vllm_api.py, knows no place for a name
+# it needs: VllmApiError). Each cause's label leads the test's message in every report; the test still fails.
+CauseName = Literal["harness"]
+CAUSES: Final[dict[str, str]] = {"harness": "kvconform cannot drive this vLLM"}
+# The failure line pytest records for a VllmApiError (JUnit's message too): the exception's qualified name first.
+_HARNESS_FAILURE = re.compile(r"^(?:\w+\.)*VllmApiError: ")
+
+
+def failure_cause(outcome: str, message: str) -> tuple[CauseName | None, str]:
+    """(cause, message) of a test result: "harness" and the error's own text for a failed or errored test
+    whose exception was kvconform's VllmApiError; (None, message unchanged) otherwise."""
+    if is_failing(outcome) and _HARNESS_FAILURE.match(message):
+        return "harness", _HARNESS_FAILURE.sub("", message, count=1)
+    return None, message
+
+
 class CaseResult(_Strict):
     run: str
     nodeid: str
@@ -56,6 +73,12 @@ class CaseResult(_Strict):
     message: str = ""
     details: str = ""
     expected: Expected | None = None
+    cause: CauseName | None = None  # None: the test's own outcome (failure_cause); "harness": see CAUSES
+
+    @property
+    def shown_message(self) -> str:
+        """The message as reports show it: led by its cause's label when the connector is not the cause."""
+        return f"{CAUSES[self.cause]}: {self.message}" if self.cause else self.message
 
 
 class StaleExpectation(_Strict):

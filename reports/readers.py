@@ -16,7 +16,17 @@ from pydantic import ValidationError
 
 from kvconform.reports import identity as ident
 from kvconform.reports.junit import JunitCase, JunitError, JunitSuite, parse_junit
-from kvconform.reports.model import FORMAT, CaseResult, Expected, Results, RunInfo, build, clip, first_line
+from kvconform.reports.model import (
+    FORMAT,
+    CaseResult,
+    Expected,
+    Results,
+    RunInfo,
+    build,
+    clip,
+    failure_cause,
+    first_line,
+)
 
 
 class ReportInputError(Exception):
@@ -42,13 +52,13 @@ def _junit_case(case: JunitCase, run: str, suite_platform: str | None) -> CaseRe
     identity = ident.from_test_name(case.name, case.properties, suite_platform)
     message, text = case.message, case.text
     collect_error = case.outcome == "error" and message == _JUNIT_COLLECT_ERROR
+    cause, message = failure_cause(case.outcome, first_line(text if collect_error else message or text))
     return CaseResult(
         run=run, nodeid=case.nodeid,
         check="collection" if collect_error else identity.check, platform=identity.platform,
         backend=identity.backend, connector=identity.connector, variant=identity.variant, params=identity.params,
         outcome=case.outcome, duration=case.seconds,
-        message=first_line(text if collect_error else message or text), details=clip(text),
-        expected=expected_from_properties(case.properties),
+        message=message, details=clip(text), expected=expected_from_properties(case.properties), cause=cause,
     )
 
 

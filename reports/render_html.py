@@ -132,7 +132,7 @@ def _test_item(test: CaseResult, show_where: bool = False) -> str:
     return (f'<li data-outcome="{escape(test.outcome)}" data-platform="{escape(test.platform)}" '
             f'data-check="{escape(test.check)}"><span class="badge o-{escape(test.outcome)}">'
             f'{escape(OUTCOMES[test.outcome].mark)}</span> <code>{escape(name)}</code>{_expected(test)}'
-            f'<p class="message">{escape(test.message)}</p>{body}</li>')
+            f'<p class="message">{escape(test.shown_message)}</p>{body}</li>')
 
 
 def _skipped_item(reason: str, count: int, platform: str, check: str) -> str:

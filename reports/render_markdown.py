@@ -45,7 +45,7 @@ def _failures(results: Results) -> list[str]:
         return []
     lines = [f"### Failures ({len(failing)})", ""]
     rows = [[f"**{OUTCOMES[t.outcome].mark}**", text(t.platform), text(t.connector), text(t.check),
-             text(t.nodeid), text(t.message)] for t in failing[:FAILURES_SHOWN]]
+             text(t.nodeid), text(t.shown_message)] for t in failing[:FAILURES_SHOWN]]
     lines += _table(["outcome", "platform", "connector", "check", "test", "message"], rows)
     if len(failing) > FAILURES_SHOWN:
         lines.append(f"\n… and {len(failing) - FAILURES_SHOWN} more: see index.html")

@@ -56,7 +56,7 @@ def _matrix(results: Results) -> list[str]:
 
 def _failures(results: Results) -> list[str]:
     failing = failures(results)
-    lines = [f"{t.outcome.upper()} {t.nodeid} [{t.platform}]: {t.message}" for t in failing[:FAILURES_SHOWN]]
+    lines = [f"{t.outcome.upper()} {t.nodeid} [{t.platform}]: {t.shown_message}" for t in failing[:FAILURES_SHOWN]]
     if len(failing) > FAILURES_SHOWN:
         lines.append(f"... and {len(failing) - FAILURES_SHOWN} more failing tests (see summary.md)")
     return lines + ([""] if lines else [])

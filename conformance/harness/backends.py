@@ -12,15 +12,15 @@ from __future__ import annotations
 import typing
 from functools import cache
 
+from kvconform.conformance.harness import vllm_api
+
 # The MLA backend a platform's MLA layers use, as data (non-MLA backends come from platforms/).
 MLA_BACKENDS: dict[str, str] = {"cpu": "CPU_MLA", "cuda": "TRITON_MLA", "rocm": "TRITON_MLA", "xpu": "TRITON_MLA"}
 
 
 @cache
 def backend_class(name: str):
-    from vllm.v1.attention.backends.registry import AttentionBackendEnum
-
-    return AttentionBackendEnum[name].get_class()
+    return vllm_api.find("AttentionBackendEnum")[name].get_class()
 
 
 def metadata_type_of_builder(builder_cls) -> type:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from kvconform.conformance.harness import kvcache
+from kvconform.conformance.harness import kvcache, vllm_api
 from kvconform.conformance.harness.model import HEAD_SIZE, NUM_KV_HEADS, NUM_LAYERS, TINY_LLAMA, attention_layer_names
 from kvconform.conformance.harness.prompts import seeded_prompt
 from kvconform.conformance.harness.rig import EngineStandIn, Rig
@@ -198,7 +198,7 @@ class BenchRig(Rig):
         return attention_layer_names(count=self.geometry.layers)
 
     def attention_spec(self):
-        from vllm.v1.kv_cache_interface import FullAttentionSpec
+        FullAttentionSpec = vllm_api.find("FullAttentionSpec")
 
         return FullAttentionSpec(block_size=self.shape.block_size, num_kv_heads=self.geometry.kv_heads,
                                  head_size=self.geometry.head_size, dtype=self.shape.torch_dtype)

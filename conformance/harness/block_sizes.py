@@ -10,7 +10,9 @@ The engine core then (``EngineCore._initialize_kv_caches`` and ``__init__``):
 - runs the scheduler at the LCM of the groups' block sizes and hashes requests at
   their GCD (``resolve_kv_cache_block_sizes``);
 - records that hash block size and the cache-hit alignment in every KVCacheConfig
-  (``resolve_cache_hit_alignment_tokens``), before any connector is built.
+  (``resolve_cache_hit_alignment_tokens``), before any connector is built. vLLM 0.31's
+  KVCacheConfig has neither field and its engine core records neither (its scheduler
+  derives the alignment itself), so on a vLLM without them the stand-in records nothing either.
 
 A stand-in that skipped this would run vLLM's Scheduler at one group's block size and
 hash prompts at another's, so a connector's per-group block arithmetic would be
@@ -20,27 +22,30 @@ of it is a no-op (LCM = GCD = that size).
 
 from __future__ import annotations
 
+from kvconform.conformance.harness import vllm_api
+
 
 def engine_block_sizes(vllm_config, kv_cache_config) -> tuple[int, int]:
     """(scheduler block size, hash block size), vLLM's own answer for this config."""
-    from vllm.v1.core.kv_cache_utils import resolve_kv_cache_block_sizes
+    resolve_kv_cache_block_sizes = vllm_api.find("resolve_kv_cache_block_sizes")
 
     return resolve_kv_cache_block_sizes(kv_cache_config, vllm_config)
 
 
 def adopt_engine_block_sizes(vllm_config, kv_cache_config) -> None:
     """What the engine core writes into the configs once the KV cache is planned."""
-    from vllm.v1.core.kv_cache_utils import resolve_cache_hit_alignment_tokens
-
     groups = kv_cache_config.kv_cache_groups
     if not groups:
         return
     participating = [g.kv_cache_spec.block_size for g in groups if g.kv_cache_spec.prefix_cacheable]
     vllm_config.cache_config.block_size = min(participating or group_block_sizes(kv_cache_config))
     scheduler_size, hash_size = engine_block_sizes(vllm_config, kv_cache_config)
-    kv_cache_config.hash_block_size = hash_size
-    kv_cache_config.cache_hit_alignment_tokens = resolve_cache_hit_alignment_tokens(
-        kv_cache_config, vllm_config, scheduler_size, hash_size)
+    if vllm_api.has_field("KVCacheConfig.hash_block_size"):
+        kv_cache_config.hash_block_size = hash_size
+    if vllm_api.has_field("KVCacheConfig.cache_hit_alignment_tokens"):
+        resolve_cache_hit_alignment_tokens = vllm_api.find("resolve_cache_hit_alignment_tokens")
+        kv_cache_config.cache_hit_alignment_tokens = resolve_cache_hit_alignment_tokens(
+            kv_cache_config, vllm_config, scheduler_size, hash_size)
 
 
 def group_block_sizes(kv_cache_config) -> list[int]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kvconform.conformance.harness import kvcache
+from kvconform.conformance.harness import kvcache, vllm_api
 from kvconform.conformance.harness.affinity import harness_keeps_cpu
 from kvconform.conformance.harness.devices import DeviceGuard
 from kvconform.conformance.harness.model import attention_layer_names
@@ -232,16 +232,14 @@ def make_request(vllm_config, request_id: str, prompt: list[int]):
 
 def no_blocks(kv_cache_config):
     """What the KV cache manager hands over when it allocated nothing: one empty list per group."""
-    from vllm.v1.core.kv_cache_manager import KVCacheBlocks
+    KVCacheBlocks = vllm_api.find("KVCacheBlocks")
 
     return KVCacheBlocks(tuple(() for _ in kv_cache_config.kv_cache_groups))
 
 
 def scheduler_output(finished_req_ids: Iterable[str] = ()):
     """A step that schedules nothing (vLLM still builds connector metadata for it)."""
-    from vllm.v1.core.sched.output import SchedulerOutput
-
-    output = SchedulerOutput.make_empty()
+    output = vllm_api.find("SchedulerOutput").make_empty()
     output.finished_req_ids = set(finished_req_ids)
     return output
 

@@ -18,6 +18,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from kvconform.conformance.harness import vllm_api
 from kvconform.conformance.harness.affinity import harness_keeps_cpu
 
 
@@ -34,13 +35,12 @@ def single_rank_parallel_state(vllm_config, local_rank: int = 0) -> Iterator[Non
     Inside an existing group (the test session's, see conformance/conftest.py) it changes nothing.
     """
     from vllm.config import set_current_vllm_config
-    from vllm.distributed.parallel_state import (
-        destroy_distributed_environment,
-        destroy_model_parallel,
-        ensure_model_parallel_initialized,
-        init_distributed_environment,
-        model_parallel_is_initialized,
-    )
+
+    model_parallel_is_initialized = vllm_api.find("model_parallel_is_initialized")
+    init_distributed_environment = vllm_api.find("init_distributed_environment")
+    ensure_model_parallel_initialized = vllm_api.find("ensure_model_parallel_initialized")
+    destroy_model_parallel = vllm_api.find("destroy_model_parallel")
+    destroy_distributed_environment = vllm_api.find("destroy_distributed_environment")
 
     if model_parallel_is_initialized():
         yield

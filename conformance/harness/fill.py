@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kvconform.conformance.harness import kvcache
+from kvconform.conformance.harness import kvcache, vllm_api
 from kvconform.conformance.harness.block_sizes import group_block_sizes
 from kvconform.conformance.harness.devices import forked_rng
 from kvconform.conformance.harness.hybrid import REGISTRATIONS, HybridCaches, hybrid_engine
@@ -105,9 +105,7 @@ def captured_warnings():
     vLLM's ``warning_once`` remembers what it printed for the whole process, so a
     second test would see nothing: its memo is cleared on entry.
     """
-    import vllm.logger
-
-    memo = getattr(vllm.logger, "_print_warning_once", None)
+    memo = vllm_api.optional("_print_warning_once")
     if memo is not None and hasattr(memo, "cache_clear"):
         memo.cache_clear()
     records: list[logging.LogRecord] = []
@@ -142,9 +140,9 @@ class Expected:
 
 
 def _is_circular(spec) -> bool:
-    from vllm.v1.kv_cache_interface import CircularBufferSpec, iter_layer_specs
+    CircularBufferSpec = vllm_api.find("CircularBufferSpec")
 
-    return all(isinstance(s, CircularBufferSpec) for s in iter_layer_specs(spec))
+    return all(isinstance(s, CircularBufferSpec) for s in vllm_api.find("iter_layer_specs")(spec))
 
 
 def expected_blocks(caches: HybridCaches, block_ids: tuple[list[int], ...], local: int, external: int) -> Expected:
@@ -231,11 +229,10 @@ class Snapshot:
 def _decode_dtype(caches: HybridCaches, layer: str, tensor: torch.Tensor) -> torch.dtype | None:
     """The dtype the fill values are encoded in: the platform's fp8 for fp8 attention caches (uint8)."""
     from vllm.platforms import current_platform
-    from vllm.v1.kv_cache_interface import AttentionSpec, KVQuantMode
 
     spec = caches.spec_of(layer)
-    if (isinstance(spec, AttentionSpec) and tensor.dtype == torch.uint8
-            and spec.kv_quant_mode == KVQuantMode.FP8_PER_TENSOR):
+    if (isinstance(spec, vllm_api.find("AttentionSpec")) and tensor.dtype == torch.uint8
+            and spec.kv_quant_mode == vllm_api.find("KVQuantMode").FP8_PER_TENSOR):
         return current_platform.fp8_dtype()
     return tensor.dtype if tensor.dtype.is_floating_point else None
 

@@ -44,8 +44,8 @@ class HybridUnsupported(AssertionError):
 
 def _attention_kwargs(vllm_config) -> dict:
     """What vLLM's ``Attention.get_kv_cache_spec`` passes for this cache dtype (fp8: uint8 + FP8 mode)."""
-    from vllm.utils.torch_utils import get_kv_cache_torch_dtype
-    from vllm.v1.kv_cache_interface import get_kv_quant_mode
+    get_kv_cache_torch_dtype = vllm_api.find("get_kv_cache_torch_dtype")
+    get_kv_quant_mode = vllm_api.find("get_kv_quant_mode")
 
     cache = vllm_config.cache_config
     return dict(block_size=cache.block_size, num_kv_heads=NUM_KV_HEADS, head_size=HEAD_SIZE,
@@ -54,34 +54,26 @@ def _attention_kwargs(vllm_config) -> dict:
 
 
 def _full(vllm_config):
-    from vllm.v1.kv_cache_interface import FullAttentionSpec
-
-    return FullAttentionSpec(**_attention_kwargs(vllm_config))
+    return vllm_api.find("FullAttentionSpec")(**_attention_kwargs(vllm_config))
 
 
 def _wide_full(vllm_config):
     """Full attention with heads twice as wide as the other layers', as Gemma-style models' global layers have:
     its page is twice theirs, so vLLM's planner doubles their block size (groups of different block sizes)."""
-    from vllm.v1.kv_cache_interface import FullAttentionSpec
-
-    return FullAttentionSpec(**{**_attention_kwargs(vllm_config), "head_size": 2 * HEAD_SIZE})
+    return vllm_api.find("FullAttentionSpec")(**{**_attention_kwargs(vllm_config), "head_size": 2 * HEAD_SIZE})
 
 
 def _sliding(vllm_config):
-    from vllm.v1.kv_cache_interface import SlidingWindowSpec
-
-    return SlidingWindowSpec(**_attention_kwargs(vllm_config), sliding_window=SLIDING_WINDOW)
+    return vllm_api.find("SlidingWindowSpec")(**_attention_kwargs(vllm_config), sliding_window=SLIDING_WINDOW)
 
 
 def _circular(vllm_config):
-    from vllm.v1.kv_cache_interface import CircularBufferSpec
-
-    return CircularBufferSpec(**_attention_kwargs(vllm_config))
+    return vllm_api.find("CircularBufferSpec")(**_attention_kwargs(vllm_config))
 
 
 def _mamba_spec(vllm_config, shapes, dtypes, mamba_type):
     """As ``MambaBase.get_kv_cache_spec`` builds it (page padding is left to vLLM's grouping)."""
-    from vllm.v1.kv_cache_interface import MambaSpec
+    MambaSpec = vllm_api.find("MambaSpec")
 
     cache = vllm_config.cache_config
     return MambaSpec(shapes=tuple(shapes), dtypes=tuple(dtypes), block_size=cache.mamba_block_size,
@@ -91,8 +83,9 @@ def _mamba_spec(vllm_config, shapes, dtypes, mamba_type):
 
 def _mamba2(vllm_config):
     """Mamba2 (conv state, ssm state): a tiny layer, intermediate 16, 2 heads of 8, state 8, kernel 4."""
-    from vllm.model_executor.layers.mamba.mamba_utils import MambaStateDtypeCalculator, MambaStateShapeCalculator
-    from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum
+    MambaStateShapeCalculator = vllm_api.find("MambaStateShapeCalculator")
+    MambaStateDtypeCalculator = vllm_api.find("MambaStateDtypeCalculator")
+    MambaAttentionBackendEnum = vllm_api.find("MambaAttentionBackendEnum")
 
     cache = vllm_config.cache_config
     shapes = MambaStateShapeCalculator.mamba2_state_shape(
@@ -108,8 +101,9 @@ def _kda(vllm_config):
     Conv and recurrent state; vLLM 0.32 appends the RecoverSSM record (four states), 0.33
     dropped that from the state calculators (two states): the check follows what vLLM offers.
     """
-    from vllm.model_executor.layers.mamba.mamba_utils import MambaStateDtypeCalculator, MambaStateShapeCalculator
-    from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum
+    MambaStateShapeCalculator = vllm_api.find("MambaStateShapeCalculator")
+    MambaStateDtypeCalculator = vllm_api.find("MambaStateDtypeCalculator")
+    MambaAttentionBackendEnum = vllm_api.find("MambaAttentionBackendEnum")
 
     model_dtype = vllm_config.model_config.dtype
     shapes = MambaStateShapeCalculator.kda_state_shape(tp_world_size=1, num_heads=1, head_dim=8)
@@ -165,9 +159,7 @@ class _StateLayer:
         return self._spec.dtypes
 
     def bind(self, page: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        from vllm.model_executor.layers.mamba.abstract import MambaBase
-
-        MambaBase.bind_kv_cache(self, page)
+        vllm_api.find("MambaBase").bind_kv_cache(self, page)
         return self.kv_cache
 
 
@@ -228,9 +220,7 @@ class HybridCaches:
 def configure_hybrid(vllm_config, connector, kinds: tuple[str, ...]) -> None:
     """Apply what vLLM does for a model with Mamba layers, and check the hybrid allocator stays on."""
     if any(KINDS[k].state for k in kinds):
-        from vllm.model_executor.models.config import MambaModelConfig
-
-        MambaModelConfig.verify_and_update_config(vllm_config)
+        vllm_api.find("MambaModelConfig").verify_and_update_config(vllm_config)
     if len(kinds) > 1 and vllm_config.scheduler_config.disable_hybrid_kv_cache_manager:
         from vllm.distributed.kv_transfer.kv_connector.v1.base import supports_hma
 
@@ -268,7 +258,7 @@ def build(vllm_config, kinds: tuple[str, ...], device: str, registration: str,
 
 def _layer_metadata(caches: HybridCaches, backend: str) -> dict[str, object]:
     """Per-layer attention metadata of each layer's own backend type, as the forward context holds it."""
-    from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum
+    MambaAttentionBackendEnum = vllm_api.find("MambaAttentionBackendEnum")
 
     out = {}
     for name, kind in caches.kinds.items():

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kvconform.conformance.harness import vllm_api
 from kvconform.conformance.harness.model import HEAD_SIZE, MLA_HEAD_SIZE, NUM_KV_HEADS
 
 # KV dtype axis: name -> (torch dtype of the cache tensor, CacheConfig.cache_dtype, model dtype)
@@ -48,43 +49,38 @@ class CacheShape:
         return KV_DTYPES[self.dtype][2]
 
     def attention_spec(self):
-        from vllm.v1.kv_cache_interface import FullAttentionSpec, MLAAttentionSpec
-
         if self.mla:
+            MLAAttentionSpec = vllm_api.find("MLAAttentionSpec")
             return MLAAttentionSpec(block_size=self.block_size, num_kv_heads=1, head_size=MLA_HEAD_SIZE,
                                     dtype=self.torch_dtype, cache_dtype_str=self.cache_dtype)
+        FullAttentionSpec = vllm_api.find("FullAttentionSpec")
         return FullAttentionSpec(block_size=self.block_size, num_kv_heads=NUM_KV_HEADS,
                                  head_size=HEAD_SIZE, dtype=self.torch_dtype)
 
 
 def preferred_layout(backend_cls) -> str:
     """The layout vLLM would pick for a backend alone: its first supported one."""
-    from vllm.v1.kv_cache_layout import KVCacheLayout
+    KVCacheLayout = vllm_api.find("KVCacheLayout")
 
     layouts = backend_cls.supported_kv_cache_layouts()
     return (layouts[0] if layouts else next(iter(KVCacheLayout))).name
 
 
 def all_layouts() -> list[str]:
-    from vllm.v1.kv_cache_layout import KVCacheLayout
-
-    return [layout.name for layout in KVCacheLayout]
+    return [layout.name for layout in vllm_api.find("KVCacheLayout")]
 
 
 def record_layout(vllm_config, layout: str) -> None:
     """Resolve the layout the way a worker adopts the engine core's choice."""
-    from vllm.v1.attention.backends.utils import record_kv_cache_layout
+    record_kv_cache_layout = vllm_api.find("record_kv_cache_layout")
 
     record_kv_cache_layout(vllm_config.cache_config, layout)
 
 
 def build_kv_cache_config(vllm_config, groups: list[tuple[list[str], object]], num_blocks: int = NUM_BLOCKS):
     """A real KVCacheConfig with ``num_blocks`` blocks for the given (layer names, spec) groups."""
-    from vllm.v1.kv_cache_interface import KVCacheGroupSpec
-
-    from kvconform.conformance.harness.vllm_api import find
-
-    get_kv_cache_config_from_groups = find("get_kv_cache_config_from_groups")
+    KVCacheGroupSpec = vllm_api.find("KVCacheGroupSpec")
+    get_kv_cache_config_from_groups = vllm_api.find("get_kv_cache_config_from_groups")
 
     vllm_config.cache_config.num_gpu_blocks_override = num_blocks
     kv_groups = [KVCacheGroupSpec(list(names), spec) for names, spec in groups]
@@ -105,7 +101,7 @@ def kernel_block_sizes(kv_cache_config, vllm_config) -> list[int] | None:
     """
     from types import SimpleNamespace
 
-    from vllm.v1.worker.utils import prepare_kernel_block_sizes
+    prepare_kernel_block_sizes = vllm_api.find("prepare_kernel_block_sizes")
 
     chosen = vllm_config.attention_config.backend
     if chosen is None:
@@ -118,7 +114,7 @@ def kernel_block_sizes(kv_cache_config, vllm_config) -> list[int] | None:
 
 def allocate(kv_cache_config, vllm_config, device: str) -> dict[str, torch.Tensor]:
     """Per-layer cache views, as the runner allocates them (kernel block sizes included), on ``device``."""
-    from vllm.v1.worker.utils import allocate_kv_cache
+    allocate_kv_cache = vllm_api.find("allocate_kv_cache")
 
     layout = vllm_config.cache_config.get_resolved_kv_cache_layout()
     return allocate_kv_cache(kv_cache_config, torch.device(device), layout,

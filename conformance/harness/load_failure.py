@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from kvconform.conformance.harness import vllm_api
 from kvconform.conformance.harness.devices import DeviceMismatch
 from kvconform.conformance.harness.prompts import request_prompt
 from kvconform.conformance.harness.rig import EngineStandIn, Rig
@@ -125,7 +126,7 @@ class SabotagingWorker:
                 self.sabotage.damage(path)
         try:
             output = self.worker.step(scheduler_output)
-        except DeviceMismatch:
+        except (DeviceMismatch, vllm_api.VllmApiError):  # the latter: kvconform cannot drive this vLLM
             raise
         except Exception as exc:
             self.raised = exc

@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from kvconform.conformance.harness import vllm_api
 from kvconform.conformance.harness.affinity import harness_keeps_cpu
 from kvconform.conformance.harness.distributed import single_rank_parallel_state
 from kvconform.conformance.harness.rig import EngineStandIn, Rig
@@ -163,6 +164,8 @@ class SideLog:
         self._note_block_ids()
         try:
             output = self.side.runner.step(scheduler_output)
+        except vllm_api.VllmApiError:
+            raise  # kvconform cannot drive this vLLM: not the connector's answer to a fault
         except Exception as exc:
             self.raised = exc
             raise

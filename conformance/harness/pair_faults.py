@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kvconform.conformance.harness import vllm_api
 from kvconform.conformance.harness.load_failure import (
     LoadFailureAnswer,
     LoadFailureViolation,
@@ -111,7 +112,7 @@ class FaultyTransport:
 def lose_second_half(side: EngineStandIn) -> None:
     """Zero the second half of the blocks of every request still waiting for remote KV: what a read that
     stopped midway leaves (the consumer's cache starts zeroed, so those blocks never changed)."""
-    from vllm.v1.request import RequestStatus
+    RequestStatus = vllm_api.find("RequestStatus")
 
     scheduler = side.scheduler.scheduler
     for request_id, request in scheduler.requests.items():

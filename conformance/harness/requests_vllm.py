@@ -12,14 +12,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from kvconform.conformance.harness import vllm_api
+
 
 def block_hasher(vllm_config, hash_block_size: int | None = None) -> Callable[[Any], list]:
     """The request block hasher the engine uses for ``vllm_config``'s cache (seeds vLLM's none-hash first).
 
     ``hash_block_size``: the engine core's (``harness/block_sizes.py``) when groups differ in block size;
     None: the cache's block size, which it is otherwise."""
-    from vllm.utils.hashing import get_hash_fn_by_name
-    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    get_hash_fn_by_name = vllm_api.find("get_hash_fn_by_name")
+    init_none_hash = vllm_api.find("init_none_hash")
+    get_request_block_hasher = vllm_api.find("get_request_block_hasher")
 
     cache_config = vllm_config.cache_config
     hash_fn = get_hash_fn_by_name(cache_config.prefix_caching_hash_algo)
@@ -32,8 +35,8 @@ def new_request(request_id: str, prompt: list[int], hasher: Callable[[Any], list
     """A greedy ``Request`` for ``prompt``; ``kv_transfer_params`` ride in the sampling params' ``extra_args``,
     as vLLM's API server passes them through to the connector."""
     from vllm.sampling_params import SamplingParams
-    from vllm.v1.request import Request
 
+    Request = vllm_api.find("Request")
     extra = {"kv_transfer_params": dict(kv_transfer_params)} if kv_transfer_params is not None else None
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0, extra_args=extra)
     return Request(request_id, list(prompt), params, None, block_hasher=hasher)

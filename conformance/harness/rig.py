@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from kvconform.conformance.harness import closing, kvcache
+from kvconform.conformance.harness import closing, kvcache, vllm_api
 from kvconform.conformance.harness.backends import MLA_BACKENDS, backend_class, metadata_instance
 from kvconform.conformance.harness.kvcache import CacheShape
 from kvconform.conformance.harness.model import MAX_MODEL_LEN, attention_layer_names
@@ -43,6 +43,8 @@ def refusal_as(error: type[Exception], connector: ConnectorParam) -> Iterator[No
     pattern = connector.profile.refusal
     try:
         yield
+    except vllm_api.VllmApiError:
+        raise  # kvconform cannot drive this vLLM: never the connector's refusal, whatever the message says
     except Exception as exc:
         if pattern and re.search(pattern, str(exc)):
             raise error(f"{connector.name} refuses to run here: {type(exc).__name__}: {exc}") from exc
@@ -151,7 +153,7 @@ class Rig:
             SchedulerConfig,
             VllmConfig,
         )
-        from vllm.v1.attention.backends.registry import AttentionBackendEnum
+        AttentionBackendEnum = vllm_api.find("AttentionBackendEnum")
 
         profile = self.connector.profile
         transfer = KVTransferConfig(

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from kvconform.conformance.harness import vllm_api
 from kvconform.conformance.harness.affinity import harness_keeps_cpu
 from kvconform.conformance.harness.devices import DeviceGuard
 from kvconform.conformance.harness.step_order import Call, connector_step
@@ -81,10 +82,9 @@ def layer_stand_ins(vllm_config, kv_cache_config, caches: dict, guard: DeviceGua
 
     Layers that are not attention (Mamba state) stay plain holders of ``kv_cache``.
     """
-    from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
-    from vllm.v1.kv_cache_interface import AttentionSpec
+    AttentionSpec = vllm_api.find("AttentionSpec")
 
-    AttentionLayerBase.register(BackendLayerStandIn)
+    vllm_api.find("AttentionLayerBase").register(BackendLayerStandIn)
     chosen = vllm_config.attention_config.backend
     out: dict[str, AttentionLayerStandIn] = {}
     for name, cache in caches.items():
@@ -162,8 +162,8 @@ class ModelRunnerStandIn:
 
     def step(self, scheduler_output):
         from vllm.forward_context import get_forward_context, set_forward_context
-        from vllm.v1.outputs import KVConnectorOutput
 
+        KVConnectorOutput = vllm_api.find("KVConnectorOutput")
         connector = self.connector
         runs_forward = scheduler_output.total_num_scheduled_tokens > 0
         attn_metadata = dict(self.metadata_for_layer) if runs_forward else None

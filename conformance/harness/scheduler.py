@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from kvconform.conformance.harness import vllm_api
 from kvconform.conformance.harness.block_sizes import engine_block_sizes
 from kvconform.conformance.harness.requests_vllm import block_hasher, new_request
 
@@ -38,8 +39,8 @@ class SchedulerDriver:
     outputs: list = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        from vllm.v1.core.sched.scheduler import Scheduler
-        from vllm.v1.structured_output import StructuredOutputManager
+        Scheduler = vllm_api.find("Scheduler")
+        StructuredOutputManager = vllm_api.find("StructuredOutputManager")
 
         # the engine core's sizes: the groups' LCM and GCD when their block sizes differ (harness/block_sizes.py)
         scheduler_block_size, hash_block_size = engine_block_sizes(self.vllm_config, self.kv_cache_config)
@@ -75,7 +76,7 @@ class SchedulerDriver:
 
     def step(self, worker) -> object:
         """One engine step: schedule, run the worker side, feed the result back."""
-        from vllm.v1.outputs import ModelRunnerOutput
+        ModelRunnerOutput = vllm_api.find("ModelRunnerOutput")
 
         output = self.scheduler.schedule()
         for req_id in output.num_scheduled_tokens:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kvconform.conformance.harness import vllm_api
 from kvconform.conformance.harness import workload_checks as checks
 from kvconform.conformance.harness.rig import Rig
 from kvconform.conformance.harness.workload_checks import WorkloadFailure
@@ -155,7 +156,7 @@ class EnginePhase:
             self._abort_due()
             try:
                 self.driver.step(self)
-            except WorkloadFailure:
+            except (WorkloadFailure, vllm_api.VllmApiError):  # the latter: kvconform cannot drive this vLLM
                 raise
             except Exception as exc:  # a connector (or vLLM's scheduler asserting on its answers) raised
                 self.fail(f"{type(exc).__name__} raised while stepping: {exc}{self._loads_note()}")
@@ -169,7 +170,7 @@ class EnginePhase:
         self.fail(f"requests still held after {bound} steps (the bound for this workload): {held}")
 
     def _abort_due(self) -> None:
-        from vllm.v1.request import RequestStatus
+        RequestStatus = vllm_api.find("RequestStatus")
 
         due = [rid for rid, r in self.requests.items()
                if r.abort == self.step_index and rid in self.scheduler.requests]
