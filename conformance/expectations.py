@@ -10,6 +10,13 @@ suite's collection is stale and is reported, so the files cannot silently rot
 (``--kvconform-strict`` makes that fail the run); a narrowed run judges nothing.
 The format is described in ``conformance/expectations/README.md``.
 
+Entries survive vLLM versions: a ``vllm:`` condition is a PEP 440 range
+(``">=0.33"``), which the dev builds after a release meet, and a lint entry pins
+its findings (rule, file, function, call), never their lines. On a vLLM that
+kvconform's CI does not test (a dev build, a release candidate), a strict xfail
+that passes may be a fix nobody has judged yet: it is reported as a note that
+names the entry, and fails the run only under ``--kvconform-strict``.
+
 Registered as a pytest plugin module; its state lives in ``config.stash``.
 Under xdist the workers collect, so each sends the entries it used to the
 controller through ``workeroutput``, and the controller reports what nobody used.
@@ -20,16 +27,19 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import pytest
 import yaml
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from kvconform.conformance.profiles import load_yaml_model
-from kvconform.conformance.reliability.vllm_version import installed_vllm
+from kvconform.conformance.reliability.vllm_version import installed_status, installed_vllm
 from kvconform.conformance.run_target import TARGET_KEY
 from kvconform.reports import identity as ident
 
@@ -42,8 +52,9 @@ FINDING_CLASSES = {
     "hazard": "wrong in a situation the installed vLLM cannot produce (a latent bug)",
 }
 # What each kind of entry must say, so a known failure is never an unexplained one, and an expected
-# failure is exactly that failure: the exception (``raises``) and its message (``match``) are pinned.
-REQUIRED = {"pass": (), "xfail": ("reason", "link", "class", "raises", "match"), "skip": ("reason",)}
+# failure is exactly that failure: the exception (``raises``) and its message (``match``) or, for the
+# lint check, its findings (``findings``) are pinned. A tuple is alternatives: one of them at least.
+REQUIRED = {"pass": (), "xfail": ("reason", "link", "class", "raises", ("match", "findings")), "skip": ("reason",)}
 # Exception names too broad to pin one cause: any failure at all would match them.
 TOO_BROAD = frozenset({"BaseException", "Exception", "builtins.BaseException", "builtins.Exception"})
 _WORKER_KEY = "kvconform_expectations"
@@ -57,6 +68,74 @@ _DOTTED_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 
 class ExpectationError(Exception):
     """A malformed expectations file; the message is ``file:line: key: message``."""
+
+
+def vllm_specifiers(condition: str) -> SpecifierSet:
+    """An entry's ``vllm:`` condition as PEP 440 specifiers; ValueError (one line) for anything else.
+
+    A bare version (``"0.32.0"``) means that release (``==0.32.0``: its local builds such as
+    ``0.32.0+cpu`` too); otherwise a specifier set (``">=0.33"``, ``">=0.31,<0.33"``, ``"==0.33.*"``).
+    """
+    text = condition.strip()
+    try:
+        return SpecifierSet(f"=={Version(text)}")
+    except InvalidVersion:
+        pass
+    try:
+        specifiers = SpecifierSet(text)
+    except InvalidSpecifier:
+        specifiers = SpecifierSet()
+    if not specifiers:
+        raise ValueError(f"{condition!r} is not a vLLM version or PEP 440 range: write an exact release "
+                         f'("0.32.0") or a range (">=0.33", ">=0.31,<0.33", "==0.33.*")')
+    return specifiers
+
+
+def vllm_meets(condition: str, version: str) -> bool:
+    """Whether the installed vLLM ``version`` meets a ``vllm:`` condition.
+
+    Pre-releases and dev builds are admitted (pip refuses them unless asked): vLLM's CI
+    builds every pull request as a dev build after the last release (``0.33.1.dev42+gabc1234``),
+    and a bug present in 0.33.0 is expected there too, so ``">=0.33"`` holds on it. As PEP 440
+    orders them, a release candidate comes before its release: 0.33.0rc1 is below ``">=0.33"``.
+    """
+    try:
+        return vllm_specifiers(condition).contains(version, prereleases=True)
+    except InvalidVersion:  # an unreadable installed version meets no condition
+        return False
+
+
+class LintFinding(BaseModel):
+    """One finding a lint entry expects, by what it is (not where): the lint check's ``Finding.key()``."""
+
+    model_config = ConfigDict(extra="forbid")
+    rule: str  # KVC004
+    file: str  # the file inside vLLM: vllm/v1/simple_kv_offload/worker.py
+    function: str  # the enclosing definition, qualified: SimpleCPUOffloadWorker.register_kv_caches
+    call: str  # what is called there, as source: torch.cuda.Stream
+    count: int = Field(default=1, ge=1)  # how many such calls that function makes
+
+    def key(self) -> tuple[str, str, str, str]:
+        return self.rule, self.file, self.function, self.call
+
+
+def _finding_text(key: tuple[str, str, str, str], count: int) -> str:
+    rule, file, function, call = key
+    return f"{rule} {file} {function}: {call}" + (f" (x{count})" if count > 1 else "")
+
+
+def findings_mismatch(expected: list[LintFinding], carried) -> str | None:
+    """Why the findings an error carries are not the entry's (as multisets); None when they are equal."""
+    if carried is None:
+        return "it carries no lint findings, and the entry expects findings"
+    want = Counter({f.key(): f.count for f in expected})
+    got = Counter((f["rule"], f["file"], f["function"], f["call"]) for f in carried)
+    extra, missing = got - want, want - got
+    if not extra and not missing:
+        return None
+    parts = [f"{label}: {'; '.join(_finding_text(k, n) for k, n in sorted(diff.items()))}"
+             for label, diff in (("not in the entry", extra), ("expected but not found", missing)) if diff]
+    return f"its lint findings differ from the entry's ({', '.join(parts)})"
 
 
 def check_link(link: str) -> str:
@@ -89,12 +168,21 @@ class Entry(BaseModel):
     finding_class: Literal["bug", "policy", "hazard"] | None = Field(default=None, alias="class")
     raises: str | None = None  # the exception class a failing test must raise (name or module.name)
     match: str | None = None  # a regex its message must contain (re.search), as pytest.raises(match=)
-    # a condition, not a selector: the installed vLLM version this entry holds on (exact or glob, "0.33.*");
-    # absent: every version. Outcomes differ between tested releases (each has its own CI step).
+    # the lint check's findings, by rule, file, function and call: the set found must equal this one
+    findings: list[LintFinding] | None = None
+    # a condition, not a selector: the vLLM versions this entry holds on, a PEP 440 range (">=0.33",
+    # ">=0.31,<0.33") or an exact release ("0.32.0"); absent: every version (vllm_meets).
     vllm: str | None = None
 
     def holds_on(self, vllm_version: str | None) -> bool:
-        return self.vllm is None or (vllm_version is not None and ident.glob_match(vllm_version, self.vllm))
+        return self.vllm is None or (vllm_version is not None and vllm_meets(self.vllm, vllm_version))
+
+    @field_validator("vllm")
+    @classmethod
+    def _is_vllm_condition(cls, condition: str | None) -> str | None:
+        if condition is not None:
+            vllm_specifiers(condition)
+        return condition
 
     @field_validator("link")
     @classmethod
@@ -126,7 +214,9 @@ class Entry(BaseModel):
     def _complete(self) -> Entry:
         if not any(getattr(self, key) for key in SELECTORS):
             raise ValueError(f"an entry needs at least one of: {', '.join(SELECTORS)}")
-        missing = [key for key in REQUIRED[self.expect] if not getattr(self, _FIELD_OF.get(key, key))]
+        alternatives = (k if isinstance(k, tuple) else (k,) for k in REQUIRED[self.expect])
+        missing = [keys[0] + "".join(f" (or {key})" for key in keys[1:]) for keys in alternatives
+                   if not any(getattr(self, _FIELD_OF.get(key, key)) for key in keys)]
         if missing:
             raise ValueError(f"expect: {self.expect} needs {' and '.join(missing)}")
         return self
@@ -136,13 +226,16 @@ class Entry(BaseModel):
         message = str(error)
         first = message.strip().splitlines()[0] if message.strip() else ""
         got = f"{type(error).__name__}: {first}" if first else type(error).__name__
-        wanted = f"{self.raises} matching {self.match!r}"
+        wanted = (f"{self.raises}" + (f" matching {self.match!r}" if self.match is not None else "")
+                  + (f" with {sum(f.count for f in self.findings)} lint findings" if self.findings else ""))
         if when != "call":
             return f"it failed in {when}, not in the test itself ({got}); the entry expects {wanted} from the test"
         if not raised_as(error, self.raises):
             return f"it raised {got}; the entry expects {wanted}"
-        if not re.search(self.match, message):
+        if self.match is not None and not re.search(self.match, message):
             return f"its {type(error).__name__} message does not match {self.match!r}: {first!r}"
+        if self.findings is not None:
+            return findings_mismatch(self.findings, getattr(error, "findings", None))
         return None
 
 
@@ -280,8 +373,14 @@ class _State:
     expectations: list[Expectation]
     strict: bool
     whole_suite: bool  # the run collects everything it would unfiltered: only then can an entry be stale
+    untested_vllm: str | None = None  # the installed vLLM's label when kvconform's CI does not test it
     decided: set[str] = field(default_factory=set)  # ``where`` of each entry that decided a test
     saw_conformance_tests: bool = False
+    passing: dict[str, set[str]] = field(default_factory=dict)  # where -> tests its strict xfail let pass
+
+
+# On a vLLM kvconform's CI does not test, a strict xfail that passes is this note, not a failure.
+PASSING_NOTE = "passes on this vLLM: the finding may be fixed; remove or narrow {where}"
 
 
 _STATE = pytest.StashKey[_State]()
@@ -334,7 +433,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--kvconform-expectations", action="append", default=[], metavar="PATH",
                     help="expectations file or folder to use instead of conformance/expectations/ (repeatable)")
     group.addoption("--kvconform-strict", action="store_true", default=False,
-                    help="fail the run when an expectation entry matches no collected test")
+                    help="fail the run when an expectation entry matches no collected test, or when an "
+                         "expected failure passes on a vLLM kvconform's CI does not test")
 
 
 def holding_here(loaded: list[Expectation], platform: str | None) -> list[Expectation]:
@@ -354,9 +454,10 @@ def pytest_configure(config: pytest.Config) -> None:
         loaded = load_expectations(paths)
     except ExpectationError as exc:
         raise pytest.UsageError(str(exc)) from None
+    status = installed_status()
     config.stash[_STATE] = _State(holding_here(loaded, _run_platform(config)),
                                   bool(config.getoption("kvconform_strict", default=False)),
-                                  collects_whole_suite(config))
+                                  collects_whole_suite(config), untested_vllm=status.note if status else None)
 
 
 @pytest.hookimpl(tryfirst=True)  # before -k/-m deselect: an entry for a deselected test is not stale
@@ -386,12 +487,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
     pytest's xfail turns any failure (setup errors too) into "xfailed". An entry pins the
     exception and message it expects, as ``xfail(raises=...)`` plus ``match``; another
-    failure is reported as a failure that names the entry it did not match.
+    failure is reported as a failure that names the entry it did not match. On a vLLM
+    kvconform's CI does not test, a pass is an XPASS carrying the note (``_note_passing``).
     """
     report = yield
     expectation = item.stash.get(_ENTRY, None)
     if expectation is None or expectation.entry.expect != "xfail":
         return report
+    state = item.config.stash[_STATE]
     if hasattr(report, "wasxfail") and call.excinfo is not None:
         why = expectation.entry.mismatch(call.when, call.excinfo.value)
         if why is not None:
@@ -402,9 +505,25 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
                                f"{report.longrepr}")
     elif (report.when == "call" and report.failed and isinstance(report.longrepr, str)
             and report.longrepr.startswith("[XPASS(strict)]")):
-        report.longrepr = (f"unexpectedly passing: remove the entry {expectation.where} "
-                           f"(it expected: {expectation.entry.reason})")
+        if state.untested_vllm and not state.strict:
+            _note_passing(state, expectation, item.nodeid, report)
+        else:
+            report.longrepr = (f"unexpectedly passing: remove the entry {expectation.where} "
+                               f"(it expected: {expectation.entry.reason})")
     return report
+
+
+def _note_passing(state: _State, expectation: Expectation, nodeid: str, report: pytest.TestReport) -> None:
+    """Turn a strict XPASS into pytest's plain XPASS (a pass), its reason the note, and record it.
+
+    A dev build or a release candidate may carry a fix of the finding, or the entry's range may
+    be too wide: a person judges it, so the run says which entry to look at and stays green.
+    """
+    report.outcome = "passed"
+    report.longrepr = None
+    report.wasxfail = (f"{PASSING_NOTE.format(where=expectation.where)} "
+                       f"({state.untested_vllm}; it expected: {expectation.entry.reason})")
+    state.passing.setdefault(expectation.where, set()).add(nodeid)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -415,6 +534,8 @@ def pytest_testnodedown(node, error) -> None:
     if state is not None and sent:
         state.decided.update(sent["decided"])
         state.saw_conformance_tests |= sent["saw_conformance_tests"]
+        for where, nodeids in sent["passing"].items():
+            state.passing.setdefault(where, set()).update(nodeids)
 
 
 def stale(config: pytest.Config) -> list[Expectation]:
@@ -429,6 +550,20 @@ def stale_as_dicts(config: pytest.Config) -> list[dict[str, str]]:
     return [{"where": e.where, "expect": e.entry.expect, "selector": e.selector()} for e in stale(config)]
 
 
+def passing(config: pytest.Config) -> list[tuple[Expectation, list[str]]]:
+    """Strict xfail entries whose tests passed on an untested vLLM (each with those tests), in file order."""
+    state = config.stash.get(_STATE, None)
+    if state is None:
+        return []
+    return [(e, sorted(state.passing[e.where])) for e in state.expectations if e.where in state.passing]
+
+
+def passing_as_dicts(config: pytest.Config) -> list[dict]:
+    """``passing`` for results.json (``RunInfo.passing_expectations``)."""
+    return [{"where": e.where, "selector": e.selector(), "note": PASSING_NOTE.format(where=e.where), "tests": tests}
+            for e, tests in passing(config)]
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     config = session.config
     state = config.stash.get(_STATE, None)
@@ -436,14 +571,34 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     if _is_worker(config):
         config.workeroutput[_WORKER_KEY] = {"decided": sorted(state.decided),
-                                            "saw_conformance_tests": state.saw_conformance_tests}
+                                            "saw_conformance_tests": state.saw_conformance_tests,
+                                            "passing": {where: sorted(ids) for where, ids in state.passing.items()}}
     elif state.strict and stale(config) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    if _is_worker(config):
+        return
+    _summarize_passing(terminalreporter, config)
+    _summarize_stale(terminalreporter, config)
+
+
+def _summarize_passing(terminalreporter, config: pytest.Config) -> None:
+    entries = passing(config)
+    if not entries:
+        return
+    plural = "s" if len(entries) > 1 else ""
+    terminalreporter.write_sep("=", f"kvconform: {len(entries)} expected failure{plural} passed on "
+                                    f"{config.stash[_STATE].untested_vllm}", yellow=True)
+    for e, tests in entries:
+        terminalreporter.write_line(f"{PASSING_NOTE.format(where=e.where)} ({e.selector()}; {len(tests)} test(s))")
+    terminalreporter.write_line("--kvconform-strict makes such a pass fail the run, as on the releases CI tests")
+
+
+def _summarize_stale(terminalreporter, config: pytest.Config) -> None:
     entries = stale(config)
-    if not entries or _is_worker(config):
+    if not entries:
         return
     strict = config.stash[_STATE].strict
     plural = "s" if len(entries) > 1 else ""

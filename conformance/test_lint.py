@@ -7,21 +7,42 @@ package, and the helpers it imports: ``conformance/lint/closure.py``), because a
 connector's device assumption often sits in a helper (SimpleCPUOffload's CUDA
 stream call is in ``vllm/v1/simple_kv_offload/worker.py``). A third-party
 connector outside vLLM is read as its own module or package.
-Error-severity findings fail the test, each named by file and line; warnings and
-info are listed only when it fails.
+Error-severity findings fail the test, each named by file and line for the reader;
+warnings and info are listed only when it fails. The failure also carries each
+error's rule, file, enclosing function and call, without its line (``lint_failure``):
+what an expectation pins (``findings:``), so an edit above a finding, or the same
+code at other lines in another vLLM release, is the same finding.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import pytest
+import yaml
 
 from kvconform.conformance.lint import lint_files, python_files
 from kvconform.conformance.lint.closure import connector_closure
 from kvconform.conformance.lint.findings import Finding
 
 pytestmark = pytest.mark.check("lint")
+
+
+def lint_failure(message: str, errors: list[Finding]) -> BaseException:
+    """pytest's ``Failed`` for ``message`` (shown as ``pytest.fail`` shows it), carrying ``findings``: each
+    error's ``Finding.key()``, what an expectation's ``findings:`` is compared with."""
+    failure = pytest.fail.Exception(message, pytrace=False)
+    failure.findings = tuple(f.key() for f in errors)  # type: ignore[attr-defined]
+    return failure
+
+
+def findings_yaml(errors: list[Finding]) -> list[str]:
+    """The errors as an expectation's ``findings:`` list, one flow mapping a line, ready to paste."""
+    counts = Counter(tuple(f.key().items()) for f in errors)
+    entries = [dict(key, **({"count": n} if n > 1 else {})) for key, n in sorted(counts.items())]
+    return [f"  - {yaml.safe_dump(e, default_flow_style=True, sort_keys=False, width=1 << 16).strip()}"
+            for e in entries]
 
 
 def lint_target(source: Path) -> Path:
@@ -52,5 +73,6 @@ def test_lint(platform, connector):
         # the first line (a report cell's message) names each error's file and line
         places = ", ".join(f"{f.path}:{f.line} {f.rule}" for f in errors)
         listing = "\n".join(f.render() for f in findings)
-        pytest.fail(f"{connector.name}: {len(errors)} lint error(s) in {where}: {places}\n{listing}",
-                    pytrace=False)
+        pinned = "\n".join(findings_yaml(errors))
+        raise lint_failure(f"{connector.name}: {len(errors)} lint error(s) in {where}: {places}\n{listing}\n"
+                         f"what an expectation pins (findings:, no lines):\n{pinned}", errors)

@@ -87,6 +87,15 @@ class StaleExpectation(_Strict):
     selector: str
 
 
+class PassingExpectation(_Strict):
+    """A strict xfail entry whose tests passed on a vLLM kvconform's CI does not test: a note, not a failure."""
+
+    where: str
+    selector: str
+    note: str  # "passes on this vLLM: the finding may be fixed; remove or narrow <where>"
+    tests: list[str] = Field(default_factory=list)  # the node ids that passed
+
+
 class VllmImport(_Strict):
     """What one test process imported as vLLM: the PR gate checks it was the code under review."""
 
@@ -112,6 +121,7 @@ class RunInfo(_Strict):
     duration: float | None = None
     exitstatus: int | None = None
     stale_expectations: list[StaleExpectation] = Field(default_factory=list)
+    passing_expectations: list[PassingExpectation] = Field(default_factory=list)  # only on an untested vLLM
 
 
 class Cell(_Strict):

@@ -3,14 +3,17 @@
 Each rule's pattern is one small matcher; ``MATCHERS`` says which node types each
 matcher looks at.  The walk carries one fact down the tree, whether the code is
 under a platform guard (``guards.py``), because only the torch.cuda rules depend
-on where a call sits.
+on where a call sits.  It also names where each hit sits and what it calls (the
+enclosing ``Class.method`` and the called expression's source): what a hit is,
+independently of its line, so an expectation pinned to it survives an unrelated
+edit above it, or the same code in another vLLM release.
 """
 
 from __future__ import annotations
 
 import ast
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kvconform.conformance.lint.guards import Polarity, polarity
 from kvconform.conformance.lint.names import dotted, import_aliases, resolved, static_prefix
@@ -24,16 +27,25 @@ from kvconform.conformance.lint.rules import (
 )
 
 SNIPPET_LIMIT = 60
+MODULE_SCOPE = "<module>"  # the function of a hit outside any def or class
 
 
 @dataclass(frozen=True)
 class Hit:
-    """A rule's pattern found at a 1-based line and column."""
+    """A rule's pattern found at a 1-based line and column.
+
+    ``function`` is the enclosing definition, qualified (``Class.method``, ``outer.inner``, or
+    ``<module>``); ``call`` is the source of what the matched node calls (``torch.cuda.Stream``
+    for ``torch.cuda.Stream()``), or of the whole node where it is no call (a comparison).
+    The walk fills both in; a matcher gives the rest.
+    """
 
     rule: str
     line: int
     col: int
     detail: str
+    function: str = MODULE_SCOPE
+    call: str = ""
 
 
 @dataclass(frozen=True)
@@ -175,22 +187,40 @@ MATCHERS: dict[type[ast.AST], tuple[Matcher, ...]] = {
 _EXITS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
 
 
+def called(node: ast.AST) -> str:
+    """What a matched node calls, as one line of source: a call's function, else the node itself."""
+    return " ".join(ast.unparse(node.func if isinstance(node, ast.Call) else node).split())
+
+
 class _Walker:
     def __init__(self, source: str, aliases: dict[str, str]):
         self.source = source
         self.aliases = aliases
         self.hits: list[Hit] = []
+        self.scope: list[str] = []  # the names of the enclosing defs and classes, outermost first
 
     def visit(self, node: ast.AST, guarded: bool) -> None:
         site = Site(self.source, self.aliases, guarded)
+        function = ".".join(self.scope) or MODULE_SCOPE
         for matcher in MATCHERS.get(type(node), ()):
-            self.hits.extend(matcher(node, site))
-        branch = _BRANCHES.get(type(node))
+            self.hits.extend(replace(hit, function=function, call=called(node)) for hit in matcher(node, site))
+        branch = _HANDLERS.get(type(node))
         if branch:
             branch(self, node, guarded)
         else:
-            for value in (v for _, v in ast.iter_fields(node)):
-                self._visit_any(value, guarded)
+            self._fields(node, guarded)
+
+    def _fields(self, node: ast.AST, guarded: bool) -> None:
+        for value in (v for _, v in ast.iter_fields(node)):
+            self._visit_any(value, guarded)
+
+    def _definition(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef, guarded: bool) -> None:
+        """A def or class: what it holds is inside it (its decorators and defaults too, for simplicity)."""
+        self.scope.append(node.name)
+        try:
+            self._fields(node, guarded)
+        finally:
+            self.scope.pop()
 
     def _visit_any(self, value, guarded: bool) -> None:
         if isinstance(value, ast.AST):
@@ -227,11 +257,15 @@ class _Walker:
             guarded = guarded or polarity(value, self.aliases) is protects
 
 
-_BRANCHES: dict[type[ast.AST], Callable[[_Walker, ast.AST, bool], None]] = {
+# Nodes the walk treats specially: branches carry the guard down, definitions name the scope.
+_HANDLERS: dict[type[ast.AST], Callable[[_Walker, ast.AST, bool], None]] = {
     ast.If: _Walker._branch,
     ast.While: _Walker._branch,
     ast.IfExp: _Walker._branch,
     ast.BoolOp: _Walker._bool_op,
+    ast.FunctionDef: _Walker._definition,
+    ast.AsyncFunctionDef: _Walker._definition,
+    ast.ClassDef: _Walker._definition,
 }
 
 
@@ -240,7 +274,7 @@ def _character_column(lines: list[str], hit: Hit) -> Hit:
     if hit.line > len(lines):
         return hit
     head = lines[hit.line - 1].encode("utf-8")[: hit.col - 1]
-    return Hit(hit.rule, hit.line, len(head.decode("utf-8", errors="replace")) + 1, hit.detail)
+    return replace(hit, col=len(head.decode("utf-8", errors="replace")) + 1)
 
 
 def check_tree(tree: ast.Module, source: str) -> list[Hit]:

@@ -2,6 +2,8 @@
 
 A file that cannot be read or parsed is a finding (KVC000), not a traceback: a
 connector that does not parse is a result the lint reports like any other.
+A finding's ``key`` (rule, file, enclosing function, call) says what it is without
+its line, so an expectation can pin it across edits and vLLM releases.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import tokenize
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from kvconform.conformance.lint.checker import Hit, check_tree
+from kvconform.conformance.lint.checker import MODULE_SCOPE, Hit, check_tree
 from kvconform.conformance.lint.rules import RULES
 from kvconform.conformance.lint.suppressions import allowed_rules
 
@@ -30,15 +32,21 @@ class Finding:
     severity: str
     message: str
     fix: str
+    function: str = MODULE_SCOPE  # the enclosing definition, qualified: ``Class.method``
+    call: str = ""  # what the code calls there, as source: ``torch.cuda.Stream.priority_range``
 
     @classmethod
     def from_hit(cls, path: Path, hit: Hit) -> Finding:
         rule = RULES[hit.rule]
         return cls(str(path), hit.line, hit.col, rule.id, rule.severity,
-                   rule.message.format(detail=hit.detail), rule.fix)
+                   rule.message.format(detail=hit.detail), rule.fix, hit.function, hit.call)
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    def key(self) -> dict[str, str]:
+        """What the finding is, without where: the form an expectation pins (``findings:`` entries)."""
+        return {"rule": self.rule, "file": self.path, "function": self.function, "call": self.call}
 
     def render(self) -> str:
         return f"{self.path}:{self.line}:{self.col}: {self.rule} {self.severity}: {self.message} (fix: {self.fix})"

@@ -45,9 +45,9 @@ def test_a_connector_without_an_entry_has_no_finding_and_a_skip_entry_skips(tmp_
 
 
 def test_the_entry_for_the_installed_vllm_decides():
-    """cpu.yaml pins SimpleCPUOffloadConnector's crash per vLLM release (AttributeError on 0.32.0,
-    AcceleratorError on 0.33.0): the bench takes the installed release's entry, as the suite does."""
+    """cpu.yaml pins SimpleCPUOffloadConnector's crash per vLLM range (AttributeError on 0.31 and 0.32,
+    AcceleratorError from 0.33 on): the bench takes the entry for the installed vLLM, as the suite does."""
     from kvconform.conformance.reliability.vllm_version import installed_vllm
 
     expectation = KnownResults.load("cpu", "CPU_ATTN", "float16").entry_for("SimpleCPUOffloadConnector")
-    assert expectation.entry.vllm == installed_vllm()[0], expectation.where
+    assert expectation.entry.vllm is not None and expectation.entry.holds_on(installed_vllm()[0]), expectation.where

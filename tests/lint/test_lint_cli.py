@@ -74,6 +74,7 @@ def test_json_is_a_list_of_findings(load_path, capsys):
     assert findings == [{
         "path": str(load_path), "line": 5, "col": 48, "rule": "KVC001", "severity": "error",
         "message": findings[0]["message"], "fix": findings[0]["fix"],
+        "function": "start_load_kv", "call": "load_file(filename)['kv_cache'].cuda",  # as ast.unparse writes it
     }]
     assert ".cuda()" in findings[0]["message"]
 
