@@ -379,8 +379,9 @@ class _State:
     passing: dict[str, set[str]] = field(default_factory=dict)  # where -> tests its strict xfail let pass
 
 
-# On a vLLM kvconform's CI does not test, a strict xfail that passes is this note, not a failure.
-PASSING_NOTE = "passes on this vLLM: the finding may be fixed; remove or narrow {where}"
+def passing_note(expectation: Expectation) -> str:
+    """On a vLLM kvconform's CI does not test, a strict xfail that passes is this note, not a failure."""
+    return f"passes on this vLLM: the finding may be fixed; remove or narrow {expectation.where}"
 
 
 _STATE = pytest.StashKey[_State]()
@@ -521,7 +522,7 @@ def _note_passing(state: _State, expectation: Expectation, nodeid: str, report: 
     """
     report.outcome = "passed"
     report.longrepr = None
-    report.wasxfail = (f"{PASSING_NOTE.format(where=expectation.where)} "
+    report.wasxfail = (f"{passing_note(expectation)} "
                        f"({state.untested_vllm}; it expected: {expectation.entry.reason})")
     state.passing.setdefault(expectation.where, set()).add(nodeid)
 
@@ -560,7 +561,7 @@ def passing(config: pytest.Config) -> list[tuple[Expectation, list[str]]]:
 
 def passing_as_dicts(config: pytest.Config) -> list[dict]:
     """``passing`` for results.json (``RunInfo.passing_expectations``)."""
-    return [{"where": e.where, "selector": e.selector(), "note": PASSING_NOTE.format(where=e.where), "tests": tests}
+    return [{"where": e.where, "selector": e.selector(), "note": passing_note(e), "tests": tests}
             for e, tests in passing(config)]
 
 
@@ -592,7 +593,7 @@ def _summarize_passing(terminalreporter, config: pytest.Config) -> None:
     terminalreporter.write_sep("=", f"kvconform: {len(entries)} expected failure{plural} passed on "
                                     f"{config.stash[_STATE].untested_vllm}", yellow=True)
     for e, tests in entries:
-        terminalreporter.write_line(f"{PASSING_NOTE.format(where=e.where)} ({e.selector()}; {len(tests)} test(s))")
+        terminalreporter.write_line(f"{passing_note(e)} ({e.selector()}; {len(tests)} test(s))")
     terminalreporter.write_line("--kvconform-strict makes such a pass fail the run, as on the releases CI tests")
 
 

@@ -98,7 +98,8 @@ def _stale(results: Results) -> list[str]:
 
 
 def render(results: Results) -> str:
+    notes = caveats(results)
     lines = [f"## kvconform conformance: {verdict(results).headline}", "", totals_line(results), ""]
-    lines += [*(f"> **{text(caveat)}**" for caveat in caveats(results)), ""] if caveats(results) else []
+    lines += [*(f"> **{text(note)}**" for note in notes), ""] if notes else []
     lines += [*_failures(results), *_findings(results), *_matrices(results), *_skips(results), *_stale(results)]
     return "\n".join(lines)

@@ -45,7 +45,7 @@ class VllmStatus:
 
 
 def window() -> str:
-    """The window in words, for messages: ``vLLM 0.31 and newer (CI tests 0.31.0, 0.32.0 and 0.33.0)``."""
+    """The window in words, for messages: ``vLLM 0.32 and newer (CI tests 0.32.0 and 0.33.0)``."""
     oldest = TESTED_VLLM[0].rsplit(".", 1)[0]
     tested = ", ".join(TESTED_VLLM[:-1]) + f" and {TESTED_VLLM[-1]}" if len(TESTED_VLLM) > 1 else TESTED_VLLM[0]
     return f"vLLM {oldest} and newer (CI tests {tested})"
