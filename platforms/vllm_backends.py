@@ -3,8 +3,7 @@
 The table in each platform module is the fallback; when vLLM is importable this
 reports, per backend, whether vLLM's ``AttentionBackendEnum`` has the member,
 whether its class imports here, and whether it refuses KV connectors. vLLM is
-imported only when this function is called, through kvconform's table of vLLM names
-(``conformance/harness/vllm_api.py``), as every vLLM internal kvconform uses.
+imported only when this function is called.
 """
 
 from __future__ import annotations
@@ -30,11 +29,9 @@ def vllm_available() -> bool:
 def confirm(backend: str) -> BackendVerdict:
     if not vllm_available():
         return BackendVerdict(backend, None, "vLLM is not installed; from kvconform's table")
-    from kvconform.conformance.harness import vllm_api
-
     try:
-        AttentionBackendEnum = vllm_api.find("AttentionBackendEnum")
-    except Exception as exc:  # VllmApiError too: unconfirmed, so kvconform's platform table alone speaks
+        from vllm.v1.attention.backends.registry import AttentionBackendEnum
+    except Exception as exc:
         return BackendVerdict(backend, None, f"vLLM's backend registry did not import: {exc}")
     if backend not in AttentionBackendEnum.__members__:
         return BackendVerdict(backend, False, "vLLM's AttentionBackendEnum has no such member")
