@@ -135,10 +135,17 @@ class Defaults(_Strict):
 
 
 class LanesConfig(_Strict):
+    # Values the lanes refer to by YAML alias (queues, images, plugin versions), written once at the
+    # top of the file; the parser resolves the aliases, so no code reads this.
+    variables: dict[str, str] = Field(default_factory=dict)
     connector_groups: dict[Name, list[str]] = Field(min_length=1)
     defaults: Defaults = Field(default_factory=Defaults)
     lanes: dict[Name, Lane] = Field(min_length=1)
     report: RunSpec
+
+    def grouped(self) -> set[str]:
+        """Every connector some connector group lists."""
+        return {name for names in self.connector_groups.values() for name in names}
 
     def group_names(self, lane: Lane) -> list[str]:
         return list(lane.groups) if lane.groups is not None else list(self.connector_groups)
@@ -161,6 +168,11 @@ def _known_connectors() -> set[str]:
         return set(load_profiles().connectors)
     except ProfileError as exc:
         raise LanesError(f"cannot check connector names: {exc}") from None
+
+
+def is_connector_name(name: str) -> bool:
+    """A connector from ``conformance/connectors.yaml`` or a third-party ``package.module:ClassName``."""
+    return bool(THIRD_PARTY.match(name)) or name in _known_connectors()
 
 
 def _connector_problems(config: LanesConfig) -> Iterator[Problem]:

@@ -2,7 +2,9 @@
 
 The vocabulary is vLLM CI's: label with the platform's emoji, key, depends_on,
 agents, env, plugins, timeout_in_minutes, retry, soft_fail, parallelism,
-artifact_paths. Each test step writes one JUnit file per job into
+artifact_paths. Each step starts in a stock vLLM CI image: it fetches and, where the
+image lacks it, installs the kvconform that generated it (``pipelines/install.py``)
+before it runs the suite. Each test step writes one JUnit file per job into
 ``reports/out/junit/<platform>/`` (beside the report, in the folder git ignores)
 and uploads exactly that file, so the report step can fetch one platform's
 results without another platform's or a stale run's.
@@ -13,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kvconform.pipelines import install
 from kvconform.pipelines.lanes import Lane, LanesConfig, RetryRule, RunSpec
 from kvconform.pipelines.shell import Raw, Word, for_upload, join, wrap
 from kvconform.platforms import PLATFORMS
@@ -28,8 +31,10 @@ IMAGE_ENV = "KVCONFORM_IMAGE"
 # The conformance run, as every step writes it: the installed kvconform's checks by package name, never
 # a path (a vLLM checkout has no conformance/ folder, and an image with kvconform installed beside a
 # source copy would load two). ``-P``: the step's folder is a vLLM checkout, whose own ``vllm/`` must
-# not shadow the vLLM built into the image (Python 3.11+, as vLLM's images have).
-PYTEST = ["python3", "-P", "-m", "pytest", "--pyargs", "kvconform.conformance"]
+# not shadow the vLLM built into the image (Python 3.11+, as vLLM's images have); PYTHONSAFEPATH does
+# the same for every Python the run starts (xdist workers, vLLM's own model-inspection subprocess,
+# which imported the checkout's vllm/ when only -P was given: tests/pipelines/test_pipeline_executed.py).
+PYTEST = ["env", "PYTHONSAFEPATH=1", "python3", "-P", "-m", "pytest", "--pyargs", "kvconform.conformance"]
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,27 @@ def command_line(words: list[Word], run: RunSpec, also_forward: tuple[str, ...] 
     return join([*docker, *words])
 
 
+def _in_place(run: RunSpec) -> bool:
+    """Whether the step's commands run where its tests run (no container or wrapper of the lane's own)."""
+    return run.container is None and run.wrapper is None
+
+
+def preamble(run: RunSpec) -> list[str]:
+    """The lines before a step's own: fetch kvconform's wheel and, when the tests run right here, install it."""
+    return [install.fetch_line(), *([install.ensure_line()] if _in_place(run) else [])]
+
+
+def in_test_env(words: list[Word], run: RunSpec, also_forward: tuple[str, ...] = ()) -> str:
+    """``words`` run where the tests run, with kvconform ensured there first.
+
+    In place, ``preamble`` has done that; in a container or through a wrapper the
+    check and install run inside it, in one ``sh -c`` that then execs ``words``.
+    """
+    if _in_place(run):
+        return join(words)
+    return command_line(["sh", "-c", f"{install.ensure_line()} && exec {join(words)}"], run, also_forward)
+
+
 def _placement(run: RunSpec, timeout: int, retry: list[RetryRule], forward: tuple[str, ...] = ()) -> dict[str, Any]:
     """Where and how long a step runs, in Buildkite's spelling; empty settings are left out."""
     step: dict[str, Any] = {"agents": dict(run.agents)}
@@ -125,9 +151,11 @@ def group_step(run: LaneRun, group: str | None, connectors: list[str]) -> dict[s
     key = f"{KEY_PREFIX}-test-{run.name}" + (f"-{group}" if group else "")
     junit = f"{run.junit_dir()}/{key}.xml"
     step = _test_step(run, key, run.label(group))
-    step["commands"] = [for_upload(join(["rm", "-f", "--", junit])),
-                        for_upload(command_line(pytest_words(run, connectors, junit), run.lane,
-                                                run.spec.visibility_vars))]
+    step["commands"] = [for_upload(line) for line in (
+        join(["rm", "-f", "--", junit]),
+        *preamble(run.lane),
+        in_test_env(pytest_words(run, connectors, junit), run.lane, run.spec.visibility_vars),
+    )]
     step["artifact_paths"] = [junit]
     return step
 
@@ -141,13 +169,14 @@ def sharded_step(run: LaneRun, connectors: list[str]) -> dict[str, Any]:
     junits = [f"{run.junit_dir()}/{key}-{job}.xml" for job in range(jobs)]
     step = _test_step(run, key, run.label())
     step["parallelism"] = jobs
-    branches = [f"{job}) " + command_line(pytest_words(run, connectors[job::jobs], junits[job]), run.lane,
-                                          run.spec.visibility_vars) + " ;;"
+    branches = [f"{job}) " + in_test_env(pytest_words(run, connectors[job::jobs], junits[job]), run.lane,
+                                           run.spec.visibility_vars) + " ;;"
                 for job in range(jobs)]
     job_index = Raw('"$BUILDKITE_PARALLEL_JOB"')
     no_shard = join(["echo", f"kvconform: {key} has {jobs} jobs; no connectors for job", job_index])
     step["commands"] = [for_upload(line) for line in (
         join(["rm", "-f", "--", *junits]),
+        *preamble(run.lane),
         f"case {job_index.text} in",
         *branches,
         f"*) {no_shard} >&2; exit 2 ;;",
@@ -179,13 +208,14 @@ def report_step(config: LanesConfig, platforms: list[str], test_keys: list[str])
     before it annotates. The step fails only if the report does.
     """
     suffix = "-".join(platforms)
-    report = command_line(["kvconform", "report", Raw(f"{JUNIT_ROOT}/*/*.xml"), "--out", REPORT_OUT,
-                           "--exit-zero"], config.report)
+    report = in_test_env(["python3", "-P", "-m", "kvconform", "report", Raw(f"{JUNIT_ROOT}/*/*.xml"),
+                            "--out", REPORT_OUT, "--exit-zero"], config.report)
     annotate = join(["buildkite-agent", "annotate", "--style", Raw('"$style"'), "--context", f"{KEY_PREFIX}-{suffix}"])
     summary = join([f"{REPORT_OUT}/summary.md"])
     every_platform_missing = join(["".join(f" {platform}" for platform in platforms)])
     lines = [
         join(["rm", "-rf", "--", REPORT_OUT]),
+        *preamble(config.report),
         "missing=",
         *[f"{join(['buildkite-agent', 'artifact', 'download', f'{JUNIT_ROOT}/{platform}/*.xml', '.'])}"
           f' || missing="$missing {platform}"' for platform in platforms],

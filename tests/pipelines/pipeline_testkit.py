@@ -1,7 +1,7 @@
 """Helpers for the pipeline generator's tests (a uniquely named module: tests import it by name).
 
 ``FakeBin`` puts recording stand-ins for the programs a step runs (python3, recorded
-as ``pytest`` when it runs ``-P -m pytest``, kvconform, buildkite-agent, docker, rm, a
+as ``pytest`` when it runs ``-P -m pytest`` and as ``kvconform`` for ``-P -m kvconform``, buildkite-agent, docker, rm, a
 wrapper) first on PATH, so a generated
 step's commands can be *executed* by bash and what each program received checked
 word for word, without running any of them for real (a fake ``rm`` also means an
@@ -16,6 +16,7 @@ import stat
 import subprocess
 from pathlib import Path
 
+from kvconform.pipelines.install import wheel_path
 from tests.load import stretched
 
 # A recording stand-in, in bash so that a test running many of them stays fast. Each call
@@ -23,6 +24,7 @@ from tests.load import stretched
 RECORDER = r"""#!/usr/bin/env bash
 prog=$(basename "$0")
 if [ "$prog" = python3 ] && [ "${1:-} ${2:-} ${3:-}" = "-P -m pytest" ]; then prog=pytest; shift 3; fi
+if [ "$prog" = python3 ] && [ "${1:-} ${2:-} ${3:-}" = "-P -m kvconform" ]; then prog=kvconform; shift 3; fi
 { printf '%s\0' "$prog" "$@"; printf '\036'; } >> "$FAKE_LOG"
 if [ "$prog" = buildkite-agent ] && [ "${1:-}" = annotate ]; then cat > "$FAKE_LOG.annotation"; fi
 if [ "$prog" = buildkite-agent ] && [ "${1:-} ${2:-} ${3:-} ${4:-}" = "step get outcome --step" ]; then
@@ -36,6 +38,8 @@ fi
 status_var="FAKE_$(printf '%s' "$prog" | tr 'a-z-' 'A-Z_')_STATUS"
 exit "${!status_var:-0}"
 """
+
+WHEEL_FETCH = ["artifact", "download", wheel_path()]
 
 FAKE_PROGRAMS = ("python3", "kvconform", "buildkite-agent", "docker", "rm", "wrap")
 
@@ -68,6 +72,10 @@ class FakeBin:
             name, *argv = raw.split("\0")[:-1]
             records.append({"prog": name, "argv": argv})
         return [r for r in records if prog is None or r["prog"] == prog]
+
+    def agent_calls(self) -> list[list[str]]:
+        """What ``buildkite-agent`` was asked, less the fetch of kvconform's wheel that starts every step."""
+        return [c["argv"] for c in self.calls("buildkite-agent") if c["argv"][:3] != WHEEL_FETCH]
 
     def set_outcomes(self, outcomes: dict[str, str]) -> None:
         """What ``buildkite-agent step get outcome --step KEY`` answers (nothing for a key not given)."""

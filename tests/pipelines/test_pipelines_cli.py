@@ -88,4 +88,4 @@ def test_output_onto_a_directory_is_one_line(tmp_path, capsys):
 
 def test_unknown_connector_is_one_line(capsys):
     assert main(["pipeline", "--platform", "xpu", "--connector", "NoSuch"]) == 2
-    assert "NoSuch is in no connector group that a xpu lane runs" in _one_error_line(capsys)
+    assert "NoSuch is in no connector group and names no connector" in _one_error_line(capsys)

@@ -11,7 +11,9 @@ import argparse
 import shlex
 
 import pytest
+from pipeline_testkit import WHEEL_FETCH
 
+from kvconform.pipelines.install import ensure_line
 from kvconform.pipelines.lanes import Container, Lane, LanesConfig, RunSpec, Wrapper
 from kvconform.pipelines.shell import Raw, join, wrap
 from kvconform.pipelines.steps import FORWARD_ENV, LaneRun, group_step, report_step, sharded_step
@@ -45,9 +47,12 @@ def expected_pytest(connectors: list[str], junit: str, workers: int = 1) -> list
             "-n", str(workers), "--max-worker-restart=16", "-rs", f"--junitxml={junit}"]
 
 
-def assert_nothing_injected(fake_bin, allowed=("pytest", "rm", "wrap")):
+def assert_nothing_injected(fake_bin, allowed=("pytest", "rm", "wrap", "python3", "buildkite-agent")):
     assert not list(fake_bin.cwd.rglob("pwned")), "a hostile name ran as shell"
     assert {call["prog"] for call in fake_bin.calls()} <= set(allowed), fake_bin.calls()
+    # besides the tests, only kvconform's own install: fetch its wheel, see whether it imports
+    assert [c["argv"] for c in fake_bin.calls("buildkite-agent")] == [[*WHEEL_FETCH, "."]]
+    assert [c["argv"] for c in fake_bin.calls("python3")] == [["-P", "-c", "import kvconform"]]
     for call in fake_bin.calls("rm"):
         assert call["argv"][:2] == ["-f", "--"] and all(a.startswith("reports/out/junit/") for a in call["argv"][2:])
 
@@ -74,7 +79,7 @@ def test_connector_values_starting_with_dashes_stay_values():
     parser = argparse.ArgumentParser()
     parser.add_argument("--connector", action="append")
     parser.add_argument("--junitxml")
-    words = shlex.split(group_step(lane_run(), "g", ["-rf", "--junitxml=/tmp/evil.xml"])["commands"][1])
+    words = shlex.split(group_step(lane_run(), "g", ["-rf", "--junitxml=/tmp/evil.xml"])["commands"][-1])
     args, _ = parser.parse_known_args(words[2:])
     assert args.connector == ["-rf", "--junitxml=/tmp/evil.xml"]
     assert args.junitxml == "reports/out/junit/xpu/kvconform-test-xpu-g.xml"
@@ -142,7 +147,7 @@ def test_report_step_annotates_in_the_style_of_the_test_steps_outcomes(outcomes,
 
     result = fake_bin.run_commands(step["commands"], FAKE_WRAP_MODE=mode or "")
     assert result.returncode == 0, result.stderr
-    agent_calls = [c["argv"] for c in fake_bin.calls("buildkite-agent")]
+    agent_calls = fake_bin.agent_calls()
     assert agent_calls[:2] == [["artifact", "download", "reports/out/junit/xpu/*.xml", "."],
                                ["artifact", "download", "reports/out/junit/cpu/*.xml", "."]]
     assert agent_calls[2:4] == [["step", "get", "outcome", "--step", "t-a"],
@@ -168,7 +173,7 @@ def test_report_step_annotates_naming_a_platform_that_uploaded_no_junit(missing,
 
     result = fake_bin.run_commands(step["commands"])
     assert result.returncode == 0, result.stderr
-    annotate = [c["argv"] for c in fake_bin.calls("buildkite-agent") if c["argv"][0] == "annotate"]
+    annotate = [argv for argv in fake_bin.agent_calls() if argv[0] == "annotate"]
     assert annotate == [["annotate", "--style", "error", "--context", "kvconform-xpu-cpu"]]
     assert f"no JUnit results from: {' '.join(missing)}**" in fake_bin.annotation()
     if missing == ["cpu"]:
@@ -215,9 +220,15 @@ def test_a_container_lane_runs_pytest_in_the_image_with_the_lane_env(fake_bin):
     [docker] = fake_bin.calls("docker")
     cwd = str(fake_bin.cwd)
     junit = "reports/out/junit/xpu/kvconform-test-xpu-g.xml"
-    assert docker["argv"] == ["run", "--rm", "--init", "--volume", f"{cwd}:{cwd}", "--workdir", cwd,
-                              "--env=B", "--env=ZE_AFFINITY_MASK", "--device", "/dev/dri", "--shm-size", "16g",
-                              "img:1", "python3", "-P", "-m", "pytest", *expected_pytest(HOSTILE, junit)]
+    assert docker["argv"][:-3] == ["run", "--rm", "--init", "--volume", f"{cwd}:{cwd}", "--workdir", cwd,
+                                   "--env=B", "--env=ZE_AFFINITY_MASK", "--device", "/dev/dri", "--shm-size", "16g",
+                                   "img:1"]
+    # in the image: kvconform ensured (installed from the fetched wheel if missing), then the tests
+    assert docker["argv"][-3:-1] == ["sh", "-c"]
+    ensure, _, run = docker["argv"][-1].partition(" && exec ")
+    assert ensure == ensure_line()
+    assert shlex.split(run) == ["env", "PYTHONSAFEPATH=1", "python3", "-P", "-m", "pytest",
+                                *expected_pytest(HOSTILE, junit)]
     assert not list(fake_bin.cwd.rglob("pwned"))
 
 

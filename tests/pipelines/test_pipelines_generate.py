@@ -172,7 +172,7 @@ def test_xpu_pipeline_runs_the_example_connector_on_xpu():
     assert len(lines) == 1
     assert "python3 -P -m pytest --pyargs kvconform.conformance --platform=xpu" in lines[0]
     assert "--junitxml=reports/out/junit/xpu/" in lines[0]
-    assert all(step["agents"] == {"queue": "intel_gpu"} for step in steps)
+    assert all(step["agents"] == {"queue": "${KVCONFORM_XPU_QUEUE:-intel_gpu}"} for step in steps)
     assert all(step["env"]["ZE_AFFINITY_MASK"] == "0,1" for step in steps)
     assert all("soft_fail" not in step for step in steps)
 
@@ -182,7 +182,7 @@ def test_junit_files_are_uploaded_and_reported(target):
     pipeline = generated(target)
     junits = []
     for step in conformance_steps(pipeline):
-        written = [m for c in step["commands"] for m in re.findall(r"--junitxml=(\S+)", c)]
+        written = [m for c in step["commands"] for m in re.findall(r"--junitxml=([^\s']+)", c)]
         assert sorted(written) == sorted(step["artifact_paths"])
         junits += written
     wait, report = pipeline["steps"][-2:]
@@ -192,7 +192,7 @@ def test_junit_files_are_uploaded_and_reported(target):
     joined = "\n".join(report["commands"])
     for platform in platforms:
         assert f"buildkite-agent artifact download 'reports/out/junit/{platform}/*.xml' ." in joined
-    assert "kvconform report " in joined and " --out reports/out" in joined
+    assert "python3 -P -m kvconform report " in joined and " --out reports/out" in joined
     assert "buildkite-agent annotate --style" in joined and "< reports/out/summary.md" in joined
     keys = [step["key"] for step in conformance_steps(pipeline)]
     assert f"for key in {' '.join(keys)}; do" in report["commands"]  # the annotation's style reads every outcome
@@ -241,7 +241,7 @@ def test_all_connectors_is_the_same_as_no_selection():
 
 
 @pytest.mark.parametrize("names, selection, message", [
-    (["xpu"], ["NoSuchConnector"], "NoSuchConnector is in no connector group that a xpu lane runs"),
+    (["xpu"], ["NoSuchConnector"], "NoSuchConnector is in no connector group and names no connector"),
     (["xpu"], ["$(touch pwned)"], "in no connector group"),
     (["xpu"], [], "no connectors selected"),
     (["tpu"], None, "unknown platform(s) 'tpu'"),
@@ -276,3 +276,35 @@ def test_generation_imports_neither_vllm_nor_torch():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=stretched(60))
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+# ---- connectors in no group, and the lanes file's variables -------------------------------------------
+
+
+def test_a_connector_in_no_group_runs_in_the_default_group_of_its_platforms_first_lane():
+    steps = conformance_steps(build_pipeline(["xpu"], ["my_connector:DictConnector", "ExampleConnector"]))
+    assert [step["key"] for step in steps] == ["kvconform-test-xpu-reference", "kvconform-test-xpu-ungrouped"]
+    assert connectors_of(steps[1]["commands"][-1]) == ["my_connector:DictConnector"]
+    [cpu] = conformance_steps(build_pipeline(["cpu"], ["my_connector:DictConnector"]))  # a sharded lane: its one step
+    assert connectors_of(cpu["commands"][-1]) == ["my_connector:DictConnector"]
+
+
+def test_a_connector_whose_group_no_lane_runs_names_the_key_to_add(write_lanes):
+    path = write_lanes(lambda data: data["lanes"]["xpu"].update(groups=["reference"]))
+    with pytest.raises(LanesError, match=re.escape(
+            f"{path}: NixlConnector is in connector group(s) nixl, which no xpu lane runs; "
+            "add the group to `lanes.xpu.groups`")):
+        build_pipeline(["xpu"], ["NixlConnector"], config_path=path)
+
+
+def test_queues_images_and_plugin_versions_are_variables_set_once(shipped_lanes):
+    """Every queue, image and plugin name in the output is a `${KVCONFORM_...:-default}` from `variables:`."""
+    values = set(shipped_lanes["variables"].values())
+    assert all(re.fullmatch(r"\$\{KVCONFORM_[A-Z0-9_]+:-[^}$]+(\$\{BUILDKITE_COMMIT\}[^}$]*)?\}", v) for v in values)
+    pipeline = generated("all")
+    steps = [*conformance_steps(pipeline), pipeline["steps"][-1]]
+    used = {step["agents"]["queue"] for step in steps}
+    used |= {name for step in steps for plugin in step.get("plugins", []) for name in plugin}
+    used |= {settings["image"] for step in steps for plugin in step.get("plugins", []) for settings in plugin.values()}
+    used |= {step["env"]["KVCONFORM_IMAGE"] for step in steps if "KVCONFORM_IMAGE" in step.get("env", {})}
+    assert used == values  # each one used, none written out elsewhere
