@@ -20,7 +20,8 @@ from kvconform.conformance.run_target import TARGET_KEY, RunTarget, is_active, r
 from kvconform.conformance.versions import installed
 
 # Sibling plugin modules, each with one concern; loaded with this one (so their options parse too).
-pytest_plugins = ["kvconform.conformance.expectations", "kvconform.conformance.results",
+pytest_plugins = ["kvconform.conformance.private_apis", "kvconform.conformance.expectations",
+                  "kvconform.conformance.results",
                   "kvconform.conformance.reliability", "kvconform.conformance.harness.workload_options",
                   "kvconform.conformance.services", "kvconform.conformance.released"]
 

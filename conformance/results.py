@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from kvconform.conformance import vllm_source
+from kvconform.conformance.private_apis import public_only
 from kvconform.conformance.reliability.vllm_version import installed_status
 from kvconform.conformance.run_target import TARGET_KEY
 from kvconform.conformance.versions import installed
@@ -199,20 +200,31 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     """Record what the run ran on as JUnit suite properties, so a report from JUnit alone can say it.
 
     JUnit is written by the controller; pytest has no public way to add suite
-    properties from a plugin under xdist, so this uses junitxml's own stash key.
+    properties from a plugin under xdist (``record_testsuite_property`` does not
+    work there), so this uses junitxml's own stash key, where it has the shape
+    pytest 8 and 9 give it (``private_apis.PRIVATE_USES``).
     """
     config = session.config
     if hasattr(config, "workerinput"):
         return
-    try:
-        from _pytest.junitxml import xml_key
-    except ImportError:  # a pytest without it: the report falls back to the test ids
-        return
-    junit = config.stash.get(xml_key, None)
+    junit = junit_writer(config)
     if junit is not None:
         for name, value in environment(config).items():
             if value is not None:
                 junit.add_global_property(ident.RUN_PROPERTY_PREFIX + name, value)
+
+
+def junit_writer(config: pytest.Config):
+    """pytest's JUnit writer of this run, if it writes one and has ``add_global_property`` (feature-tested: None
+    where pytest moved it, and under ``--kvconform-public-apis-only``, so the JUnit file has no run properties)."""
+    if public_only(config):
+        return None
+    try:
+        from _pytest.junitxml import xml_key
+    except ImportError:
+        return None
+    junit = config.stash.get(xml_key, None) if isinstance(xml_key, pytest.StashKey) else None
+    return junit if callable(getattr(junit, "add_global_property", None)) else None
 
 
 @pytest.hookimpl(trylast=True)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from kvconform.conformance.private_apis import public_only
 from kvconform.conformance.reliability.items import check_of, connector_of
 
 LEDGER_INPUT_KEY = "kvconform_ledger"  # xdist workerinput: the ledger file's path
@@ -158,7 +159,8 @@ def how_it_ended(returncode: int | None) -> str | None:
 
 
 def _worker_returncode(node) -> int | None:
-    """The dead worker's return code, when execnet still holds its process (a private detail: None if not)."""
+    """The dead worker's return code, when execnet still holds its process (a private detail, feature-tested:
+    None if not; ``private_apis.PRIVATE_USES``)."""
     popen = getattr(getattr(getattr(node, "gateway", None), "_io", None), "popen", None)
     try:
         return popen.wait(timeout=5) if popen is not None else None
@@ -197,7 +199,8 @@ class CrashReporter:
         if not error:
             return
         worker = node.gateway.id
-        self.endings[worker] = how_it_ended(_worker_returncode(node)) or str(error).strip().splitlines()[0]
+        returncode = None if public_only(self.config) else _worker_returncode(node)
+        self.endings[worker] = how_it_ended(returncode) or str(error).strip().splitlines()[0]
         self.unsent[worker] = (node, self._held_by(worker))  # reported with its crashed test, or at the end
 
     def _report_unsent(self, worker: str, crashitem: str | None = None) -> list[str]:

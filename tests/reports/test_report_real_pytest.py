@@ -122,6 +122,21 @@ def test_json_and_junit_of_a_real_session_agree(pytester, workers):
     assert any("loaded bytes differ" in details for details in failing.values())
 
 
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_public_apis_only_junit_has_no_run_properties_and_the_same_tests(pytester, workers):
+    """The fallback of junitxml's private stash key (``private_apis.PRIVATE_USES``): the tests read the same."""
+    _session(pytester, "-p", "kvconform.conformance.results", "--kvconform-public-apis-only",
+             "--kvconform-json", "out/results.json", "--junitxml", "out/junit.xml", *workers)
+    junit = (pytester.path / "out/junit.xml").read_text()
+    assert "kvconform.check" in junit and "kvconform.run." not in junit
+    from_junit, _ = read(pytester.path / "out/junit.xml")
+    _assert_identities(from_junit)
+    (junit_run,) = from_junit.runs
+    assert junit_run.platform == "cpu" and junit_run.torch is None  # the platform from the test ids
+    (run,) = read(pytester.path / "out/results.json")[0].runs
+    assert run.platform == "cpu" and run.torch  # results.json still says what the run ran on
+
+
 def test_junit_of_a_session_without_kvconform_properties_is_parsed_from_ids(pytester):
     _session(pytester, "-p", "no:kvconform.conformance.results", "--junitxml", "out/junit.xml")
     junit = (pytester.path / "out/junit.xml").read_text()

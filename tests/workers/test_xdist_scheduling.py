@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import types
 
+import pytest
+
 from kvconform.conformance.reliability.crashes import connector_in_nodeid
-from kvconform.conformance.xdist_scheduling import ConnectorScheduling
+from kvconform.conformance.xdist_scheduling import ConnectorScheduling, worker_count
 
 CONNECTORS = ("ExampleConnector", "NixlConnector", "NixlConnector@device-buffer")
 
@@ -49,12 +51,13 @@ COLLECTION = [
 
 
 class FakeConfig:
-    """What xdist's scheduler reads of pytest's config: ``-n 2`` and the scope-reordering option."""
+    """What the scheduler reads of pytest's config: ``-n 2`` (xdist sets two ``popen`` specs), and the
+    scope-reordering option it must leave alone."""
 
-    def __init__(self) -> None:
-        self.option = types.SimpleNamespace(tx=["2*popen"], loadscopereorder=True)
+    def __init__(self, tx: list[str] | None = None) -> None:
+        self.option = types.SimpleNamespace(tx=["popen", "popen"] if tx is None else tx, loadscopereorder=True)
 
-    def getvalue(self, name: str):
+    def getoption(self, name: str):
         return getattr(self.option, name)
 
 
@@ -120,3 +123,61 @@ def test_workers_that_finish_leave_nothing_queued():
     assert sorted(first.sent + second.sent) == list(range(len(COLLECTION)))
     assert sched.tests_finished
     assert sched.remove_node(first) is None and sched.remove_node(second) is None
+
+
+# what xdist's session (dsession.py, pytest-xdist 3.5 to 3.8) reads and calls on the scheduler it is given
+CONTRACT = ("nodes", "collection_is_completed", "tests_finished", "has_pending", "add_node", "add_node_collection",
+            "mark_test_complete", "mark_test_pending", "remove_pending_tests_from_node", "remove_node", "schedule")
+
+
+def test_the_scheduler_has_every_member_of_xdists_scheduler_contract():
+    missing = [name for name in CONTRACT if not hasattr(ConnectorScheduling, name)]
+    assert not missing
+    protocol = pytest.importorskip("xdist.scheduler.protocol", reason="pytest-xdist before 3.6 has no "
+                                   "Scheduling protocol; CONTRACT above lists what its session uses")
+    declared = {name for name in vars(protocol.Scheduling) if not name.startswith("_")}
+    assert declared <= set(CONTRACT), declared - set(CONTRACT)
+
+
+@pytest.mark.parametrize(("tx", "count"), [(["popen", "popen"], 2), (["2*popen"], 2), (["3*popen", "ssh=host"], 4)])
+def test_worker_count_reads_xdists_tx_specs(tx, count):
+    assert worker_count(FakeConfig(tx)) == count
+
+
+def test_scheduling_waits_for_every_workers_collection():
+    first, second = FakeWorker("gw0"), FakeWorker("gw1")
+    sched = ConnectorScheduling(FakeConfig(), CONNECTORS)
+    sched.add_node(first)
+    sched.add_node(second)
+    sched.add_node_collection(first, COLLECTION)
+    assert not sched.collection_is_completed and not sched.tests_finished
+    sched.add_node_collection(second, COLLECTION)
+    assert sched.collection_is_completed and not sched.has_pending  # xdist says "scheduling tests via ..."
+    sched.schedule()
+    assert sched.has_pending and first.sent and second.sent
+
+
+def test_a_replacement_that_collected_other_tests_gets_none():
+    first, second = FakeWorker("gw0"), FakeWorker("gw1")
+    sched = _scheduling(first, second)
+    sched.mark_test_complete(first, first.sent[0])
+    sched.remove_node(first)
+    replacement = FakeWorker("gw2")
+    sched.add_node(replacement)
+    sched.add_node_collection(replacement, COLLECTION[:-1])
+    assert replacement not in sched.registered_collections
+
+
+def test_more_workers_than_scopes_stops_the_extra_ones():
+    workers = [FakeWorker(f"gw{i}") for i in range(3)]
+    sched = ConnectorScheduling(FakeConfig(["3*popen"]), CONNECTORS)
+    two_scopes = COLLECTION[:5] + COLLECTION[-1:]  # ExampleConnector and NixlConnector round trips, test_engine
+    two_scopes = [t for t in two_scopes if "NixlConnector" not in t]
+    for worker in workers:
+        sched.add_node(worker)
+    for worker in workers:
+        sched.add_node_collection(worker, two_scopes)
+    sched.schedule()
+    assert [w.shutting_down for w in workers] == [True, True, True]  # everything sent: all told to stop
+    assert workers[2] not in sched.nodes and workers[2].sent == []
+    assert sorted(workers[0].sent + workers[1].sent) == list(range(len(two_scopes)))
