@@ -177,12 +177,14 @@ test-vllm031: venv-vllm031
 # The other end of each range: the oldest pytest, xdist, pytest-timeout, PyYAML, pydantic and hypothesis kvconform
 # requires (.ci/oldest.txt), installed with --no-deps into a folder that goes first on PYTHONPATH over .venv, so vLLM
 # and everything else stay .venv's. Runs the tests of the pytest plugin (pytester runs, xdist scheduling, the
-# reliability machinery) and a conformance subset, strict (.ci/run runs it).
+# held reports, crash isolation, bad input) and a conformance subset, strict (.ci/run runs it; about 4 min).
 OLDEST       ?= .oldest-tools
 OLDEST_STAMP := $(OLDEST)/.kvconform-installed
 RUN_OLDEST   := PYTHONPATH=$(abspath $(OLDEST))
-OLDEST_TESTS ?= tests/reliability tests/workers/test_xdist_scheduling.py tests/selftest/test_shutdown_catches.py \
-	tests/expectations tests/reports tests/harness/test_released.py tests/install
+OLDEST_TESTS ?= tests/reliability/test_deferred_protocol.py tests/reliability/test_deferred_private_index.py \
+	tests/reliability/test_crash_isolation.py tests/reliability/test_bad_input.py tests/workers/test_xdist_scheduling.py \
+	tests/expectations tests/reports/test_report_real_pytest.py tests/reports/test_report_harness_cause.py \
+	tests/harness/test_released.py tests/install/test_public_apis.py tests/install/test_requirements.py
 OLDEST_SUITE ?= (test_roundtrip and float32) or test_contract or test_lint
 
 .PHONY: test-oldest
