@@ -18,8 +18,8 @@ def test_a_tested_release_and_its_local_builds_are_tested(found):
     assert (status.version, status.distribution, status.tested, status.note) == (*found, True, None)
 
 
-@pytest.mark.parametrize("version", ["0.32.3", "0.32.0rc1", "0.33.1.dev42+gabc1234",
-                                     "0.33.1.dev12+g0123abc.cpu", "0.34.0", "1.0.0", "0.32.0.dev5", "0.31.1", "0.31.0rc2"])
+@pytest.mark.parametrize("version", ["0.32.3", "0.32.0rc1", "0.33.1.dev42+gabc1234", "0.33.1.dev12+g0123abc.cpu",
+                                     "0.34.0", "1.0.0", "0.32.0.dev5", "0.31.1", "0.31.0rc2"])
 def test_a_vllm_in_the_window_ceases_only_to_be_tested(version):
     status = vllm_status((version, "vllm"))
     assert not status.tested
