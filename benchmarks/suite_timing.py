@@ -1,7 +1,9 @@
 """How long the CPU conformance suite takes on this machine, and where the time goes.
 
-Issue 20's targets: the suite without the engine tier in at most 45 s serial; a
-one-connector gate run in at most 10 s; ``-n 2`` at least 1.5x faster than serial.
+The targets: the suite without the engine tier in at most 60 s serial on a quiet
+2-core machine, with the connectors under vLLM's own conditions (issue 37), and a
+one-connector gate run in at most 10 s; how much faster ``-n 2`` is than serial is
+measured, not a target.
 This script measures, it optimises nothing. Each run is a fresh pytest process
 (as CI starts one); the host's load average is recorded beside every wall time,
 and so is the CPU time (user + sys) of the run's whole process tree, because a
@@ -72,12 +74,12 @@ class SuiteRun:
     name: str
     doc: str
     args: tuple[str, ...]
-    target_s: float | None  # wall-time target, if issue 20 sets one
+    target_s: float | None  # wall-time target, where one is set
     one_core: bool = False  # pinned to one of the cores this script may use, every thread it starts included
 
 
 RUNS: dict[str, SuiteRun] = {r.name: r for r in (
-    SuiteRun("serial", "full CPU suite without the engine tier, one process", tuple(SUITE), 45.0),
+    SuiteRun("serial", "full CPU suite without the engine tier, one process", tuple(SUITE), 60.0),
     SuiteRun("one-core", "the serial run pinned to one core: what a second core gives a serial run", tuple(SUITE),
              None, one_core=True),
     SuiteRun("xdist", "the same with -n 2", (*SUITE, "-n", "2"), None),
@@ -86,7 +88,6 @@ RUNS: dict[str, SuiteRun] = {r.name: r for r in (
     SuiteRun("collect", "collection only: the fixed cost every pytest run pays before its first test",
              (*SUITE, "--collect-only"), None),
 )}
-SPEEDUP_TARGET = 1.5
 # The runs that select the same tests, so their outcomes must agree test for test.
 SAME_TESTS = ("serial", "xdist")
 DURATIONS = 30  # pytest --durations=N for the timed runs
@@ -337,8 +338,7 @@ def findings(results: dict[str, RunResult], import_s: float) -> list[str]:
     notes = []
     serial, xdist, gate, collect = (results.get(n) for n in ("serial", "xdist", "gate", "collect"))
     if (ratio := speedup(results)) is not None:
-        notes.append(f"-n 2 is {ratio:.2f}x serial (target {SPEEDUP_TARGET}x): "
-                     + ("met" if ratio >= SPEEDUP_TARGET else "not met"))
+        notes.append(f"-n 2 is {ratio:.2f}x serial")
     if (one_core := results.get("one-core")) and serial:
         notes.append(f"the serial run on one core took {one_core.wall_s:.1f} s against {serial.wall_s:.1f} s on "
                      f"every core: a second core makes a serial run {one_core.wall_s / serial.wall_s:.2f}x as fast")
@@ -413,12 +413,8 @@ def readme_table(results: dict[str, RunResult]) -> str:
         run = results.get(name)
         if run is None:
             continue
-        if name == "xdist":
-            shown = f" ({ratio:.2f}x)" if ratio is not None else ""
-            target = f"{SPEEDUP_TARGET}x faster than serial"
-            met = ratio is not None and ratio >= SPEEDUP_TARGET
-        else:
-            shown, target, met = "", f"<= {run.target_s:.0f} s" if run.target_s else None, run.met
+        shown = f" ({ratio:.2f}x)" if name == "xdist" and ratio is not None else ""
+        target, met = f"<= {run.target_s:.0f} s" if run.target_s else None, run.met
         verdict = f"{target}: " + ("met" if met else "**not met**") if target else "-"  # --connector: none
         rows.append(f"| {label} | {run.wall_s:.1f} s{shown} | {run.cpu_s:.1f} s | "
                     f"{run.load_before[0]:.1f} / {run.load_after[0]:.1f} | {verdict} |")
@@ -483,9 +479,7 @@ def tally(rounds: list[dict[str, RunResult]]) -> list[str]:
                          f"rounds ({walls[0]:.1f}-{walls[-1]:.1f} s)")
     ratios = [ratio for ratio in map(speedup, rounds) if ratio is not None]
     if ratios:
-        notes.append(f"-n 2 at least {SPEEDUP_TARGET}x faster than serial in "
-                     f"{sum(ratio >= SPEEDUP_TARGET for ratio in ratios)} of {len(ratios)} rounds "
-                     f"({min(ratios):.2f}x-{max(ratios):.2f}x)")
+        notes.append(f"-n 2 against serial in {len(ratios)} rounds: {min(ratios):.2f}x-{max(ratios):.2f}x")
     references = [r.host_reference_s for one in rounds for r in one.values() if r.host_reference_s]
     if references:
         notes.append(f"host reference loop before each run: {min(references):.2f}-{max(references):.2f} s "
@@ -559,8 +553,7 @@ def main(argv: list[str] | None = None) -> int:
         middle = speedups[chosen]
         notes.insert(0, f"-n 2 against serial in {len(measured)} rounds: "
                         f"{', '.join(f'{s:.2f}x' for s in measured)}; median {middle:.2f}x (round {chosen + 1}, whose "
-                        f"runs the tables show; target {SPEEDUP_TARGET}x): "
-                        + ("met" if middle >= SPEEDUP_TARGET else "not met"))
+                        "runs the tables show)")
     paired = [results[n] for n in SAME_TESTS if n in results and results[n].results_json]
     agree = None
     if len(paired) == 2:
@@ -589,7 +582,7 @@ def main(argv: list[str] | None = None) -> int:
         print(threads)
 
     doc = {"cpus": os.cpu_count(), "python": args.python, "vllm_import_s": round(import_s, 2),
-           "speedup_target": SPEEDUP_TARGET, "findings": notes, "same_outcomes": agree,
+           "findings": notes, "same_outcomes": agree,
            "runs": {name: {**asdict(r), "met": r.met} for name, r in results.items()},
            "rounds": [{"speedup": None if s is None else round(s, 3),
                        "runs": {name: {"wall_s": r.wall_s, "cpu_s": r.cpu_s, "exit_status": r.exit_status,

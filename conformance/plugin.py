@@ -14,7 +14,6 @@ import pytest
 
 from kvconform import platforms
 from kvconform.conformance import vllm_source
-from kvconform.conformance.harness.affinity import ucx_locks_sleep
 from kvconform.conformance.reliability.vllm_version import installed_status
 from kvconform.conformance.run_target import TARGET_KEY, RunTarget, is_active, run_target, targets_conformance
 from kvconform.conformance.versions import installed
@@ -82,15 +81,13 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{marker}: {text}")
     if not is_active(config):
         return
-    ucx_locks_sleep()  # before any UCX context reads it; xdist workers inherit it (harness/affinity.py)
     worker = getattr(config, "workerinput", None)
     if worker and "kvconform_platform" in worker:
-        # an xdist worker: take its own device and share of the CPUs before anything probes or initialises them
-        from kvconform.conformance.xdist_devices import pin_worker_device, share_cpus
+        # an xdist worker: take its own device before anything probes or initialises it
+        from kvconform.conformance.xdist_devices import pin_worker_device
 
         slot = worker["kvconform_slot"]
         pin_worker_device(platforms.get(worker["kvconform_platform"]), worker["kvconform_device_count"], slot)
-        share_cpus(worker.get("workercount", 1), slot)
     try:
         spec, found = platforms.resolve(config.getoption("platform"))
         backends = platforms.check_backends(spec, config.getoption("attn_backend"))
@@ -148,15 +145,6 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log) -> object | None:
     from kvconform.conformance.xdist_scheduling import ConnectorScheduling
 
     return ConnectorScheduling(config, [p.id for p in connector_params(config)], log)
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtestloop(session: pytest.Session) -> None:
-    """xdist controller of a conformance run: the cores go to its workers first (``xdist_devices.py``)."""
-    if TARGET_KEY in session.config.stash and session.config.pluginmanager.has_plugin("dsession"):
-        from kvconform.conformance.xdist_devices import controller_yields_cpus
-
-        controller_yields_cpus()
 
 
 @pytest.hookimpl(optionalhook=True)

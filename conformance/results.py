@@ -112,13 +112,14 @@ class _Collector:
 
     def run_info(self, exitstatus: int) -> RunInfo:
         from kvconform.conformance.expectations import passing_as_dicts, stale_as_dicts
+        from kvconform.conformance.reliability.library_copies import notes
 
         commits = {c for c in (_vllm_commit(), *self.worker_commits) if c}
         return RunInfo(
             id=self.platform, **environment(self.config), vllm_commit=", ".join(sorted(commits)) or None,
             started=self.started.isoformat(timespec="seconds"), duration=round(time.monotonic() - self.clock, 3),
             exitstatus=int(exitstatus), stale_expectations=stale_as_dicts(self.config),
-            passing_expectations=passing_as_dicts(self.config),
+            passing_expectations=passing_as_dicts(self.config), environment_notes=notes(self.config),
             vllm_imports=[*filter(None, [vllm_source.imported("controller")]), *self.vllm_imports],
         )
 

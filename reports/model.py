@@ -122,6 +122,7 @@ class RunInfo(_Strict):
     exitstatus: int | None = None
     stale_expectations: list[StaleExpectation] = Field(default_factory=list)
     passing_expectations: list[PassingExpectation] = Field(default_factory=list)  # only on an untested vLLM
+    environment_notes: list[str] = Field(default_factory=list)  # e.g. a library loaded from two files
 
 
 class Cell(_Strict):

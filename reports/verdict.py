@@ -44,8 +44,10 @@ PASSING = Verdict("passing", 0)
 
 def caveats(results: Results) -> list[str]:
     """What a reader must know beside the verdict, once each: a run's vLLM that kvconform's CI does not test,
-    and the expected failures that passed there (an entry to remove or narrow)."""
-    notes = [note for run in results.runs for note in (run.vllm_note, *(p.note for p in run.passing_expectations))]
+    the expected failures that passed there (an entry to remove or narrow), and what the run found about its
+    environment."""
+    notes = [note for run in results.runs
+             for note in (run.vllm_note, *(p.note for p in run.passing_expectations), *run.environment_notes)]
     return list(dict.fromkeys(filter(None, notes)))
 
 

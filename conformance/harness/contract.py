@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from kvconform.conformance.harness import kvcache, vllm_api
-from kvconform.conformance.harness.affinity import harness_keeps_cpu
+from kvconform.conformance.harness.affinity import restore_harness_affinity
 from kvconform.conformance.harness.devices import DeviceGuard
 from kvconform.conformance.harness.model import attention_layer_names
 from kvconform.conformance.harness.requests_vllm import block_hasher, new_request
@@ -370,8 +370,8 @@ class ContractRig:
         from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
 
         label = f"{self.name} ({kv_role}, {side} side)"
-        # vLLM's config checks may refuse it too; a worker may pin this thread to its own core (affinity.py)
-        with refusal_as(ConnectorRefused, self.rig.connector), harness_keeps_cpu(builds=self.name):
+        # vLLM's config checks may refuse it too; NIXL's worker side pins this thread (affinity.py)
+        with refusal_as(ConnectorRefused, self.rig.connector), restore_harness_affinity():
             config, kv_cache_config = self.configs(kv_role)
             connector = self.cls(config, KVConnectorRole[side.upper()], kv_cache_config)
         return label, connector, config, kv_cache_config

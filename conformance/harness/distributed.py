@@ -6,8 +6,6 @@ The suite sets up a world of one (gloo) once per test process and keeps it, as a
 worker process does; a context already inside a group leaves it as it is. The local
 rank is the index of the device the worker's caches sit on, which is its current
 device, as in vLLM's worker of that rank (vLLM's groups take their device from it).
-The threads the world's gloo groups start poll on their own and serve no peer in a
-world of one, so they run at the lowest priority (``harness_keeps_cpu``).
 """
 
 from __future__ import annotations
@@ -19,7 +17,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from kvconform.conformance.harness import vllm_api
-from kvconform.conformance.harness.affinity import harness_keeps_cpu
 
 
 def free_port() -> int:
@@ -49,8 +46,7 @@ def single_rank_parallel_state(vllm_config, local_rank: int = 0) -> Iterator[Non
     # (xdist workers, a service) for it between the probe and the bind.
     rendezvous = tempfile.mkdtemp(prefix="kvconform-world-")
     try:
-        # torch's gloo groups each start a TCP loop thread that wakes every 10 ms: at the lowest priority (affinity.py)
-        with set_current_vllm_config(vllm_config), harness_keeps_cpu():
+        with set_current_vllm_config(vllm_config):
             init_distributed_environment(world_size=1, rank=0, local_rank=local_rank, backend="gloo",
                                          distributed_init_method=f"file://{rendezvous}/store")
             ensure_model_parallel_initialized(1, 1)

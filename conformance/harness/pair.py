@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from kvconform.conformance.harness import vllm_api
-from kvconform.conformance.harness.affinity import harness_keeps_cpu
+from kvconform.conformance.harness.affinity import restore_harness_affinity
 from kvconform.conformance.harness.distributed import single_rank_parallel_state
 from kvconform.conformance.harness.rig import EngineStandIn, Rig
 from kvconform.conformance.harness.roundtrip import (
@@ -243,8 +243,9 @@ def open_pair(rig: Rig, stored: dict[str, list[int]]) -> Iterator[LivePair]:
     producer_role, consumer_role = rig.roles()
     name = rig.connector.name
     producer = consumer = None
-    # each worker side restores the harness thread's affinity once built (affinity.py); this covers the rest
-    with single_rank_parallel_state(rig.vllm_config(producer_role)), harness_keeps_cpu():
+    # each worker side restores the harness thread's affinity once built (affinity.py); this covers the
+    # rest of the pair's build
+    with single_rank_parallel_state(rig.vllm_config(producer_role)), restore_harness_affinity():
         try:
             producer = _serving_producer(rig, producer_role)
             handed_over = TransferParamsLog(producer)

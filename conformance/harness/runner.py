@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from kvconform.conformance.harness import vllm_api
-from kvconform.conformance.harness.affinity import harness_keeps_cpu
+from kvconform.conformance.harness.affinity import restore_harness_affinity
 from kvconform.conformance.harness.devices import DeviceGuard
 from kvconform.conformance.harness.step_order import Call, connector_step
 
@@ -151,7 +151,7 @@ class ModelRunnerStandIn:
         # the layers first, as vLLM loads the model before it builds the connector
         self.vllm_config.compilation_config.static_forward_context.update(
             layer_stand_ins(self.vllm_config, self.kv_cache_config, self.caches, self.guard))
-        with harness_keeps_cpu(builds=self.connector_name):  # it may pin this thread, start busy threads
+        with restore_harness_affinity():  # NIXL's worker side pins the building thread
             self.connector = KVConnectorFactory.create_connector(self.vllm_config, KVConnectorRole.WORKER,
                                                                  self.kv_cache_config)
             if self.register:

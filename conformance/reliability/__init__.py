@@ -22,9 +22,8 @@ plugin of its own, watching every conformance test (one parametrized with a
 - ``deferred``: a test's reports wait for the shutdowns it left running in the
   background (a P/D pair's scheduler side, ``harness/closing.py``) while the next
   test runs; the checks above judge them once those have ended;
-- ``fast_exit``: once pytest and the exit handlers are done, the process ends with
-  pytest's status instead of tearing down vLLM and torch (seconds, and a crash in
-  NIXL's bundled libnl).
+- ``library_copies``: a shared library loaded from two files (NIXL's bundled libnl beside
+  the system's), whose copies can crash the process as it exits, is named before it does.
 
 ``vllm_status()`` says whether the harness runs on the installed vLLM, and whether CI tests that release.
 """
@@ -41,8 +40,8 @@ pytest_plugins = [
     "kvconform.conformance.reliability.cleanup",
     "kvconform.conformance.reliability.zmq_contexts",
     "kvconform.conformance.reliability.finalizers",
-    "kvconform.conformance.reliability.fast_exit",
     "kvconform.conformance.reliability.deferred",
+    "kvconform.conformance.reliability.library_copies",
 ]
 
 __all__ = ["TESTED_VLLM", "VllmStatus", "VllmVersionError", "vllm_status"]

@@ -64,10 +64,10 @@ def _result(suite_timing, name, wall, target=None):
 def test_findings_state_the_speedup_and_the_import_share(suite_timing):
     results = {"serial": _result(suite_timing, "serial", 40.0, 60.0), "xdist": _result(suite_timing, "xdist", 20.0)}
     notes = suite_timing.findings(results, import_s=8.0)
-    assert "-n 2 is 2.00x serial (target 1.5x): met" in notes
+    assert "-n 2 is 2.00x serial" in notes
     assert "serial: vLLM import (8.0 s per process) is 20% of its 40.0 s wall time" in notes
     slow = suite_timing.findings({**results, "xdist": _result(suite_timing, "xdist", 30.0)}, import_s=8.0)
-    assert "-n 2 is 1.33x serial (target 1.5x): not met" in slow
+    assert "-n 2 is 1.33x serial" in slow
 
 
 def test_findings_compare_the_serial_run_on_one_core(suite_timing):
@@ -141,7 +141,7 @@ def test_the_readme_table_states_the_speedup_and_cpu_time(suite_timing):
                                       "gate": _result(suite_timing, "gate", 12.0, 10.0)})
     rows = text.splitlines()[2:]
     assert rows[0] == "| full CPU suite without the engine tier, serial | 40.0 s | 55.0 s | 1.0 / 2.0 | <= 45 s: met |"
-    assert "| 20.0 s (2.00x) |" in rows[1] and rows[1].endswith("1.5x faster than serial: met |")
+    assert "| 20.0 s (2.00x) |" in rows[1] and rows[1].endswith("| - |")  # measured, no target
     assert rows[2].endswith("<= 10 s: **not met** |")
 
 
@@ -243,10 +243,9 @@ def test_rounds_report_every_speedup_and_show_the_median_round(suite_timing, tmp
     assert [r["runs"]["xdist"]["host_reference_s"] for r in doc["rounds"]] == [0.21, 0.32, 0.19]
     assert doc["median_round"] == 1 and doc["runs"]["xdist"]["wall_s"] == 20.0
     assert doc["findings"][:4] == [
-        "-n 2 against serial in 3 rounds: 1.50x, 1.25x, 1.53x; median 1.50x (round 1, whose runs the tables show; "
-        "target 1.5x): met",
-        "full CPU suite without the engine tier, serial: <= 45 s in 3 of 3 rounds (29.0-30.0 s)",
-        "-n 2 at least 1.5x faster than serial in 2 of 3 rounds (1.25x-1.53x)",
+        "-n 2 against serial in 3 rounds: 1.50x, 1.25x, 1.53x; median 1.50x (round 1, whose runs the tables show)",
+        "full CPU suite without the engine tier, serial: <= 60 s in 3 of 3 rounds (29.0-30.0 s)",
+        "-n 2 against serial in 3 rounds: 1.25x-1.53x",
         "host reference loop before each run: 0.19-0.32 s (1.68x apart): the host's own speed moved that much"]
     printed = capsys.readouterr().out
     assert "| 20.0 s (1.50x) |" in printed

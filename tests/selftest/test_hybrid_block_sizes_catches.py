@@ -74,7 +74,7 @@ def _ran(outcomes, name):
 
 def test_suite_exits_nonzero_on_broken_connectors(block_sizes_run):
     returncode, outcomes, output = block_sizes_run
-    assert returncode == 1, output[-3000:]  # pytest's status (fast_exit: NIXL's libnl destructor never runs)
+    assert returncode == 1, output[-3000:]  # pytest's status (suite_run.pytest_status)
     assert outcomes, "the suite reported no tests"
 
 

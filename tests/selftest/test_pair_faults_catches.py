@@ -49,7 +49,7 @@ def pair_run(tmp_path_factory):
 
 def test_suite_exits_nonzero_on_broken_pairs(pair_run):
     returncode, outcomes, output = pair_run
-    assert returncode == 1, output[-3000:]  # pytest's status (fast_exit: NIXL's libnl destructor never runs)
+    assert returncode == 1, output[-3000:]  # pytest's status (suite_run.pytest_status)
     assert outcomes, "the suite reported no tests"
     assert any(o.outcome == "failed" for o in outcomes), output[-3000:]
 

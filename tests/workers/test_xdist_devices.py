@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
-import types
 
 import pytest
 
@@ -57,8 +57,8 @@ def test_multi_device_skip_names_the_count():
         xdist_devices.require_devices(platforms.get("cpu"), 2)
 
 
-CORES_PROBE = (  # a conftest: each worker, once every plugin is configured, writes where its threads run and
-    # at which priority; the controller, once its test loop is over, the priority of each of its threads
+CONDITIONS_PROBE = (  # a conftest: each worker, once every plugin is configured, writes its slot, where its threads
+    # run and at which priority; the controller, once its test loop is over, the priority of each of its threads
     "import os\n"
     "def _priorities():\n"
     "    return sorted({(os.getpriority(os.PRIO_PROCESS, int(tid)), os.sched_getscheduler(int(tid)))\n"
@@ -66,12 +66,10 @@ CORES_PROBE = (  # a conftest: each worker, once every plugin is configured, wri
     "def pytest_sessionstart(session):\n"
     "    worker = os.environ.get('PYTEST_XDIST_WORKER')\n"
     "    if worker:\n"
-    "        own = os.sched_getaffinity(0)\n"
-    "        alike = all(os.sched_getaffinity(int(tid)) == own for tid in os.listdir('/proc/self/task'))\n"
-    "        with open(f'{worker}.cores', 'w') as out:\n"
-    "            out.write(' '.join(map(str, sorted(own))) + f' all-threads={alike}')\n"
-    "        with open(f'{worker}.priorities', 'w') as out:\n"
-    "            out.write(repr(_priorities()))\n"
+    "        cpus = {tuple(sorted(os.sched_getaffinity(int(tid)))) for tid in os.listdir('/proc/self/task')}\n"
+    "        with open(f'{worker}.conditions', 'w') as out:\n"
+    "            out.write(repr((session.config.workerinput.get('kvconform_slot'), sorted(cpus), _priorities(),\n"
+    "                            os.environ.get('OMP_NUM_THREADS'), os.environ.get('UCX_USE_MT_MUTEX'))))\n"
     "def pytest_sessionfinish(session):\n"
     "    if not hasattr(session.config, 'workerinput'):  # the controller (its environment may be a worker's)\n"
     "        with open('controller.priorities', 'w') as out:\n"
@@ -81,38 +79,36 @@ CORES_PROBE = (  # a conftest: each worker, once every plugin is configured, wri
 def _two_workers(tmp_path, test_module: str, copies: int = 1) -> subprocess.CompletedProcess:
     for copy in range(copies):  # xdist hands out a module's tests to one worker
         (tmp_path / f"test_w{copy}.py").write_text(test_module)
-    (tmp_path / "conftest.py").write_text(CORES_PROBE)
-    env = {k: v for k, v in os.environ.items() if k != "UCX_USE_MT_MUTEX"}
+    (tmp_path / "conftest.py").write_text(CONDITIONS_PROBE)
+    env = {k: v for k, v in os.environ.items() if k not in ("UCX_USE_MT_MUTEX", "OMP_NUM_THREADS")}
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "--platform=cpu",
                            str(tmp_path)], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=stretched(120))
 
 
-def _cores_of(slot: int) -> str:
-    return " ".join(map(str, sorted(xdist_devices.core_share(os.sched_getaffinity(0), 2, slot))))
+def _conditions(tmp_path, worker: str) -> tuple:
+    return ast.literal_eval((tmp_path / f"{worker}.conditions").read_text())
 
 
-def test_workers_each_see_their_own_platform_and_run_on_their_own_cores(tmp_path):
-    """Under real xdist the controller hands the platform to its workers, which pin from it; the UCX setting
-    the run starts with (harness/affinity.py) reaches them too, and each worker's threads run on its slice of
-    the cores."""
+def test_workers_see_their_platform_and_keep_the_processs_cpus_priority_and_environment(tmp_path):
+    """Under real xdist the controller hands the platform and a slot to each worker, which pins its device from
+    them; nothing else changes: every thread of every worker runs on all the cores the run has, at the priority
+    the run started with, and the controller's threads keep theirs; no UCX or OpenMP variable is set."""
     out = _two_workers(tmp_path, "import os\n"
                                  "def test_w(platform):\n"
                                  "    assert platform.name == 'cpu'\n"
-                                 "    assert os.environ['PYTEST_XDIST_WORKER'].startswith('gw')\n"
-                                 "    assert os.environ['UCX_USE_MT_MUTEX'] == 'y'\n")
+                                 "    assert os.environ['PYTEST_XDIST_WORKER'].startswith('gw')\n")
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    for slot in (0, 1):
-        assert (tmp_path / f"gw{slot}.cores").read_text() == f"{_cores_of(slot)} all-threads=True"
-    # the workers keep the priority they started with; the controller's threads yield the cores to them
-    own = (os.getpriority(os.PRIO_PROCESS, 0), os.sched_getscheduler(0))
-    assert [(tmp_path / f"gw{slot}.priorities").read_text() for slot in (0, 1)] == [repr([own])] * 2
-    assert (tmp_path / "controller.priorities").read_text() == repr([(19, own[1])])
+    own = [(os.getpriority(os.PRIO_PROCESS, 0), os.sched_getscheduler(0))]
+    cpus = [tuple(sorted(os.sched_getaffinity(0)))]
+    assert [_conditions(tmp_path, f"gw{slot}") for slot in (0, 1)] == [(0, cpus, own, None, None),
+                                                                         (1, cpus, own, None, None)]
+    assert (tmp_path / "controller.priorities").read_text() == repr(own)
 
 
-def test_the_worker_replacing_a_crashed_one_takes_its_cores(tmp_path):
-    """gw1 dies; xdist names its replacement gw2, which must run where gw1 ran (gw2 % 2 is gw0's slot).
-    gw0 stays alive (its test waits for gw2 to start): a worker that has ended frees its slot too."""
+def test_the_worker_replacing_a_crashed_one_takes_its_slot(tmp_path):
+    """gw1 dies; xdist names its replacement gw2, which must take gw1's slot, and so its device (gw2 % 2 is
+    gw0's). gw0 stays alive (its test waits for gw2 to start): a worker that has ended frees its slot too."""
     out = _two_workers(tmp_path, "import os, time, pytest\n"
                                  "@pytest.mark.parametrize('n', range(3))\n"
                                  "def test_w(platform, n):\n"
@@ -121,59 +117,8 @@ def test_the_worker_replacing_a_crashed_one_takes_its_cores(tmp_path):
                                  "        open('crashed', 'w').close()\n"
                                  "        os._exit(3)\n"
                                  "    deadline = time.monotonic() + 60\n"
-                                 "    while worker == 'gw0' and not os.path.exists('gw2.cores'):\n"
+                                 "    while worker == 'gw0' and not os.path.exists('gw2.conditions'):\n"
                                  "        assert time.monotonic() < deadline, 'no replacement for gw1 started'\n"
                                  "        time.sleep(0.05)\n", copies=4)
     assert out.returncode == 1 and "replacing crashed worker gw1" in out.stdout, out.stdout[-2000:]
-    assert (tmp_path / "gw2.cores").read_text() == f"{_cores_of(1)} all-threads=True"
-
-
-@pytest.mark.parametrize(("usable", "workers", "index", "share"), [
-    ({0, 1}, 2, 0, {0}),
-    ({0, 1}, 2, 1, {1}),
-    (set(range(8)), 2, 1, {4, 5, 6, 7}),
-    ({0, 1}, 4, 3, {1}),  # more workers than cores: round robin
-    (set(range(16)), 3, 0, {0, 1, 2, 3, 4}),
-    (set(range(16)), 3, 2, set(range(10, 16))),  # the last worker takes the remainder
-    ({2, 5, 9}, 3, 1, {5}),  # a slice of what the run may use (taskset), not of the machine
-])
-def test_each_worker_gets_its_own_slice_of_the_cores(usable, workers, index, share):
-    assert xdist_devices.core_share(usable, workers, index) == share
-
-
-def _fake_worker(monkeypatch, cpus: int) -> list[tuple[int, set[int]]]:
-    """A worker on ``cpus`` cores with two threads; returns where each thread is pinned."""
-    pinned: list[tuple[int, set[int]]] = []
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cpus)), raising=False)
-    monkeypatch.setattr(os, "sched_setaffinity", lambda tid, cores: pinned.append((tid, set(cores))), raising=False)
-    monkeypatch.setattr(os, "listdir", lambda path: ["100", "101"] if path == "/proc/self/task" else [])
-    return pinned
-
-
-@pytest.mark.parametrize(("cpus", "workers", "index", "share"), [(2, 2, 1, "1"), (8, 2, 0, "4"), (2, 4, 3, "1"),
-                                                                 (16, 3, 0, "5")])
-def test_each_worker_takes_its_share_of_the_cpus(monkeypatch, cpus, workers, index, share):
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    pinned = _fake_worker(monkeypatch, cpus)
-    monkeypatch.setitem(sys.modules, "torch", None)  # not imported yet: the variable alone sizes its pool
-    assert xdist_devices.share_cpus(workers, index) == {"OMP_NUM_THREADS": share}
-    assert os.environ["OMP_NUM_THREADS"] == share
-    cores = xdist_devices.core_share(set(range(cpus)), workers, index)
-    assert sorted(pinned) == [(100, cores), (101, cores)]  # every thread the worker has, xdist's own too
-
-
-def test_a_users_thread_count_is_left_alone_and_the_worker_still_takes_its_cores(monkeypatch):
-    monkeypatch.setenv("OMP_NUM_THREADS", "7")
-    pinned = _fake_worker(monkeypatch, 2)
-    assert xdist_devices.share_cpus(2, 1) == {}
-    assert os.environ["OMP_NUM_THREADS"] == "7"
-    assert sorted(pinned) == [(100, {1}), (101, {1})]
-
-
-def test_an_imported_torch_is_resized(monkeypatch):
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    _fake_worker(monkeypatch, 4)
-    sized = []
-    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(set_num_threads=sized.append))
-    xdist_devices.share_cpus(2, 0)
-    assert sized == [2]
+    assert _conditions(tmp_path, "gw2")[0] == 1
