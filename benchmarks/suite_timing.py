@@ -1,7 +1,7 @@
 """How long the CPU conformance suite takes on this machine, and where the time goes.
 
 The targets: the suite without the engine tier in at most 60 s serial on a quiet
-2-core machine, with the connectors under vLLM's own conditions (issue 37), and a
+2-core machine, with the connectors under vLLM's own conditions, and a
 one-connector gate run in at most 10 s; how much faster ``-n 2`` is than serial is
 measured, not a target.
 This script measures, it optimises nothing. Each run is a fresh pytest process

@@ -7,39 +7,32 @@ full pass. For NixlConnector that owner is a NIXL agent whose UCX progress
 thread polls without pause (``poll(..., timeout=0)`` in ``nixlUcxSharedThread``,
 ``pthrDelay = 0`` in nixl's Python API) until the agent is destroyed. In a
 process that holds vLLM and torch (about 650,000 tracked objects) full passes
-are rare, so every NIXL pair a run had made kept two agents spinning: a serial
-run of the suite used about 1.85 cores, its load average climbed to 10, and two
-xdist workers each dragged their own dead agents along (measured per thread
-from ``/proc/PID/task/*/stat`` and a ``gdb`` backtrace; ``benchmarks/HISTORY.md``).
+are rare, so every NIXL pair a run had made kept two agents spinning, and each
+xdist worker dragged its own dead agents along (``benchmarks/HISTORY.md``).
 
-So after each conformance test, once its teardown has been reported (the
-thread and storage checks have judged what the connector left behind, so this
-hides nothing from them), one collection runs and destroys what the test's
-connectors left. A full pass over everything vLLM and torch allocate would cost
-seconds per test, so the objects alive once collection is over are frozen
-(``gc.freeze``: never scanned again), and so is what survives each test's pass,
-so the next pass walks only what one test made. Frozen too early, an object that
-dies later would never be collected, so a test's survivors are frozen only when no
-thread runs but those alive when the tests began (a P/D pair's shutdown still
-running in the background holds its connectors: the next pass takes them), and
-pytest's record of the last failed call (``sys.last_traceback`` and its
-siblings, which pytest drops at the next test's call anyway) is dropped first:
-it holds the failed test's frames, connectors and caches. Measured on two cores:
-the passes of a serial run took 8.8 s when they walked what every earlier test
-had left (the walk grew from 5 ms to 40 ms a test), 1.7 s now; no NIXL agent
-outlives its test. Finalizers run here, outside any report being made (see
+So after each conformance test, once its teardown has been reported (the thread and
+storage checks have judged what the connector left behind, so this hides nothing
+from them), one collection runs and destroys what the test's connectors left. A full
+pass over everything vLLM and torch allocate would cost seconds per test, so the
+objects alive once collection is over are frozen (``gc.freeze``: never scanned
+again), and so is what survives each test's pass, so the next pass walks only what
+one test made. Frozen too early, an object that dies later would never be collected,
+so a test's survivors are frozen only when no thread runs but those alive when the
+tests began (a P/D pair's shutdown still running in the background holds its
+connectors: the next pass takes them), and pytest's record of the last failed call
+(``sys.last_traceback`` and its siblings, which pytest drops at the next test's call
+anyway) is dropped first: it holds the failed test's frames, connectors and caches.
+No NIXL agent outlives its test, and a pass costs what one test made, not what the
+run has made. Finalizers run here, outside any report being made (see
 ``reliability/finalizers.py``); an error in one is pytest's usual "exception
 ignored" warning.
 
 Collection itself (pytest's) is cheaper with the collector paused: while vLLM
 and torch are being imported the automatic collector walks the growing heap
-again and again, about 3 s of the 15 s import's CPU on the CI
-kind of machine; nothing a test checks lives yet, so automatic collection is
-off from ``pytest_configure`` until the one collection before the freeze.
-Measured and left alone: interpreter exit takes 3-7 s in a process that
-imported vLLM, 0.6 s with the heap frozen in an exit handler, but then
-triton's nanobind bindings print some 30 lines of "leaked instances" at
-every exit: noise a CI log does not need, so the heap is unfrozen as before.
+again and again (a fifth of the import's CPU); nothing a test checks lives yet,
+so automatic collection is off from ``pytest_configure`` until the one
+collection before the freeze. The heap is not frozen at exit: triton's nanobind
+bindings would then print "leaked instances" at every exit.
 """
 
 from __future__ import annotations

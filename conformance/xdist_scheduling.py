@@ -1,4 +1,4 @@
-"""Under pytest-xdist, each worker runs one connector's tests of one test module at a time (issue 20).
+"""Under pytest-xdist, each worker runs one connector's tests of one test module at a time.
 
 Why: xdist's default (``--dist load``) deals tests out in collection order, where
 pytest interleaves the connectors, so each worker switched connector at nearly

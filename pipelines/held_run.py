@@ -1,11 +1,10 @@
 """The gate's test run, started before its import probe has answered, its output held until the probe passes.
 
-Why (issue 20): ``gate --run`` first imports vLLM in a probe process of its own
+Why: ``gate --run`` first imports vLLM in a probe process of its own
 (``gate_source.PROBE``: a checkout that does not import against the installed
 build stops there, with exit 4 and no test run), and only then started the
-pytest run, whose worker imports vLLM again. The probe took 8.8-10.4 s of a
-21 s gate on the CI kind of machine, one core busy and the other idle. Now the
-run starts at once and its start-up shares the two cores with the probe; what
+pytest run, whose worker imports vLLM again: the probe was about half of a gate,
+one core busy and the other idle. Now the run starts at once and its start-up shares the two cores with the probe; what
 the user sees is unchanged: the run's output (stdout and stderr, as the run
 writes them) is held back until the probe passes and then streamed as it comes,
 and when the probe fails, the run and every process it started are killed

@@ -13,16 +13,15 @@ torch's libraries by soname, which torch has loaded before them. A change to the
 compiled sources (``COMPILED_SOURCES``) cannot be tested this way at all: the
 installed binaries are not the change's.
 
-So is the bytecode of every Python file the change leaves alone (issue 20): Python
-looks for a module's ``.pyc`` beside the path it imported, the overlay's, so
-without it each process of the run compiled the 286 vLLM modules a conformance
-process imports, about 1.5 s of CPU per process on the CI kind of machine (where
-``PYTHONDONTWRITEBYTECODE`` is set, every process again): the gate's import probe,
-its test worker and every engine process. Such a ``.pyc`` belongs to the very
+So is the bytecode of every Python file the change leaves alone: Python looks for a
+module's ``.pyc`` beside the path it imported, the overlay's, so without it each
+process of the run compiled the 286 vLLM modules a conformance process imports, in
+every process again where ``PYTHONDONTWRITEBYTECODE`` is set: the gate's import
+probe, its test worker and every engine process. Such a ``.pyc`` belongs to the very
 file the overlay's source links to, so Python's own check (the source's mtime and
-size, or its hash) passes; a changed file has none and is compiled from the
-change. Should Python ever rewrite a linked ``.pyc``, it writes a new file and
-renames it over the link, so the installed bytecode is never written.
+size, or its hash) passes; a changed file has none and is compiled from the change.
+Should Python ever rewrite a linked ``.pyc``, it writes a new file and renames it
+over the link, so the installed bytecode is never written.
 """
 
 from __future__ import annotations

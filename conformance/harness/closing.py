@@ -1,9 +1,9 @@
 """A P/D engine's scheduler shutdown, run to its end while the next test runs.
 
-Why (issue 20): NixlConnector's scheduler ``shutdown()`` sets a stop event and joins
-its handshake listener, which notices the stop only when its 1 s receive timeout
-(``RCVTIMEO`` 1000 ms) runs out after the last handshake: 0.93 s of a pair's 1.3 s,
-about 25 s of a 65 s serial run, spent waiting on an idle thread. vLLM's call is
+Why: NixlConnector's scheduler ``shutdown()`` sets a stop event and joins its
+handshake listener, which notices the stop only when its 1 s receive timeout
+(``RCVTIMEO``) runs out after the last handshake: most of a pair test's time would
+be spent waiting on an idle thread. vLLM's call is
 unchanged and in vLLM's order (the worker side first, then the scheduler's, as
 ``EngineCore.shutdown`` does); only the harness thread stops waiting for it. A
 producer and a consumer are two servers whose engines stop independently, so this

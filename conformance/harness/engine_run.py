@@ -8,10 +8,9 @@ hit the cache through the connector's storage. The engine runs in-process
 (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so a crash is this process's exit status.
 
 With ``KVCONFORM_ENGINE_HELD=1`` the process imports vLLM, then reads a line from
-standard input and builds its engine only if that line is ``go`` (issue 20): the
-engine tier starts the second engine's process while the first engine runs, so
-its import (about 8 s of a 26 s test on the CI kind of machine) no longer waits
-for the first; the engine itself, and everything it reads from the connector's
+standard input and builds its engine only if that line is ``go``: the engine tier
+starts the second engine's process while the first engine runs, so its import (a
+third of an engine test) does not wait for the first; the engine itself, and everything it reads from the connector's
 storage, still comes after the first process has ended.
 """
 

@@ -1,15 +1,14 @@
 """A test's result waits for the shutdowns it left running in the background; the next test does not.
 
-Why (issue 20): a P/D pair's scheduler shutdown waits up to a second on an idle
-thread (``harness/closing.py``); waiting for it in every pair test was a third of a
-serial run. So while a conformance run goes on, each test may leave such closes
-running, and its reports are held (not logged: no result, no JUnit entry, no
-terminal line) until they have ended. Then the teardown checks judge what the test
-left behind, exactly as they would have at its teardown (``after_closes``), an
-exception a close raised fails the test's teardown, and the reports are logged,
-in the order the tests ran. Held reports are logged as soon as their closes have
-ended (checked after every test), and all of them after the run's last test and
-whenever the test loop ends.
+Why: a P/D pair's scheduler shutdown waits up to a second on an idle thread
+(``harness/closing.py``); waiting for it in every pair test would dominate a run. So
+while a conformance run goes on, each test may leave such closes running, and its
+reports are held (not logged: no result, no JUnit entry, no terminal line) until
+they have ended. Then the teardown checks judge what the test left behind, exactly
+as they would have at its teardown (``after_closes``), an exception a close raised
+fails the test's teardown, and the reports are logged, in the order the tests ran.
+Held reports are logged as soon as their closes have ended (checked after every
+test), and all of them after the run's last test and whenever the test loop ends.
 
 Under pytest-xdist a worker that dies fails the test it was running, named
 (``crashes.py``), so there a close never overlaps another connector's test: when
@@ -17,8 +16,7 @@ the next test is another connector's and not skipped outright, a test's protocol
 ends only once the closes held so far have ended, and whatever a close does (crash
 the worker, start a thread) lands on its own connector. A worker runs one
 connector's tests of one module at a time (``xdist_scheduling.py``), so it waits
-at most once per such scope it moves on from (about 1 s in a whole ``-n 2`` run;
-five waits, 4 s, per worker with xdist's own scheduling). A serial run does not
+at most once per such scope it moves on from. A serial run does not
 wait: a crash there ends the run whatever test it lands in, and faulthandler's
 dump names the close's thread. What it leaves uncovered: a thread a close starts
 after its test's teardown is charged to the test running then.
