@@ -67,7 +67,7 @@ conformance: venv
 	$(BIN)/kvconform report $(OUT)/junit.xml $(OUT)/results-run.json --out $(OUT) --print-matrix || status=1; \
 	exit $$status
 
-# LMCache and Mooncake, run for real with their own servers (conformance/services.py), in an
+# LMCache and Mooncake, run for real with their own servers (conformance/connectors/services.py), in an
 # environment of their own: their packages must not change the one `make venv` builds for the rest.
 # Mooncake's transfer engine loads the RDMA verbs and netlink libraries even for TCP: Debian's, via apt-get.
 TP_VENV     ?= .venv-thirdparty

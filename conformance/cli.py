@@ -20,7 +20,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "gate": ("kvconform.pipelines.gate_cli", "decide and run the conformance tests a vLLM change touches"),
     "report": ("kvconform.reports.cli", "render JUnit/JSON results into results.json, summary.md and index.html"),
     "lint": ("kvconform.conformance.lint.cli", "find hard-coded device assumptions in connector source"),
-    "bench": ("kvconform.conformance.bench", "measure connector save/load throughput against the platform baseline"),
+    "bench": ("kvconform.conformance.bench.command",
+              "measure connector save/load throughput against the platform baseline"),
 }
 
 

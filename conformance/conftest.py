@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvconform.conformance.harness.model import write_tiny_model
+from kvconform.conformance.engine.model import write_tiny_model
 
 
 @pytest.fixture(scope="session")
@@ -34,7 +34,7 @@ def _device_count(platform) -> int:
 @pytest.fixture(scope="session")
 def worker_rank(platform) -> int:
     """The local rank this test process plays: the index of its cache device (see ``worker_device_index``)."""
-    from kvconform.conformance.harness.devices import worker_device_index
+    from kvconform.conformance.engine.device_guard import worker_device_index
 
     return worker_device_index(_device_count(platform))
 
@@ -44,8 +44,8 @@ def worker_process(platform, worker_rank):
     """A faithful vLLM worker of rank k, once per test process: device k current, local rank k, a TP group of one."""
     from vllm.config import VllmConfig
 
-    from kvconform.conformance.harness.devices import make_current
-    from kvconform.conformance.harness.distributed import single_rank_parallel_state
+    from kvconform.conformance.engine.device_guard import make_current
+    from kvconform.conformance.engine.distributed import single_rank_parallel_state
 
     make_current(platform.device(worker_rank))
     with single_rank_parallel_state(VllmConfig(), local_rank=worker_rank):
@@ -61,7 +61,7 @@ def device(platform, worker_rank, worker_process):
 @pytest.fixture
 def off_current_device(platform, worker_rank, worker_process):
     """A device that is not the current one (kvconform's stricter policy case); needs two visible devices."""
-    from kvconform.conformance.xdist_devices import require_devices
+    from kvconform.conformance.plugin.devices import require_devices
 
     require_devices(platform, 2)
     return platform.device((worker_rank + 1) % _device_count(platform))
@@ -69,7 +69,7 @@ def off_current_device(platform, worker_rank, worker_process):
 
 @pytest.fixture
 def make_rig(platform, attn_backend, connector, tiny_model, storage, device, worker_process, connector_services):
-    from kvconform.conformance.harness.rig import Rig
+    from kvconform.conformance.engine.rig import Rig
 
     rigs = []
 

@@ -6,7 +6,7 @@ A sliding-window layer beside full-attention layers with heads twice as wide (as
 Gemma-style models' global layers have) and a Mamba2 layer: the wide layers' page is
 twice the others', so vLLM's own planner (``unify_kv_cache_spec_page_size``) doubles
 the block size of the sliding window, and the engine core runs its Scheduler at the
-groups' LCM and hashes at their GCD (``conformance/harness/block_sizes.py``). On the
+groups' LCM and hashes at their GCD (``conformance/engine/block_sizes.py``). On the
 CPU backend that gives groups of 64 (sliding window), 32 (full) and 32 (Mamba2)
 tokens per block, each with its own block table from vLLM's hybrid coordinator.
 
@@ -14,7 +14,7 @@ A connector that fills per group must turn token counts into blocks with each
 group's own block size: with one size for every group it fills too few blocks of
 one group (left unwritten) or too many (another request's or the null block, or
 past the blocks vLLM allocated). What must hold is the fill check's
-(``conformance/harness/fill.py``): every block of the request's external tokens in
+(``conformance/checks/fill.py``): every block of the request's external tokens in
 each group holds the fill, and nothing outside those blocks changes.
 
 State layers are registered as tensors that own their storage (``owned``) and as
@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import pytest
 
-from kvconform.conformance.harness.fill import FillFailure, run_fill
-from kvconform.conformance.harness.kvcache import CacheShape
-from kvconform.conformance.needs import refusals_skip, require
+from kvconform.conformance.checks.fill import FillFailure, run_fill
+from kvconform.conformance.connectors.requirements import refusals_skip, require
+from kvconform.conformance.engine.kvcache import CacheShape
 
 pytestmark = pytest.mark.check("fill")
 
-BLOCK_SIZE_KINDS = ("sliding", "wide-full", "mamba2")  # layer kinds: conformance/harness/hybrid.py
+BLOCK_SIZE_KINDS = ("sliding", "wide-full", "mamba2")  # layer kinds: conformance/engine/hybrid_cache.py
 REGISTRATIONS = ("owned", "pages")
 SCENARIOS = {"two-requests": False, "prefix-hit-block-sizes": True}  # scenario -> it has a local prefix hit
 

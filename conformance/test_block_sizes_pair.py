@@ -4,15 +4,15 @@ A sliding window beside full-attention layers with heads twice as wide: vLLM's
 planner gives the sliding window blocks twice as large (64 and 32 tokens on CPU),
 and a pair connector that implements ``SupportsHMA`` must move each group's blocks
 with that group's block size. NixlConnector (and its pull/push variants) does, over
-host memory on CPU. What must hold: ``conformance/harness/hybrid_pair.py``.
+host memory on CPU. What must hold: ``conformance/checks/hybrid_pair.py``.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from kvconform.conformance.harness.kvcache import CacheShape
-from kvconform.conformance.needs import refusals_skip, require
+from kvconform.conformance.connectors.requirements import refusals_skip, require
+from kvconform.conformance.engine.kvcache import CacheShape
 
 pytestmark = pytest.mark.check("roundtrip")
 
@@ -27,7 +27,7 @@ def test_block_sizes_pair(platform, attn_backend, connector, make_rig, record_pr
     if not connector.profile.is_pair():
         pytest.skip(f"{connector.name}: a store-then-load connector; kvconform drives the round-trip on groups of "
                     f"different block sizes for producer/consumer pairs only (not yet for store-then-load ones)")
-    from kvconform.conformance.harness.hybrid_pair import HybridPairRig, run_hybrid_pair_roundtrip
+    from kvconform.conformance.checks.hybrid_pair import HybridPairRig, run_hybrid_pair_roundtrip
 
     with refusals_skip():
         result = run_hybrid_pair_roundtrip(make_rig(CacheShape(), HybridPairRig))

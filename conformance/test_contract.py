@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvconform.conformance.harness.contract import (
+from kvconform.conformance.checks.contract import (
     ContractRig,
     ContractViolation,
     check_answer,
@@ -34,10 +34,10 @@ from kvconform.conformance.harness.contract import (
     scheduler_output,
     supports_hma,
 )
-from kvconform.conformance.harness.kvcache import CacheShape
-from kvconform.conformance.harness.prompts import request_prompt
-from kvconform.conformance.harness.rig import ConnectorRefused, refusal_as
-from kvconform.conformance.needs import refusals_skip, require
+from kvconform.conformance.connectors.requirements import refusals_skip, require
+from kvconform.conformance.engine.kvcache import CacheShape
+from kvconform.conformance.engine.prompts import request_prompt
+from kvconform.conformance.engine.rig import ConnectorRefused, refusal_as
 
 pytestmark = pytest.mark.check("contract")
 

@@ -16,8 +16,8 @@ import sys
 
 import pytest
 
-from kvconform.conformance.harness.engine_run import CANNOT_RUN, GO, HELD_ENV
-from kvconform.conformance.needs import require
+from kvconform.conformance.connectors.requirements import require
+from kvconform.conformance.engine.engine_run import CANNOT_RUN, GO, HELD_ENV
 
 pytestmark = [pytest.mark.check("engine"), pytest.mark.engine]
 
@@ -36,7 +36,7 @@ def engine_options(attn_backend: str) -> dict:
     """
     import torch
 
-    from kvconform.conformance.harness.backends import backend_class
+    from kvconform.conformance.engine.backends import backend_class
 
     backend = backend_class(attn_backend)
     dtype = next(name for name in ENGINE_DTYPES if getattr(torch, name) in backend.supported_dtypes)
@@ -47,7 +47,7 @@ def _start_engine(tiny_model, transfer: dict, engine: dict, held: bool = False) 
     """An engine's process; a held one imports vLLM and waits for GO before building its engine."""
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", HELD_ENV: "1" if held else "0"}
     return subprocess.Popen(
-        [sys.executable, "-m", "kvconform.conformance.harness.engine_run", str(tiny_model), json.dumps(transfer),
+        [sys.executable, "-m", "kvconform.conformance.engine.engine_run", str(tiny_model), json.dumps(transfer),
          json.dumps(engine)],
         stdin=subprocess.PIPE if held else subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, env=env)

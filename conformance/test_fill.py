@@ -4,10 +4,10 @@ The cache mixes full-attention, sliding-window and circular-buffer layers with
 Mamba2 and KDA-like state layers (several KV cache groups, so a SupportsHMA
 connector runs its hybrid paths), built by vLLM's own spec classes, grouping and
 allocator, driven through vLLM's Scheduler and the runner's worker-side order.
-State layers are registered three ways (``conformance/harness/hybrid.py``): lists and
+State layers are registered three ways (``conformance/engine/hybrid_cache.py``): lists and
 tuples of tensors that own their storage (``owned``), vLLM 0.32's byte pages
 (``pages``), and the layers' own lists/tuples of block-indexed views (``views``). What must hold is in
-``conformance/harness/fill.py``.
+``conformance/checks/fill.py``.
 
 Random fills use ``fill_std`` 0.5 and are judged within 6 standard errors of the
 requested mean and std (false-failure chance below 1e-8 per check), pooled over
@@ -20,16 +20,16 @@ from __future__ import annotations
 
 import pytest
 
-from kvconform.conformance.harness.fill import run_fill
-from kvconform.conformance.harness.hybrid import (
+from kvconform.conformance.checks.fill import run_fill
+from kvconform.conformance.connectors.requirements import refusals_skip, require
+from kvconform.conformance.engine.hybrid_cache import (
     ATTENTION_ONLY_KINDS,
     HYBRID_KINDS,
     REGISTRATIONS,
     UNEXPECTED_ENTRIES,
     layer_kinds,
 )
-from kvconform.conformance.harness.kvcache import KV_DTYPES, CacheShape
-from kvconform.conformance.needs import refusals_skip, require
+from kvconform.conformance.engine.kvcache import KV_DTYPES, CacheShape
 
 pytestmark = pytest.mark.check("fill")
 

@@ -53,7 +53,7 @@ def lint_target(source: Path) -> Path:
 def connector_findings(connector) -> tuple[str, list[Finding]]:
     """(what was read, in words; the findings) for a connector: its closure in vLLM, else its own source."""
     if not connector.is_third_party:
-        from kvconform.conformance.selection import registry_modules
+        from kvconform.conformance.connectors.selection import registry_modules
 
         closure = connector_closure(registry_modules()[connector.name][0])
         if closure is not None:

@@ -4,7 +4,7 @@ The connector must raise, or report the blocks it could not fill through
 ``get_block_ids_with_load_errors()``; and every slot vLLM keeps as loaded (the
 blocks before a request's first reported one) must hold the producer's bytes,
 under both ``kv_load_failure_policy`` values. See
-``conformance/harness/load_failure.py`` for vLLM's handling and the sabotages.
+``conformance/checks/load_failure.py`` for vLLM's handling and the sabotages.
 A connector that keeps nothing in its storage folder has nothing to take away
 and is skipped, saying so. Its answer (raised what, or reported which blocks) is
 recorded as the JUnit property ``kvconform.load_failure_answer``.
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import pytest
 
-from kvconform.conformance.harness.kvcache import CacheShape
-from kvconform.conformance.harness.load_failure import POLICIES, SABOTAGES, NothingStored, run_load_failure
-from kvconform.conformance.needs import refusals_skip, require
+from kvconform.conformance.checks.load_failure import POLICIES, SABOTAGES, NothingStored, run_load_failure
+from kvconform.conformance.connectors.requirements import refusals_skip, require
+from kvconform.conformance.engine.kvcache import CacheShape
 
 pytestmark = pytest.mark.check("load_failure", needs="roundtrip")
 

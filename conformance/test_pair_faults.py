@@ -3,7 +3,7 @@
 ``test_pair_load_failure`` is the load_failure check for producer/consumer pairs
 (profiles with roles ``[kv_producer, kv_consumer]``; named so that ``-k test_load_failure``
 still selects the store connectors' sabotages alone): the consumer's transfer
-fails (``conformance/harness/pair_faults.py``), and the connector must raise, or
+fails (``conformance/checks/pair_faults.py``), and the connector must raise, or
 report the request in ``failed_recving`` or its blocks through
 ``get_block_ids_with_load_errors()``, under both ``kv_load_failure_policy``
 values, with every slot vLLM keeps as loaded holding the producer's bytes.
@@ -16,16 +16,16 @@ from __future__ import annotations
 
 import pytest
 
-from kvconform.conformance.harness.kvcache import CacheShape
-from kvconform.conformance.harness.load_failure import POLICIES
-from kvconform.conformance.harness.pair_faults import (
+from kvconform.conformance.checks.load_failure import POLICIES
+from kvconform.conformance.checks.pair_faults import (
     PAIR_FAULTS,
     NoTransportHook,
     run_pair_load_failure,
     run_pair_slow_roundtrip,
 )
-from kvconform.conformance.harness.roundtrip import ROUNDTRIP_SCENARIOS
-from kvconform.conformance.needs import refusals_skip, require
+from kvconform.conformance.checks.roundtrip import ROUNDTRIP_SCENARIOS
+from kvconform.conformance.connectors.requirements import refusals_skip, require
+from kvconform.conformance.engine.kvcache import CacheShape
 
 
 def _require_pair(connector, platform):

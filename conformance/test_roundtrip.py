@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from kvconform.conformance.harness.kvcache import KV_DTYPES, CacheShape, all_layouts
-from kvconform.conformance.harness.roundtrip import ROUNDTRIP_SCENARIOS, run_roundtrip
-from kvconform.conformance.needs import refusals_skip, require
-from kvconform.conformance.xdist_devices import MULTI_DEVICE_GROUP
+from kvconform.conformance.checks.roundtrip import ROUNDTRIP_SCENARIOS, run_roundtrip
+from kvconform.conformance.connectors.requirements import refusals_skip, require
+from kvconform.conformance.engine.kvcache import KV_DTYPES, CacheShape, all_layouts
+from kvconform.conformance.plugin.devices import MULTI_DEVICE_GROUP
 
 pytestmark = pytest.mark.check("roundtrip")
 
@@ -26,7 +26,7 @@ def _roundtrip(make_rig, connector, platform, shape, scenario="unaligned", recor
     if reason := rig.block_size_refusal():
         pytest.skip(reason)
     if connector.profile.is_pair():  # a producer/consumer pair: both sides live at once
-        from kvconform.conformance.harness.pair import pair_inapplicable, run_pair_roundtrip
+        from kvconform.conformance.checks.pair import pair_inapplicable, run_pair_roundtrip
 
         if reason := pair_inapplicable(ROUNDTRIP_SCENARIOS[scenario]):
             pytest.skip(f"{connector.name}: {reason}")
@@ -55,7 +55,7 @@ def test_roundtrip_layout(platform, attn_backend, connector, layout, make_rig, r
     """On CPU every layout runs (the GPU backends' too: index bugs show before a GPU lane does);
     on an accelerator, the layouts the backend under test accepts."""
     if platform.name != "cpu":
-        from kvconform.conformance.harness.backends import backend_class
+        from kvconform.conformance.engine.backends import backend_class
 
         accepted = backend_class(attn_backend).supported_kv_cache_layouts()
         if accepted and layout not in [a.name for a in accepted]:
@@ -84,7 +84,7 @@ def test_roundtrip_other_device(platform, attn_backend, connector, make_rig, off
     """
     from dataclasses import replace
 
-    from kvconform.conformance.harness.devices import DeviceMismatch, current_device
+    from kvconform.conformance.engine.device_guard import DeviceMismatch, current_device
 
     record_property("kvconform.policy", POLICY_OFF_CURRENT)
     current = current_device(platform.torch_device_type)

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import pytest
 
-from kvconform.conformance.harness.kvcache import CacheShape
-from kvconform.conformance.harness.workload_scenarios import EXERCISES, WORKLOAD_SCENARIOS
-from kvconform.conformance.needs import refusals_skip, require
+from kvconform.conformance.connectors.requirements import refusals_skip, require
+from kvconform.conformance.engine.kvcache import CacheShape
+from kvconform.conformance.workload.scenarios import EXERCISES, WORKLOAD_SCENARIOS
 
 pytestmark = pytest.mark.check("workload")
 
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.check("workload")
 @pytest.fixture
 def workload_rig(platform, attn_backend, connector, tiny_model, tmp_path, device, worker_process):
     """A rig per workload, each with a fresh storage folder (a generated run builds many)."""
-    from kvconform.conformance.harness.workload import WorkloadRig
+    from kvconform.conformance.workload.run import WorkloadRig
 
     count = iter(range(1_000_000))
 
@@ -43,7 +43,7 @@ def workload_rig(platform, attn_backend, connector, tiny_model, tmp_path, device
 
 
 def _run(workload_rig, spec):
-    from kvconform.conformance.harness.workload import run_workload
+    from kvconform.conformance.workload.run import run_workload
 
     with refusals_skip():
         return run_workload(workload_rig(spec), spec)
@@ -69,8 +69,8 @@ def test_workload_generated(platform, attn_backend, connector, prefill, workload
     require(connector, platform, "workload")
     from hypothesis import HealthCheck, Phase, given, settings
 
-    from kvconform.conformance.harness.workload_options import NORMAL_EXAMPLES
-    from kvconform.conformance.harness.workload_strategies import workload_specs
+    from kvconform.conformance.plugin.workload_options import NORMAL_EXAMPLES
+    from kvconform.conformance.workload.strategies import workload_specs
 
     explore = request.config.getoption("kvconform_explore")
     verified = []
@@ -93,6 +93,6 @@ def test_workload_replay(platform, attn_backend, connector, workload_rig, reques
     if text is None:
         pytest.skip("no workload to replay: pass --kvconform-replay SPEC (the line a workload failure prints)")
     require(connector, platform, "workload")
-    from kvconform.conformance.harness.workload_spec import WorkloadSpec
+    from kvconform.conformance.workload.spec import WorkloadSpec
 
     _run(workload_rig, WorkloadSpec.from_text(text))

@@ -25,8 +25,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from kvconform.conformance.factory_source import FACTORY_FILE, FactorySourceError, parse_registrations
-from kvconform.conformance.import_graph import (
+from kvconform.conformance.vllm_build.factory import FACTORY_FILE, FactorySourceError, parse_registrations
+from kvconform.conformance.vllm_build.import_graph import (
     IMPORT_GRAPH_ROOTS,
     SourceTree,
     is_own_file,
@@ -218,7 +218,7 @@ def _add_wrappers(reasons: dict[str, list[str]], registry: dict[str, str],
 
 def profile_wraps() -> dict[str, list[str]]:
     """wrapper -> wrapped connectors, from the connector profiles."""
-    from kvconform.conformance.profiles import load_profiles
+    from kvconform.conformance.connectors.profiles import load_profiles
 
     return {name: list(p.wraps) for name, p in load_profiles().connectors.items() if p.wraps}
 

@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
 
 def claimed_platforms(connector: str) -> tuple[str, ...]:
     """The platforms a connector claims (its profile's ``requires.platforms``; none listed: all)."""
-    from kvconform.conformance.profiles import profile_for
+    from kvconform.conformance.connectors.profiles import profile_for
 
     claimed = profile_for(connector).requires.platforms
     return tuple(p for p in platforms.PLATFORMS if claimed is None or p in claimed)
@@ -276,7 +276,7 @@ def _why_not_exercised(own: list[TestResult]) -> str:
 
 def where_it_runs(connector: str) -> str:
     """The platforms a connector could run on, from its profile, and what it needs there."""
-    from kvconform.conformance.profiles import profile_for
+    from kvconform.conformance.connectors.profiles import profile_for
 
     profile = profile_for(connector)
     runtime = [check for check in profile.checks or [] if check in RUNTIME_CHECKS]

@@ -28,7 +28,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvconform.conformance.vllm_source import TOLD_COMMIT_ENV
+from kvconform.conformance.vllm_build.source import TOLD_COMMIT_ENV
 from kvconform.pipelines.gate import GateError
 from kvconform.pipelines.overlay import InstalledBuild, build_overlay, compiled_changes, installed_build
 
@@ -42,13 +42,13 @@ try:
 except BaseException as exc:
     print(json.dumps({"error": f"{type(exc).__name__}: {exc}".splitlines()[0]}))
     sys.exit(0)
-from kvconform.conformance.vllm_source import imported
+from kvconform.conformance.vllm_build.source import imported
 print(json.dumps(imported("probe")))
 """
 
 
 # A JSON object a process wrote (the probe's, or one of results.json's ``vllm_imports``, made by
-# ``vllm_source.imported``): read with ``.get``, since another process wrote it.
+# ``vllm_build/source.py``: ``imported``): read with ``.get``, since another process wrote it.
 Record = dict[str, object]
 
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator, model_validator
 
-from kvconform.conformance.profiles import ProfileError, load_profiles, load_yaml_model
+from kvconform.conformance.connectors.profiles import ProfileError, load_profiles, load_yaml_model
 from kvconform.pipelines import policy
 from kvconform.pipelines.policy import KeyPath, Problem
 from kvconform.platforms import PLATFORMS

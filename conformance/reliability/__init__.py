@@ -20,7 +20,7 @@ plugin of its own, watching every conformance test (one parametrized with a
 - ``finalizers``: no garbage collection (a connector's ``__del__``) while pytest
   formats a conformance test's report;
 - ``deferred``: a test's reports wait for the shutdowns it left running in the
-  background (a P/D pair's scheduler side, ``harness/closing.py``) while the next
+  background (a P/D pair's scheduler side, ``engine/closing.py``) while the next
   test runs; the checks above judge them once those have ended;
 - ``library_copies``: a shared library loaded from two files (NIXL's bundled libnl beside
   the system's), whose copies can crash the process as it exits, is named before it does.
@@ -30,7 +30,7 @@ plugin of its own, watching every conformance test (one parametrized with a
 
 from __future__ import annotations
 
-from kvconform.conformance.reliability.vllm_version import TESTED_VLLM, VllmStatus, VllmVersionError, vllm_status
+from kvconform.conformance.vllm_build.window import TESTED_VLLM, VllmStatus, VllmVersionError, vllm_status
 
 pytest_plugins = [
     "kvconform.conformance.reliability.timeouts",
@@ -40,7 +40,7 @@ pytest_plugins = [
     "kvconform.conformance.reliability.cleanup",
     "kvconform.conformance.reliability.zmq_contexts",
     "kvconform.conformance.reliability.finalizers",
-    "kvconform.conformance.reliability.deferred",
+    "kvconform.conformance.reliability.held_reports",
     "kvconform.conformance.reliability.library_copies",
 ]
 

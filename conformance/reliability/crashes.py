@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from kvconform.conformance.private_apis import public_only
-from kvconform.conformance.reliability.items import check_of, connector_of
+from kvconform.conformance.plugin.private_apis import public_only
+from kvconform.conformance.reliability.watched import check_of, connector_of
 
 LEDGER_INPUT_KEY = "kvconform_ledger"  # xdist workerinput: the ledger file's path
 
@@ -178,7 +178,7 @@ class CrashReporter:
 
     def _connector_names(self) -> list[str]:
         try:
-            from kvconform.conformance.selection import connector_params
+            from kvconform.conformance.connectors.selection import connector_params
 
             return [p.name for p in connector_params(self.config)]
         except Exception:

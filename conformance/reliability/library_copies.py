@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from kvconform.conformance.reliability.items import runs_conformance_tests
+from kvconform.conformance.reliability.watched import runs_conformance_tests
 
 MAPS = "/proc/self/maps"
 # libnl-route-3-3ad497a3.so.200.26.0 (auditwheel's copy) and libnl-route-3.so.200.26.0 name one library
@@ -69,7 +69,7 @@ def notes(config: pytest.Config) -> list[str]:
     return list(dict.fromkeys(config.stash.get(_NOTES_KEY, [])))
 
 
-@pytest.hookimpl(tryfirst=True)  # before results.json is written (conformance/results.py: trylast)
+@pytest.hookimpl(tryfirst=True)  # before results.json is written (conformance/plugin/results_json.py: trylast)
 def pytest_sessionfinish(session: pytest.Session) -> None:
     if not runs_conformance_tests(session):
         return

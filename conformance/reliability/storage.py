@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from kvconform.conformance.reliability.items import connector_of, teardown_check
+from kvconform.conformance.reliability.watched import connector_of, teardown_check
 
 
 @dataclass(frozen=True)

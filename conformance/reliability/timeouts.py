@@ -14,7 +14,7 @@ import os
 import pytest
 
 from kvconform.conformance.reliability.crashes import record_stop
-from kvconform.conformance.reliability.items import connector_of
+from kvconform.conformance.reliability.watched import connector_of
 
 DEFAULT_TIMEOUT_S = 300.0
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kvconform.conformance.harness import bench_harness
-from kvconform.conformance.profiles import ConnectorProfile
+from kvconform.conformance.bench import timing as bench_harness
+from kvconform.conformance.connectors.profiles import ConnectorProfile
 
 # A cache whose memory order is [blocks, tokens, heads, channels] seen through the standard
 # [blocks, heads, tokens, channels] view, as vLLM's NHD layouts are.

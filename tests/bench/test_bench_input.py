@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from kvconform.conformance import bench as bench_module
+from kvconform.conformance.bench import command as bench_module
 from kvconform.conformance.cli import build_parser
 from kvconform.errors import UserError
 

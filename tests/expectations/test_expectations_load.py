@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kvconform.conformance.expectations import (
+from kvconform.conformance.connectors.profiles import FAST_SAFE_LOADER, PROFILES_FILE, safe_load_yaml
+from kvconform.conformance.plugin.expectations import (
     EXPECTATIONS_DIR,
     Entry,
     ExpectationError,
@@ -19,7 +20,6 @@ from kvconform.conformance.expectations import (
     load_file,
     raised_as,
 )
-from kvconform.conformance.profiles import FAST_SAFE_LOADER, PROFILES_FILE, safe_load_yaml
 from kvconform.reports.identity import Identity
 
 ROUNDTRIP_ID = "conformance/test_roundtrip.py::test_roundtrip[cpu-CPU_ATTN-{connector}-{variant}]"

@@ -52,8 +52,8 @@ STALE = """
     reason: matches nothing
 """
 
-BASE_ARGS = ("-p", "kvconform.conformance.expectations", "-p", "kvconform.conformance.results", "--platform=cpu",
-             "-p", "no:cacheprovider", "-rA")
+BASE_ARGS = ("-p", "kvconform.conformance.plugin.expectations", "-p", "kvconform.conformance.plugin.results_json",
+             "--platform=cpu", "-p", "no:cacheprovider", "-rA")
 
 
 def _expectations(pytester: pytest.Pytester, *entries: str, platform: str = "cpu", name: str = "exp.yaml") -> str:

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from kvconform.conformance import expectations, results
-from kvconform.conformance.reliability.vllm_version import VllmStatus, installed_vllm
+from kvconform.conformance.plugin import expectations
+from kvconform.conformance.plugin import results_json as results
+from kvconform.conformance.vllm_build.window import VllmStatus, installed_vllm
 from kvconform.reports.model import Results
 from kvconform.reports.verdict import caveats, verdict
 from tests.expectations.test_expectations_plugin import (

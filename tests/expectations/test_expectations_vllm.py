@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from kvconform.conformance import expectations
-from kvconform.conformance.expectations import Entry, ExpectationError, load_file, vllm_meets
-from kvconform.conformance.reliability.vllm_version import installed_vllm
+from kvconform.conformance.plugin import expectations
+from kvconform.conformance.plugin.expectations import Entry, ExpectationError, load_file, vllm_meets
+from kvconform.conformance.vllm_build.window import installed_vllm
 from tests.expectations.test_expectations_plugin import FAKE_SUITE, XFAIL_EXAMPLE, _expectations, _run
 
 pytest_plugins = ["pytester"]

@@ -12,10 +12,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from kvconform.conformance.claims import PROMISED_HITS
-from kvconform.conformance.harness.roundtrip import ClaimMismatch, check_promise, promised_hits
-from kvconform.conformance.harness.scheduler import SchedulerDriver
-from kvconform.conformance.profiles import ConnectorProfile
+from kvconform.conformance.checks.claims import PROMISED_HITS
+from kvconform.conformance.checks.roundtrip import ClaimMismatch, check_promise, promised_hits
+from kvconform.conformance.connectors.profiles import ConnectorProfile
+from kvconform.conformance.engine.scheduler import SchedulerDriver
 
 
 class AskAgainThenHit:

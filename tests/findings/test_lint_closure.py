@@ -7,8 +7,8 @@ device assumptions sit in helper modules outside its own file.
 
 from __future__ import annotations
 
+from kvconform.conformance.connectors.selection import registry_modules
 from kvconform.conformance.lint.closure import connector_closure
-from kvconform.conformance.selection import registry_modules
 
 pytest_plugins = ["pytester"]
 
@@ -67,7 +67,7 @@ def test_the_lint_check_fails_naming_file_and_line(pytester):
 
 
 def test_a_symlinked_folder_is_read_as_the_gate_overlay_links_it(tmp_path):
-    from kvconform.conformance.import_graph import installed_sources
+    from kvconform.conformance.vllm_build.import_graph import installed_sources
 
     real = tmp_path / "real" / "kv_offload"
     real.mkdir(parents=True)

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import pytest
 from _pytest.outcomes import Failed, Skipped
 
-from kvconform.conformance.needs import load_or_skip
-from kvconform.conformance.profiles import ConnectorProfile, Requires
+from kvconform.conformance.connectors.profiles import ConnectorProfile, Requires
+from kvconform.conformance.connectors.requirements import load_or_skip
 
 
 @dataclass

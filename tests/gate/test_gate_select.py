@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from kvconform.conformance.import_graph import EVERY_CONNECTOR, IMPORT_GRAPH_ROOTS, compile_glob, shared_reason
+from kvconform.conformance.vllm_build.import_graph import (
+    EVERY_CONNECTOR,
+    IMPORT_GRAPH_ROOTS,
+    compile_glob,
+    shared_reason,
+)
 from tests.gate.vllm_checkout import CONNECTORS, FACTORY, VLLM_SOURCE, git, installed_connector_names
 
 V1 = f"{CONNECTORS}/v1"

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from kvconform.conformance.harness.affinity import restore_harness_affinity
+from kvconform.conformance.engine.affinity import restore_harness_affinity
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
                                 reason="needs os.sched_setaffinity and at least two usable CPUs to pin to one")

@@ -1,4 +1,4 @@
-"""harness/closing.py: a shutdown runs inline unless a test claimed the closes, and then nothing it does is lost."""
+"""engine/closing.py: a shutdown runs inline unless a test claimed the closes, and then nothing it does is lost."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from kvconform.conformance.harness import closing
+from kvconform.conformance.engine import closing
 
 
 @pytest.fixture(autouse=True)

@@ -9,13 +9,13 @@ import sys
 
 import pytest
 
-from kvconform.conformance.harness.engine_run import CANNOT_RUN, GO, HELD_ENV
+from kvconform.conformance.engine.engine_run import CANNOT_RUN, GO, HELD_ENV
 
 
 def _held_engine(tmp_path, told: str) -> subprocess.CompletedProcess:
     """engine_run on a model folder that does not exist: building its engine would fail loudly."""
     env = {**os.environ, HELD_ENV: "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-    return subprocess.run([sys.executable, "-m", "kvconform.conformance.harness.engine_run",
+    return subprocess.run([sys.executable, "-m", "kvconform.conformance.engine.engine_run",
                            str(tmp_path / "no-model"), json.dumps({"kv_role": "kv_both"})],
                           input=told, capture_output=True, text=True, timeout=600, env=env)
 

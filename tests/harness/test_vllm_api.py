@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from kvconform.conformance.harness import vllm_api
-from kvconform.conformance.harness.vllm_api import PLACES, Place, VllmApiError, find, has_field, optional
-from kvconform.conformance.reliability.vllm_version import installed_vllm
+from kvconform.conformance.vllm_build import api as vllm_api
+from kvconform.conformance.vllm_build.api import PLACES, Place, VllmApiError, find, has_field, optional
+from kvconform.conformance.vllm_build.window import installed_vllm
 
 NEW, OLD = "kvconform_test_new_home", "kvconform_test_old_home"
 
@@ -64,7 +64,7 @@ def test_a_name_no_place_keeps_is_one_line_naming_it_and_the_installed_vllm(home
     message = str(raised.value)
     version = installed_vllm()[0]
     assert message == (f"vLLM {version} ({installed_vllm()[1]}) has no plan in {NEW} or {OLD}; "
-                       f"update conformance/harness/vllm_api.py to where this vLLM keeps it")
+                       f"update conformance/vllm_build/api.py to where this vLLM keeps it")
     assert not isinstance(raised.value, ImportError)  # a plugin's "package missing: skip" must not catch it
 
 
@@ -142,7 +142,7 @@ def test_a_vllm_without_the_config_fields_gets_the_block_sizes_it_records(homes,
     neither: the stand-in then sets only the cache's block size, and asks for no alignment function."""
     from types import SimpleNamespace
 
-    from kvconform.conformance.harness.block_sizes import adopt_engine_block_sizes
+    from kvconform.conformance.engine.block_sizes import adopt_engine_block_sizes
 
     new = homes[0]
     new.KVCacheConfig = type("KVCacheConfig", (), {})
@@ -161,11 +161,11 @@ def test_a_vllm_without_the_config_fields_gets_the_block_sizes_it_records(homes,
 
 
 def test_a_vllm_api_error_is_never_taken_for_the_connectors_refusal():
-    """A refusal is a skip (conformance/needs.py); kvconform failing to drive vLLM must stay a failure, even when
-    the connector's refusal pattern happens to match its message."""
+    """A refusal is a skip (conformance/connectors/requirements.py); kvconform failing to drive vLLM must stay a
+    failure, even when the connector's refusal pattern happens to match its message."""
     from types import SimpleNamespace
 
-    from kvconform.conformance.harness.rig import ConnectorRefused, refusal_as
+    from kvconform.conformance.engine.rig import ConnectorRefused, refusal_as
 
     connector = SimpleNamespace(name="C", profile=SimpleNamespace(refusal="has no"))
     with pytest.raises(VllmApiError), refusal_as(ConnectorRefused, connector):

@@ -19,14 +19,31 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from kvconform.conformance.import_graph import import_targets
+from kvconform.conformance.vllm_build.import_graph import import_targets
 
 ROOT = Path(__file__).resolve().parents[2]
 
 # package -> the packages it must never import (directly; a cycle through others is caught below).
+C = "kvconform.conformance."
+# The harness (the engine stand-in, the checks, the workloads) is driven by the plugin and the connector model, and
+# imports neither of them nor reliability: what it needs is passed in. "Which vLLM" (vllm_build) is below everything.
+HARNESS_FORBIDS = tuple(C + p for p in ("plugin", "reliability", "connectors", "bench", "cli", "conftest"))
 LAYERS: dict[str, tuple[str, ...]] = {
     "kvconform.platforms": ("kvconform.conformance", "kvconform.pipelines", "kvconform.reports"),
     "kvconform.reports": ("kvconform.conformance", "kvconform.pipelines"),
+    C + "vllm_build": tuple(C + p for p in ("plugin", "reliability", "connectors", "engine", "checks", "workload",
+                                            "bench", "lint", "smoke", "cli", "conftest")),
+    C + "engine": (*HARNESS_FORBIDS, C + "checks", C + "workload"),
+    C + "checks": (*HARNESS_FORBIDS, C + "workload"),
+    C + "workload": HARNESS_FORBIDS,
+    C + "lint": tuple(C + p for p in ("plugin", "reliability", "connectors", "engine", "checks", "workload", "bench")),
+}
+# Crossings the layout move left, each to go next in its series (issue 37): the test fails if one of them is gone
+# (remove it here) or a new one appears.
+KNOWN_CROSSINGS = {
+    "kvconform.conformance.engine.rig imports kvconform.conformance.connectors.selection",  # a type (TYPE_CHECKING)
+    "kvconform.conformance.workload.peer imports kvconform.conformance.connectors.profiles",  # MultiConnector's child
+    "kvconform.conformance.workload.peer imports kvconform.conformance.connectors.selection",
 }
 LEAVES = ("kvconform.errors",)  # shared small things every package may import: they import nothing of kvconform
 
@@ -121,7 +138,8 @@ def test_every_package_is_read(graph):
     """The graph covers all four packages and the leaves, so the other tests cannot pass on an empty graph."""
     assert {"kvconform.conformance.plugin", "kvconform.platforms.spec", "kvconform.pipelines.lanes",
             "kvconform.reports.readers", *LEAVES} <= set(graph)
-    assert "kvconform.conformance.selection" in graph["kvconform.conformance.plugin"]  # a function-level import
+    # a function-level import
+    assert "kvconform.conformance.connectors.selection" in graph["kvconform.conformance.plugin"]
 
 
 def test_the_import_graph_has_no_cycle(graph):
@@ -130,7 +148,8 @@ def test_the_import_graph_has_no_cycle(graph):
 
 
 def test_imports_run_down_the_layers(graph):
-    assert layer_violations(graph) == []
+    assert sorted(set(layer_violations(graph)) - KNOWN_CROSSINGS) == []
+    assert sorted(KNOWN_CROSSINGS - set(layer_violations(graph))) == [], "gone: remove from KNOWN_CROSSINGS"
 
 
 # ---- the checks can fail: synthetic graphs ------------------------------------------------------

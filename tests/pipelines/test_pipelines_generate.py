@@ -18,7 +18,7 @@ import pytest
 import yaml
 from pipeline_testkit import conformance_steps, step_commands
 
-from kvconform.conformance.profiles import load_profiles
+from kvconform.conformance.connectors.profiles import load_profiles
 from kvconform.pipelines.generate import build_pipeline, render_yaml
 from kvconform.pipelines.lanes import LANES_FILE, LanesError
 from kvconform.platforms import PLATFORMS

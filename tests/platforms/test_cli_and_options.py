@@ -82,7 +82,7 @@ def test_unknown_connector_lists_known_ones(tmp_path):
 ])
 def test_bad_third_party_connector(spec, words):
     """The same ConnectorSpecError the plugin turns into a one-line usage error (shown above)."""
-    from kvconform.conformance.selection import ConnectorSpecError, resolve_connectors
+    from kvconform.conformance.connectors.selection import ConnectorSpecError, resolve_connectors
 
     with pytest.raises(ConnectorSpecError, match=words.replace("(", r"\(")):
         resolve_connectors([spec])

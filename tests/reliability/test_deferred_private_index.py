@@ -1,4 +1,4 @@
-"""The feature test in front of xdist's private test index (``reliability/deferred.py``), on fake workers.
+"""The feature test in front of xdist's private test index (``reliability/held_reports.py``), on fake workers.
 
 A held report is sent with its own test's index only while xdist's worker plugin
 has the known shape (an int ``item_index`` that is the test being run); otherwise,
@@ -12,8 +12,8 @@ import types
 
 import pytest
 
-from kvconform.conformance.private_apis import PUBLIC_ONLY_DEST
-from kvconform.conformance.reliability.deferred import _index_keeper, _xdist_index_of
+from kvconform.conformance.plugin.private_apis import PUBLIC_ONLY_DEST
+from kvconform.conformance.reliability.held_reports import _index_keeper, _xdist_index_of
 
 
 class WorkerInteractor:

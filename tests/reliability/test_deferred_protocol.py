@@ -1,4 +1,4 @@
-"""The test protocol ``reliability/deferred.py`` builds from pytest's public hooks gives what pytest's own does.
+"""The test protocol ``reliability/held_reports.py`` builds from pytest's public hooks gives what pytest's own does.
 
 Two real pytest sessions of the same small suite: one with kvconform's protocol
 (a kvconform run: ``--platform=cpu``), one with pytest's own (``--setup-show``,
@@ -73,8 +73,9 @@ def _run(pytester: pytest.Pytester, *args: str) -> tuple[dict[str, int], list[li
     pytester.makepyfile(test_small=SUITE)
     pytester.makeconftest(RECORDER)
     pytester.path.joinpath("none.yaml").write_text("platform: cpu\nexpectations: []\n")
-    result = pytester.runpytest("-p", "kvconform.conformance.expectations", "--kvconform-expectations", "none.yaml",
-                                "--platform=cpu", "-p", "no:cacheprovider", "-rA", *args)
+    result = pytester.runpytest("-p", "kvconform.conformance.plugin.expectations",
+                                "--kvconform-expectations", "none.yaml", "--platform=cpu", "-p", "no:cacheprovider",
+                                "-rA", *args)
     return (result.parseoutcomes(), json.loads(pytester.path.joinpath("interact.json").read_text()),
             pytester.path.joinpath("torn_down.txt").read_text())
 

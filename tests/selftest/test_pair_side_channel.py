@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from kvconform.conformance.harness.side_channel import HOST, HandshakeFailure, PortTaken, reserved_port, serve_handshake
+from kvconform.conformance.engine.side_channel import HOST, HandshakeFailure, PortTaken, reserved_port, serve_handshake
 
 needs_nixl = pytest.mark.skipif(importlib.util.find_spec("nixl") is None,
                                 reason="NixlConnector needs package nixl, which is not installed here")
@@ -26,11 +26,11 @@ def _nixl_scheduler_side(tmp_path, monkeypatch, port: int):
     from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
 
     from kvconform import platforms
-    from kvconform.conformance.harness import kvcache
-    from kvconform.conformance.harness.kvcache import CacheShape
-    from kvconform.conformance.harness.model import write_tiny_model
-    from kvconform.conformance.harness.rig import Rig
-    from kvconform.conformance.selection import resolve_connectors
+    from kvconform.conformance.connectors.selection import resolve_connectors
+    from kvconform.conformance.engine import kvcache
+    from kvconform.conformance.engine.kvcache import CacheShape
+    from kvconform.conformance.engine.model import write_tiny_model
+    from kvconform.conformance.engine.rig import Rig
 
     monkeypatch.setenv("VLLM_NIXL_SIDE_CHANNEL_HOST", HOST)
     monkeypatch.setenv("VLLM_NIXL_SIDE_CHANNEL_PORT", str(port))

@@ -1,7 +1,7 @@
 """A P/D pair's scheduler shutdown, finished in the background, is still judged, and judged for its own test.
 
 The suite lets a pair's scheduler shutdown finish while the next test runs
-(conformance/harness/closing.py, reliability/deferred.py). This proves nothing
+(conformance/engine/closing.py, reliability/held_reports.py). This proves nothing
 is lost by that, serially and with two xdist workers: three broken NixlConnector
 copies (tests/broken_connectors/nixl_broken.py) fail the round trip's teardown,
 each for its own bug, and the tests run right after each of them (the next broken

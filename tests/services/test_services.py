@@ -1,4 +1,4 @@
-"""The service fixtures' own machinery (conformance/services.py), with small real servers; and the two
+"""The service fixtures' own machinery (conformance/connectors/services.py), with small real servers; and the two
 reliability parts Mooncake's run needed (zmq_contexts, finalizers).
 
 Python's http.server stands in for LMCache's and Mooncake's servers: it binds a
@@ -17,9 +17,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from kvconform.conformance.profiles import ConnectorProfile, ProfileError, load_profiles
-from kvconform.conformance.reliability import finalizers, zmq_contexts
-from kvconform.conformance.services import (
+from kvconform.conformance.connectors.profiles import ConnectorProfile, ProfileError, load_profiles
+from kvconform.conformance.connectors.services import (
     ServicePool,
     ServiceSpec,
     ServiceTimeout,
@@ -28,6 +27,7 @@ from kvconform.conformance.services import (
     service_timeout,
     start,
 )
+from kvconform.conformance.reliability import finalizers, zmq_contexts
 
 HTTP_SERVER = ["{python}", "-m", "http.server", "--bind", "127.0.0.1", "{port:main}"]
 

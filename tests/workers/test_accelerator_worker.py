@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kvconform.conformance.harness import devices
-from kvconform.conformance.harness.devices import DeviceGuard
+from kvconform.conformance.engine import device_guard as devices
+from kvconform.conformance.engine.device_guard import DeviceGuard
 
 
 class FakeCuda:
@@ -107,7 +107,7 @@ def test_process_group_local_rank_is_the_worker_rank():
     from vllm.config import VllmConfig
     from vllm.distributed.parallel_state import get_world_group, model_parallel_is_initialized
 
-    from kvconform.conformance.harness.distributed import single_rank_parallel_state
+    from kvconform.conformance.engine.distributed import single_rank_parallel_state
 
     if model_parallel_is_initialized():
         pytest.skip("this test process already holds vLLM's process groups; the case needs a fresh one")

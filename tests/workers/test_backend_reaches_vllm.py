@@ -13,11 +13,11 @@ import pytest
 pytest.importorskip("vllm")
 
 from kvconform import platforms  # noqa: E402
-from kvconform.conformance.harness.kvcache import CacheShape  # noqa: E402
-from kvconform.conformance.harness.model import write_tiny_model  # noqa: E402
-from kvconform.conformance.harness.rig import Rig  # noqa: E402
-from kvconform.conformance.profiles import ConnectorProfile  # noqa: E402
-from kvconform.conformance.selection import ConnectorParam  # noqa: E402
+from kvconform.conformance.connectors.profiles import ConnectorProfile  # noqa: E402
+from kvconform.conformance.connectors.selection import ConnectorParam  # noqa: E402
+from kvconform.conformance.engine.kvcache import CacheShape  # noqa: E402
+from kvconform.conformance.engine.model import write_tiny_model  # noqa: E402
+from kvconform.conformance.engine.rig import Rig  # noqa: E402
 from tests.workers import backend_probe  # noqa: E402
 
 
@@ -44,7 +44,7 @@ def test_caches_are_allocated_in_kernel_blocks(tmp_path):
     is two kernel blocks in the views a connector registers."""
     from vllm.v1.worker.utils import prepare_kernel_block_sizes  # noqa: F401  (the runner's own helper is used)
 
-    from kvconform.conformance.harness import kvcache
+    from kvconform.conformance.engine import kvcache
 
     example = ConnectorParam("ExampleConnector", "ExampleConnector", None,
                              ConnectorProfile(extra_config={"shared_storage_path": "{storage}"}))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvconform.conformance.selection import resolve_connectors, with_variants
+from kvconform.conformance.connectors.selection import resolve_connectors, with_variants
 
 
 @pytest.mark.parametrize("platform", ["cuda", "rocm", "xpu"])

@@ -7,8 +7,8 @@ import types
 
 import pytest
 
+from kvconform.conformance.plugin.scheduling import ConnectorScheduling, worker_count
 from kvconform.conformance.reliability.crashes import connector_in_nodeid
-from kvconform.conformance.xdist_scheduling import ConnectorScheduling, worker_count
 
 CONNECTORS = ("ExampleConnector", "NixlConnector", "NixlConnector@device-buffer")
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from kvconform.conformance.claims import PROMISED_HITS
-from kvconform.conformance.harness.workload_checks import claim_meets_promise, promised_tokens
-from kvconform.conformance.harness.workload_peer import peer_connector
-from kvconform.conformance.profiles import profile_for
-from kvconform.conformance.selection import ConnectorParam
+from kvconform.conformance.checks.claims import PROMISED_HITS
+from kvconform.conformance.connectors.profiles import profile_for
+from kvconform.conformance.connectors.selection import ConnectorParam
+from kvconform.conformance.workload.invariants import claim_meets_promise, promised_tokens
+from kvconform.conformance.workload.peer import peer_connector
 
 
 def _param(name: str) -> ConnectorParam:

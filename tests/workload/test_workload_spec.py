@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 
-from kvconform.conformance.harness.workload_scenarios import WORKLOAD_SCENARIOS
-from kvconform.conformance.harness.workload_spec import RequestSpec, SpecError, WorkloadSpec
-from kvconform.conformance.harness.workload_strategies import CHUNKED_MIN_PROMPT, workload_specs
+from kvconform.conformance.workload.scenarios import WORKLOAD_SCENARIOS
+from kvconform.conformance.workload.spec import RequestSpec, SpecError, WorkloadSpec
+from kvconform.conformance.workload.strategies import CHUNKED_MIN_PROMPT, workload_specs
 
 
 @pytest.mark.parametrize("name", list(WORKLOAD_SCENARIOS))

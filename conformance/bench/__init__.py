@@ -1,0 +1,1 @@
+"""``kvconform bench``: connector save/load throughput beside the platform's own baseline."""

@@ -1,0 +1,399 @@
+"""What the KV connector API promises each caller, as data, and the calls that test the promises.
+
+vLLM unpacks a connector's answers without looking at them: a wrong type shows
+up steps later as an unrelated error in the scheduler or the runner, or (for the
+claim) only through a bare ``assert``. So every answer is checked where it is
+given, and a broken promise names the connector, the call, the type
+``vllm/distributed/kv_transfer/kv_connector/v1/base.py`` documents and what came
+back. The inputs are vLLM's own objects (``Request``, ``SchedulerOutput``,
+``KVCacheBlocks``, caches from its allocator), built from the same ``Rig`` the
+round-trip uses, but the connector is constructed directly as
+``cls(vllm_config, role, kv_cache_config)``, the way the factory does it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import torch
+
+from kvconform.conformance.engine import kvcache
+from kvconform.conformance.engine.affinity import restore_harness_affinity
+from kvconform.conformance.engine.device_guard import DeviceGuard
+from kvconform.conformance.engine.model import attention_layer_names
+from kvconform.conformance.engine.requests import block_hasher, new_request
+from kvconform.conformance.engine.rig import ConnectorRefused, Rig, refusal_as
+from kvconform.conformance.engine.runner import AttentionLayerStandIn
+from kvconform.conformance.engine.step_order import connector_step
+from kvconform.conformance.vllm_build import api as vllm_api
+
+
+class ContractViolation(AssertionError):
+    """A connector answered a documented call with something else."""
+
+
+# --- the promises: each rule returns None when the answer conforms, else what is wrong with it ---
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _a(name: str) -> str:
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
+
+
+def _type_name(value: object) -> str:
+    if isinstance(value, tuple):
+        return "tuple[" + ", ".join(type(v).__name__ for v in value) + "]"
+    return type(value).__name__
+
+
+def _not_pair(value: object) -> str | None:
+    if not isinstance(value, tuple):
+        return f"it is {_a(type(value).__name__)}, not a tuple"
+    if len(value) != 2:
+        return f"a tuple of {len(value)}, not a pair"
+    return None
+
+
+def _claim(value: object) -> str | None:
+    if problem := _not_pair(value):
+        return problem
+    tokens, load_async = value
+    if tokens is not None and not _is_int(tokens):
+        return f"the token count is {_a(type(tokens).__name__)}"
+    if tokens is not None and tokens < 0:
+        return "the token count is negative"
+    if not isinstance(load_async, bool):
+        return f"the load-async flag is {_a(type(load_async).__name__)}"
+    if tokens == 0 and load_async:
+        return "the load-async flag is True for 0 tokens (base.py: it must be False when the count is 0)"
+    return None
+
+
+def _finish(value: object) -> str | None:
+    if problem := _not_pair(value):
+        return problem
+    delay_free, transfer_params = value
+    if not isinstance(delay_free, bool):
+        return f"the delay-free flag is {_a(type(delay_free).__name__)}"
+    if transfer_params is not None and not isinstance(transfer_params, dict):
+        return f"the transfer params are {_a(type(transfer_params).__name__)}"
+    return None
+
+
+def _instance_of(type_path: str, optional: bool = False) -> Callable[[object], str | None]:
+    """A rule for "an instance of vLLM's ``module:Class``", imported only when a value is checked."""
+    module, _, name = type_path.partition(":")
+
+    def rule(value: object) -> str | None:
+        import importlib
+
+        expected = getattr(importlib.import_module(module), name)
+        if (optional and value is None) or isinstance(value, expected):
+            return None
+        return f"it is {_a(type(value).__name__)}, not {_a(name)}"
+
+    return rule
+
+
+def _events(value: object) -> str | None:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        return f"{_a(type(value).__name__)} is not an iterable of events"
+    return None
+
+
+def _id_set(value: object, what: str, element: Callable[[object], bool], element_name: str) -> str | None:
+    if not isinstance(value, set):
+        return f"{what}: {_a(type(value).__name__)}, not a set"
+    strays = [v for v in value if not element(v)]
+    return f"{what}: {strays[0]!r} ({type(strays[0]).__name__}) is not {_a(element_name)}" if strays else None
+
+
+def _finished(value: object) -> str | None:
+    if problem := _not_pair(value):
+        return problem
+    for what, ids in zip(("the finished-sending ids", "the finished-receiving ids"), value, strict=True):
+        if ids is not None and (problem := _id_set(ids, what, lambda v: isinstance(v, str), "str")):
+            return problem
+    return None
+
+
+def _load_errors(value: object) -> str | None:
+    return _id_set(value, "the block ids", _is_int, "block id (int)")
+
+
+def _transfer_results(value: object) -> str | None:
+    if problem := _instance_of("vllm.distributed.kv_transfer.kv_connector.v1.base:KVConnectorTransferResults")(value):
+        return problem
+    for what in ("finished_sending", "finished_recving", "failed_recving"):
+        if hasattr(value, what) and (problem := _id_set(getattr(value, what), what, lambda v: isinstance(v, str),
+                                                        "str")):
+            return problem
+    return None
+
+
+@dataclass(frozen=True)
+class Promise:
+    expected: str  # as base.py documents it
+    problem: Callable[[object], str | None]
+
+
+_BASE = "vllm.distributed.kv_transfer.kv_connector.v1.base"
+FINISH = Promise("(bool, dict | None)", _finish)
+PROMISES: dict[str, Promise] = {
+    # scheduler side
+    "get_num_new_matched_tokens": Promise("(int | None, bool)", _claim),
+    "build_connector_meta": Promise("a KVConnectorMetadata instance", _instance_of(f"{_BASE}:KVConnectorMetadata")),
+    "request_finished": FINISH,
+    "request_finished_all_groups": FINISH,
+    "take_events": Promise("an iterable (of KVCacheEvent)", _events),
+    # worker side
+    "get_finished": Promise("(set[str] | None, set[str] | None)", _finished),
+    "get_transfer_results": Promise("a KVConnectorTransferResults of sets of request ids", _transfer_results),
+    "get_block_ids_with_load_errors": Promise("set[int]", _load_errors),
+    "build_connector_worker_meta": Promise("a KVConnectorWorkerMetadata or None",
+                                           _instance_of(f"{_BASE}:KVConnectorWorkerMetadata", optional=True)),
+}
+
+
+def _shown(value: object) -> str:
+    text = " ".join(repr(value).split())
+    return (text if len(text) <= 120 else text[:117] + "...") + f" ({_type_name(value)})"
+
+
+def check_answer(label: str, method: str, call: str, value: object) -> object:
+    """``value`` if it keeps ``method``'s promise, else a ContractViolation that says who broke it and how."""
+    promise = PROMISES[method]
+    problem = promise.problem(value)
+    if problem:
+        raise ContractViolation(f"{label}: {call} returned {_shown(value)}; expected {promise.expected}: {problem}")
+    return value
+
+
+def ask(label: str, connector, method: str, *args, shown_args: str = "...") -> object:
+    """Call ``connector.method(*args)`` and check the answer against its promise."""
+    return check_answer(label, method, f"{method}({shown_args})", getattr(connector, method)(*args))
+
+
+def install_checks(connector, label: str) -> Counter:
+    """Check every promised answer a connector gives while vLLM's own code drives it.
+
+    Wraps the instance's methods (what the scheduler and runner look up), so the
+    check runs before vLLM or the harness unpacks the answer. Returns the call
+    counts, so a check can prove the calls it relies on happened.
+    """
+    calls: Counter = Counter()
+    for method in PROMISES:
+        original = getattr(connector, method, None)
+        if callable(original):
+            setattr(connector, method, _checked(label, method, original, calls))
+    return calls
+
+
+def check_reported_ids(connector, label: str, held: Callable[[], Iterable[str]]) -> None:
+    """Fail when ``get_finished`` reports a request vLLM's scheduler does not hold (``held()``).
+
+    The scheduler frees the blocks of every id reported and guards that with a bare
+    ``assert`` only, which ``python -O`` removes; this says which id and which direction.
+    """
+    original = connector.get_finished
+
+    def checked(finished_req_ids, *args, **kwargs):
+        answer = original(finished_req_ids, *args, **kwargs)
+        # the answer's shape is judged where it is asked for (_finished); here only the ids in it
+        for direction, ids in zip(("sending", "loading"), answer, strict=False):
+            strays = sorted(set(ids or ()) - set(held()))
+            if strays:
+                raise ContractViolation(
+                    f"{label}: get_finished({set(finished_req_ids)}) reported {strays[0]!r} as finished "
+                    f"{direction}, but vLLM's scheduler no longer holds that request (it asserts every reported "
+                    f"id is one it holds)")
+        return answer
+
+    connector.get_finished = checked
+
+
+def _checked(label: str, method: str, original: Callable, calls: Counter) -> Callable:
+    def checked(*args, **kwargs):
+        calls[method] += 1
+        return check_answer(label, method, f"{method}(...)", original(*args, **kwargs))
+
+    return checked
+
+
+# --- vLLM inputs, built the way vLLM builds them ---
+
+def make_request(vllm_config, request_id: str, prompt: list[int]):
+    """A real ``vllm.v1.request.Request``, hashed into blocks as the engine's processor does it."""
+    return new_request(request_id, prompt, block_hasher(vllm_config))
+
+
+def no_blocks(kv_cache_config):
+    """What the KV cache manager hands over when it allocated nothing: one empty list per group."""
+    KVCacheBlocks = vllm_api.find("KVCacheBlocks")
+
+    return KVCacheBlocks(tuple(() for _ in kv_cache_config.kv_cache_groups))
+
+
+def scheduler_output(finished_req_ids: Iterable[str] = ()):
+    """A step that schedules nothing (vLLM still builds connector metadata for it)."""
+    output = vllm_api.find("SchedulerOutput").make_empty()
+    output.finished_req_ids = set(finished_req_ids)
+    return output
+
+
+def supports_hma(connector) -> bool:
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import supports_hma as vllm_supports_hma
+
+    return vllm_supports_hma(connector)
+
+
+# --- the two halves, constructed directly ---
+
+# What vLLM's runner also asks a worker every step (0.32 reads finished ids through get_transfer_results),
+# checked where the installed vLLM defines the method; the arguments a step with nothing finished passes.
+LATER_WORKER_REPORTS: dict[str, tuple] = {"get_transfer_results": (set(),), "build_connector_worker_meta": ()}
+
+
+@dataclass
+class ContractConnector:
+    """One role of a connector (scheduler or worker), built directly with ``cls(vllm_config, role,
+    kv_cache_config)`` and asked one method at a time, each answer checked against the base class's contract.
+
+    No vLLM scheduler or runner drives it (that is ``EngineStandIn``, rig.py): the contract checks call
+    each method alone, so a violation names the one call that broke it."""
+
+    label: str  # "<connector> (<kv_role>, <side> side)": how violations name it
+    connector: object
+    vllm_config: object
+    kv_cache_config: object
+
+    def ask(self, method: str, *args, shown_args: str = "...") -> object:
+        return ask(self.label, self.connector, method, *args, shown_args=shown_args)
+
+    def new_request(self, request_id: str, prompt: list[int]):
+        """A request the connector is told about as vLLM's ``Scheduler.add_request`` does (``on_new_request``)."""
+        request = make_request(self.vllm_config, request_id, prompt)
+        if callable(getattr(self.connector, "on_new_request", None)):  # where this vLLM has the hook
+            self.connector.on_new_request(request)
+        return request
+
+    def finish(self, request, block_ids_per_group: tuple[list[int], ...], shown: str) -> tuple:
+        """The finish hook vLLM's scheduler calls: ``request_finished_all_groups`` for HMA connectors."""
+        if supports_hma(self.connector):
+            return self.ask("request_finished_all_groups", request, block_ids_per_group,
+                            shown_args=f"{shown}, {tuple(block_ids_per_group)}")
+        return self.ask("request_finished", request, block_ids_per_group[0],
+                        shown_args=f"{shown}, {block_ids_per_group[0]}")
+
+    def no_block_ids(self) -> tuple[list[int], ...]:
+        return tuple([] for _ in self.kv_cache_config.kv_cache_groups)
+
+    def close(self) -> None:
+        self.connector.shutdown()
+
+    def __enter__(self) -> ContractConnector:
+        return self
+
+    def __exit__(self, kind, error, traceback) -> bool:
+        """Shut the connector down; a shutdown error never hides the failure that came first."""
+        try:
+            self.close()
+        except Exception as shutdown_error:
+            if error is None:
+                raise
+            error.add_note(f"shutdown() then failed too: {type(shutdown_error).__name__}: {shutdown_error}")
+        return False
+
+
+@dataclass
+class ContractWorker(ContractConnector):
+    """The worker role under the contract checks: its caches, their registration and a step with nothing to run."""
+
+    caches: dict = field(default_factory=dict)
+    guard: DeviceGuard | None = None
+
+    def register(self) -> None:
+        """Caches from vLLM's allocator, registered as the runner does at start-up."""
+        with self.guard:
+            self.connector.register_kv_caches(self.caches)
+
+    def idle_step(self, metadata, finished_req_ids: Iterable[str] = ()) -> tuple:
+        """A step with nothing to run, as vLLM's ``kv_connector_no_forward``: the connector still reports.
+
+        Returns what ``get_finished`` answered; every answer is checked as it is given.
+        """
+        from vllm.forward_context import get_forward_context, set_forward_context
+
+        finished = set(finished_req_ids)
+
+        def report() -> tuple:
+            answer = self.ask("get_finished", finished, shown_args=repr(finished))
+            self.ask("get_block_ids_with_load_errors", shown_args="")
+            for method, args in LATER_WORKER_REPORTS.items():
+                if callable(getattr(self.connector, method, None)):
+                    self.ask(method, *args, shown_args=", ".join(map(repr, args)))
+            return answer
+
+        def call(method: str, *args) -> object:  # the lifecycle calls: no answer to check
+            return getattr(self.connector, method)(*args)
+
+        with set_forward_context(None, self.vllm_config), self.guard:
+            # no forward runs, so start_load_kv's two places in the order are one: sync_loads does not matter
+            return connector_step(call, metadata, get_forward_context, sync_loads=True, report=report)
+
+
+@dataclass
+class ContractRig:
+    """A connector class and the Rig that supplies its configs and caches."""
+
+    rig: Rig
+    cls: type
+
+    @property
+    def name(self) -> str:
+        return self.rig.connector.name
+
+    def kv_roles(self) -> list[str]:
+        """Every kv_role the profile drives the connector with (both halves of a producer/consumer pair)."""
+        return list(dict.fromkeys(self.rig.connector.profile.roles or ["kv_both"]))
+
+    def configs(self, kv_role: str) -> tuple[object, object]:
+        """A fresh ``VllmConfig`` and ``KVCacheConfig``, without constructing any connector."""
+        config = self.rig.vllm_config(kv_role)
+        groups = [(attention_layer_names(), self.rig.shape.attention_spec())]
+        return config, kvcache.build_kv_cache_config(config, groups)
+
+    def _construct(self, kv_role: str, side: str) -> tuple[str, object, object, object]:
+        from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+
+        label = f"{self.name} ({kv_role}, {side} side)"
+        # vLLM's config checks may refuse it too; NIXL's worker side pins this thread (affinity.py)
+        with refusal_as(ConnectorRefused, self.rig.connector), restore_harness_affinity():
+            config, kv_cache_config = self.configs(kv_role)
+            connector = self.cls(config, KVConnectorRole[side.upper()], kv_cache_config)
+        return label, connector, config, kv_cache_config
+
+    def scheduler(self, kv_role: str) -> ContractConnector:
+        return ContractConnector(*self._construct(kv_role, "scheduler"))
+
+    def worker(self, kv_role: str, register: bool = True) -> ContractWorker:
+        """The worker side; with ``register`` its caches are allocated, put in the forward context and registered."""
+        label, connector, config, kv_cache_config = self._construct(kv_role, "worker")
+        caches = kvcache.allocate(kv_cache_config, config, self.rig.device) if register else {}
+        guard = DeviceGuard(self.name, caches, torch.device(self.rig.device))
+        static = config.compilation_config.static_forward_context
+        for layer_name, cache in caches.items():
+            static[layer_name] = AttentionLayerStandIn(layer_name, cache, guard)
+        worker = ContractWorker(label, connector, config, kv_cache_config, caches, guard)
+        if register:
+            try:
+                with refusal_as(ConnectorRefused, self.rig.connector):
+                    worker.register()
+            except BaseException as error:
+                worker.__exit__(type(error), error, error.__traceback__)  # shut it down, keep the first error
+                raise
+        return worker

@@ -1,0 +1,167 @@
+"""The save/load round-trip: a producer stores, a fresh consumer loads, bytes are compared.
+
+Scenarios are data: prompt lengths in blocks plus a remainder, so one table
+covers aligned and unaligned prompts, partial last blocks, several requests in
+one step, and prompts that extend a stored one, for any block size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kvconform.conformance.engine.prompts import request_prompt
+from kvconform.conformance.engine.rig import EngineStandIn, Rig
+from kvconform.conformance.engine.slots import token_slots
+
+
+@dataclass(frozen=True)
+class RoundTripScenario:
+    name: str
+    stored: tuple[tuple[int, int], ...]  # per request: (full blocks, extra tokens) the producer stores
+    extend: int = 0  # tokens the consumer's prompt adds after the stored prompt
+    doc: str = ""
+
+    def lengths(self, block_size: int) -> list[int]:
+        return [blocks * block_size + extra for blocks, extra in self.stored]
+
+
+ROUNDTRIP_SCENARIOS: dict[str, RoundTripScenario] = {s.name: s for s in (
+    RoundTripScenario("unaligned", ((4, 5),), doc="prompt length not a multiple of the block size; partial last block"),
+    RoundTripScenario("aligned", ((4, 0),), doc="prompt length an exact multiple of the block size"),
+    RoundTripScenario("extend", ((3, 5),), extend=11, doc="the consumer's prompt extends the stored one"),
+    RoundTripScenario("aligned-extend", ((4, 0),), extend=1, doc="a stored aligned prompt, extended by one token"),
+    RoundTripScenario("one-past-block", ((3, 1),), doc="prompt one token past a block boundary"),
+    RoundTripScenario("multi", ((2, 3), (3, 7), (1, 9)), doc="several requests in one step"),
+)}
+
+
+class RoundTripFailure(AssertionError):
+    """A round-trip check failed; the message says which slot, layer and request."""
+
+
+def _as_bytes(view: torch.Tensor) -> torch.Tensor:
+    return view.contiguous().view(torch.uint8)
+
+
+@dataclass
+class RoundTripResult:
+    claimed: dict[str, int]
+    stored_lengths: dict[str, int]
+    promised: dict[str, int] | None = None  # total hit the profile's ``promised_hit`` requires, when it names one
+
+    def describe(self) -> str:
+        """Claimed against stored per request, for the results (``kvconform.claim``)."""
+        promised = self.promised or {}
+        return "; ".join(f"{rid}: claimed {tokens} of {self.stored_lengths[rid]} stored tokens"
+                         + (f" (promised {promised[rid]})" if rid in promised else "")
+                         for rid, tokens in self.claimed.items())
+
+
+class ClaimMismatch(RoundTripFailure):
+    """The connector's hit differs from the one its profile promises (``promised_hit``)."""
+
+
+def promised_hits(rig: Rig, stored: dict[str, list[int]], wanted: dict[str, list[int]]) -> dict[str, int] | None:
+    """Tokens each request's hit must cover in all (local + external), per the profile's promise; None without one."""
+    from kvconform.conformance.checks.claims import PROMISED_HITS
+
+    name = rig.connector.profile.promised_hit
+    if name is None:
+        return None
+    tokens = PROMISED_HITS[name].tokens
+    return {rid: tokens(len(stored[rid]), len(wanted[rid]), rig.shape.block_size) for rid in wanted}
+
+
+def check_promise(rig: Rig, consumer: EngineStandIn, claimed: dict[str, int], promised: dict[str, int] | None) -> None:
+    """A connector with a promised hit claims exactly it: a short claim is lost work vLLM never notices."""
+    from kvconform.conformance.checks.claims import PROMISED_HITS
+
+    for rid, total in (promised or {}).items():
+        answer = consumer.scheduler.answered_claim(rid)
+        computed = answer.num_computed_tokens if answer is not None else 0
+        if computed + claimed[rid] != total:
+            name = rig.connector.profile.promised_hit
+            raise ClaimMismatch(
+                f"{rig.connector.name} claimed {claimed[rid]} external tokens for {rid} (beyond {computed} computed "
+                f"locally), but its profile promises a hit of {total} tokens in all ({name}: "
+                f"{PROMISED_HITS[name].doc}; block size {rig.shape.block_size})")
+
+
+def scenario_prompts(scenario: RoundTripScenario, block_size: int) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
+    """(prompts the producer stores, prompts the consumer asks for), keyed by request id."""
+    lengths = scenario.lengths(block_size)
+    stored = {f"req-{i}": request_prompt(i, n) for i, n in enumerate(lengths)}
+    wanted = {rid: tokens + request_prompt(100 + i, scenario.extend) for i, (rid, tokens) in enumerate(stored.items())}
+    return stored, wanted
+
+
+def run_roundtrip(rig: Rig, scenario: RoundTripScenario) -> RoundTripResult:
+    producer_role, consumer_role = rig.roles()
+    stored, wanted = scenario_prompts(scenario, rig.shape.block_size)
+
+    producer = rig.engine(producer_role, fill_seed=1234)
+    producer.run(stored)
+    producer.close()
+
+    consumer = rig.engine(consumer_role)
+    consumer.run(wanted)
+    consumer.close()
+    return verify_roundtrip(rig, producer, consumer, stored, wanted)
+
+
+def verify_roundtrip(rig: Rig, producer: EngineStandIn, consumer: EngineStandIn, stored: dict[str, list[int]],
+                     wanted: dict[str, list[int]], whole_blocks: bool = False) -> RoundTripResult:
+    """The claim is within what was stored, the loaded slots hold the saved bytes, nothing else changed.
+
+    ``whole_blocks``: the connector moves whole blocks (NIXL reads pages), so the unused tail of a
+    request's last block may change too; writes outside the request's own blocks still fail.
+    """
+    block_size = rig.shape.block_size
+    claimed = {rid: consumer.scheduler.external_tokens(rid) for rid in wanted}
+    for rid, tokens in claimed.items():
+        if tokens > len(stored[rid]):
+            raise RoundTripFailure(
+                f"{rig.connector.name} claimed {tokens} external tokens for {rid}, but the producer stored a "
+                f"prompt of only {len(stored[rid])} tokens (vLLM guards this with a bare assert only)")
+        if tokens <= 0:
+            raise RoundTripFailure(
+                f"{rig.connector.name} reported no cache hit for {rid} ({len(wanted[rid])} tokens) after the "
+                f"producer stored its {len(stored[rid])}-token prefix: nothing was loaded, so nothing can be checked")
+    promised = promised_hits(rig, stored, wanted)
+    check_promise(rig, consumer, claimed, promised)
+
+    expected_touched = {}
+    for name, view_b in consumer.caches.items():
+        view_a = producer.caches[name]
+        touched = torch.zeros(view_b.shape[0], view_b.shape[2], dtype=torch.bool, device=view_b.device)
+        for rid, tokens in claimed.items():
+            blocks_a, offsets_a = token_slots(producer.scheduler.block_ids[rid][0], range(tokens), block_size,
+                                              view_a.device)
+            blocks_b, offsets_b = token_slots(consumer.scheduler.block_ids[rid][0], range(tokens), block_size,
+                                              view_b.device)
+            saved = _as_bytes(view_a[blocks_a, :, offsets_a])
+            loaded = _as_bytes(view_b[blocks_b, :, offsets_b])
+            same = (saved == loaded).flatten(1).all(dim=1)
+            if not bool(same.all()):
+                first = int((~same).nonzero()[0])
+                raise RoundTripFailure(
+                    f"{rig.connector.name}: {rid}, layer {name}: token {first} of {tokens} loaded wrong bytes "
+                    f"(block {int(blocks_b[first])} slot {int(offsets_b[first])} of the consumer's cache differs "
+                    f"from block {int(blocks_a[first])} slot {int(offsets_a[first])} the producer saved)")
+            if whole_blocks:
+                touched[blocks_b] = True
+            else:
+                touched[blocks_b, offsets_b] = True
+        expected_touched[name] = touched
+
+    for name, view_b in consumer.caches.items():
+        written = (_as_bytes(view_b) != 0).any(dim=-1).any(dim=1)  # [B, N]: slots holding any byte
+        stray = written & ~expected_touched[name]
+        if bool(stray.any()):
+            block, slot = (int(x) for x in stray.nonzero()[0])
+            raise RoundTripFailure(
+                f"{rig.connector.name}: layer {name}: block {block} slot {slot} changed in the consumer's cache "
+                f"but lies outside the slots it loaded ({int(stray.sum())} stray slot(s) in all)")
+    return RoundTripResult(claimed, {rid: len(t) for rid, t in stored.items()}, promised)

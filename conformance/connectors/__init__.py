@@ -1,0 +1,1 @@
+"""The connector model: profiles, which connectors a run covers, what each needs, the servers it uses."""

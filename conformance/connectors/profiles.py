@@ -1,0 +1,176 @@
+"""Connector profiles: the data in ``connectors.yaml``, loaded into typed models.
+
+A typo in a profile is an error naming the file, the connector and the key,
+not a silently ignored setting.
+"""
+
+from __future__ import annotations
+
+import copy
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from kvconform.conformance.connectors.service_spec import ServiceSpec
+
+PROFILES_FILE = Path(__file__).resolve().parents[1] / "connectors.yaml"
+# libyaml's parser where PyYAML was built with it: ~48 ms of pure-Python parsing (connectors.yaml and the
+# expectations) down to ~7 ms, in every test process and xdist controller (a serial stretch in the controller)
+FAST_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+Check = Literal["roundtrip", "fill", "contract", "lint", "engine", "workload"]
+Role = Literal["kv_both", "kv_producer", "kv_consumer"]
+
+
+class ProfileError(Exception):
+    """A malformed profiles file; the message names the file, line and key."""
+
+
+class Requires(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    packages: list[str] = Field(default_factory=list)
+    platforms: list[str] | None = None
+
+
+class Variant(BaseModel):
+    """A second way to run a connector, on the platforms where it applies (NIXL with a device-memory buffer)."""
+
+    model_config = ConfigDict(extra="forbid")
+    kv_buffer_device: str
+    platforms: list[str]  # where the variant runs; elsewhere it is not a parameter at all
+
+
+class ConnectorProfile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    extra_config: dict[str, Any] = Field(default_factory=dict)
+    kv_buffer_device: str | None = None
+    roles: list[Role] | None = None
+    checks: list[Check] | None = None
+    requires: Requires = Field(default_factory=Requires)
+    wraps: list[str] = Field(default_factory=list)
+    hybrid: bool = False
+    reason: str | None = None
+    refusal: str | None = None  # regex: an error at construction matching it is the connector refusing this platform
+    variants: dict[str, Variant] = Field(default_factory=dict)
+
+    def as_variant(self, name: str) -> ConnectorProfile:
+        """This profile with variant ``name``'s settings (and no variants of its own)."""
+        variant = self.variants[name]
+        return self.model_copy(update={"kv_buffer_device": variant.kv_buffer_device, "variants": {}})
+    promised_hit: str | None = None  # a name from checks/claims.py's PROMISED_HITS: the round-trip checks it exactly
+    services: dict[str, ServiceSpec] = Field(default_factory=dict)  # servers it needs (connectors/services.py)
+
+    @field_validator("promised_hit")
+    @classmethod
+    def _known_promise(cls, name: str | None) -> str | None:
+        from kvconform.conformance.checks.claims import PROMISED_HITS
+
+        if name is not None and name not in PROMISED_HITS:
+            raise ValueError(f"unknown promised_hit {name!r}; known: {', '.join(PROMISED_HITS)}")
+        return name
+
+    def runs(self, check: str) -> bool:
+        return check in (self.checks or [])
+
+    def is_pair(self) -> bool:
+        return set(self.roles or []) == {"kv_producer", "kv_consumer"}
+
+    def render_extra_config(self, storage: Path, services: dict[str, str] | None = None) -> dict[str, Any]:
+        """The extra config with ``{storage}`` replaced by this test's own folder, and its servers'
+        ``{NAME.port:P}`` / ``{NAME.dir}`` by where they run (``conformance/connectors/services.py``)."""
+        return _substitute(copy.deepcopy(self.extra_config), {"storage": str(storage), **(services or {})})
+
+
+class Defaults(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    roles: list[Role] = Field(default_factory=lambda: ["kv_both"])
+    checks: list[Check] = Field(default_factory=lambda: ["contract", "lint"])
+
+
+class ProfilesFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    defaults: Defaults = Field(default_factory=Defaults)
+    connectors: dict[str, ConnectorProfile] = Field(default_factory=dict)
+
+
+def _substitute(value: Any, mapping: dict[str, str]) -> Any:
+    if isinstance(value, str):
+        for key, replacement in mapping.items():
+            value = value.replace("{" + key + "}", replacement)
+        return value
+    if isinstance(value, list):
+        return [_substitute(v, mapping) for v in value]
+    if isinstance(value, dict):
+        return {k: _substitute(v, mapping) for k, v in value.items()}
+    return value
+
+
+def _line_of(text: str, keys: tuple) -> int | None:
+    """Best-effort line of the last string key of a validation error's location."""
+    names = [k for k in keys if isinstance(k, str)]
+    for name in reversed(names):
+        for number, line in enumerate(text.splitlines(), 1):
+            if line.strip().startswith(f"{name}:"):
+                return number
+    return None
+
+
+def safe_load_yaml(text: str) -> Any:
+    """``yaml.safe_load``'s document, parsed by libyaml; a document it rejects is parsed again by PyYAML's
+    own parser, whose error (message and line) is the one reported: libyaml words and places them otherwise."""
+    try:
+        return yaml.load(text, Loader=FAST_SAFE_LOADER)
+    except yaml.YAMLError:
+        return yaml.safe_load(text)
+
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def load_yaml_model(path: Path, model: type[ModelT], error: type[Exception]) -> ModelT:
+    """Load ``path`` into ``model``; any problem is ``error`` with file, line and key."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise error(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        data = safe_load_yaml(text) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise error(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(p) for p in first["loc"])
+        line = _line_of(text, first["loc"])
+        where = f"{path}:{line}" if line else str(path)
+        raise error(f"{where}: {key}: {first['msg']}") from None
+
+
+@cache
+def load_profiles(path: Path = PROFILES_FILE) -> ProfilesFile:
+    profiles = load_yaml_model(path, ProfilesFile, ProfileError)
+    for profile in profiles.connectors.values():
+        profile.roles = profile.roles or list(profiles.defaults.roles)
+        profile.checks = profile.checks if profile.checks is not None else list(profiles.defaults.checks)
+    return profiles
+
+
+def profile_for(name: str, extra_files: tuple[Path, ...] = ()) -> ConnectorProfile:
+    """The profile of ``name``: from a user's ``--profiles`` file first, then kvconform's own.
+
+    A connector without a row gets the defaults plus the round-trip with a
+    ``shared_storage_path`` of its own (the usual shape of a third-party storage connector).
+    """
+    for path in (*extra_files, PROFILES_FILE):
+        profiles = load_profiles(Path(path))
+        if name in profiles.connectors:
+            return profiles.connectors[name]
+    defaults = load_profiles(PROFILES_FILE).defaults
+    return ConnectorProfile(roles=list(defaults.roles), checks=["roundtrip", *defaults.checks],
+                            extra_config={"shared_storage_path": "{storage}"})

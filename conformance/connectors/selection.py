@@ -1,0 +1,145 @@
+"""Which connectors a run covers, and how each is loaded.
+
+Names come from the installed vLLM's ``KVConnectorFactory`` registry; a
+``package.module:ClassName`` spec is a third-party connector, loaded the way vLLM
+loads one (``KVTransferConfig.kv_connector_module_path``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+
+from kvconform.conformance.connectors.profiles import ConnectorProfile, profile_for
+from kvconform.conformance.plugin.target import run_target
+from kvconform.conformance.vllm_build.factory import FactorySourceError, installed_factory_file, parse_registrations
+
+
+class ConnectorSpecError(Exception):
+    """A ``--connector`` value that names nothing usable."""
+
+
+@dataclass(frozen=True)
+class ConnectorParam:
+    """One connector under test: what a test's ``connector`` parameter is."""
+
+    name: str  # the factory name, or the class name of a third-party connector
+    class_name: str
+    module_path: str | None  # set for third-party connectors only
+    profile: ConnectorProfile
+    variant: str | None = None  # a profile variant (``variants`` in connectors.yaml), shown in the test id
+
+    @property
+    def id(self) -> str:
+        return f"{self.name}@{self.variant}" if self.variant else self.name
+
+    @property
+    def is_third_party(self) -> bool:
+        return self.module_path is not None
+
+    def transfer_config_fields(self) -> dict:
+        """The KVTransferConfig fields that select this connector."""
+        fields = {"kv_connector": self.class_name if self.is_third_party else self.name}
+        if self.module_path:
+            fields["kv_connector_module_path"] = self.module_path
+        return fields
+
+    def load_class(self):
+        """The connector class, loaded through vLLM's factory (third-party: its module path)."""
+        from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+
+        if self.module_path:
+            return getattr(importlib.import_module(self.module_path), self.class_name)
+        return KVConnectorFactory.get_connector_class_by_name(self.name)
+
+    def source_file(self) -> Path | None:
+        """The connector's module source, found without importing it."""
+        module = self.module_path or registry_modules().get(self.name, (None, None))[0]
+        if module is None:
+            return None
+        spec = importlib.util.find_spec(module)
+        return Path(spec.origin) if spec and spec.origin else None
+
+
+def registry_modules() -> dict[str, tuple[str, str]]:
+    """name -> (module, class) for every connector the installed vLLM's factory registers.
+
+    Read from the factory's source (``vllm_build/factory.py``), not by importing
+    it: the registrations are literal calls in that one file, and listing or
+    validating names then costs no vLLM import in processes that run no test.
+    """
+    path = installed_factory_file()
+    if path is None:
+        raise ConnectorSpecError("vLLM is not installed: no connector factory to read the registry from")
+    try:
+        return parse_registrations(path.read_text(), str(path))
+    except FactorySourceError as exc:
+        raise ConnectorSpecError(str(exc)) from None
+
+
+def registered_names() -> list[str]:
+    return list(registry_modules())
+
+
+def _third_party(spec: str, extra_profiles: tuple[Path, ...]) -> ConnectorParam:
+    module, _, class_name = spec.partition(":")
+    if not module or not class_name:
+        raise ConnectorSpecError(f"--connector {spec!r}: expected package.module:ClassName")
+    try:
+        imported = importlib.import_module(module)
+    except Exception as exc:
+        raise ConnectorSpecError(f"--connector {spec}: module {module!r} does not import: "
+                                 f"{type(exc).__name__}: {exc}") from None
+    cls = getattr(imported, class_name, None)
+    if cls is None:
+        raise ConnectorSpecError(f"--connector {spec}: module {module!r} has no attribute {class_name!r}")
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1
+
+    if not (isinstance(cls, type) and issubclass(cls, KVConnectorBase_V1)):
+        raise ConnectorSpecError(f"--connector {spec}: {class_name} is not a KV connector "
+                                 f"(not a subclass of KVConnectorBase_V1)")
+    return ConnectorParam(class_name, class_name, module, profile_for(class_name, extra_profiles))
+
+
+def resolve_connectors(requested: tuple[str, ...] | list[str],
+                       extra_profiles: tuple[Path, ...] = ()) -> list[ConnectorParam]:
+    """The connectors to test: every registered one, or those requested, validated."""
+    if requested and all(":" in spec for spec in requested):  # third-party only: no registry needed
+        return [_third_party(spec, extra_profiles) for spec in requested]
+    known = registered_names()
+    if not requested:
+        return [ConnectorParam(n, n, None, profile_for(n, extra_profiles)) for n in known]
+    params = []
+    for spec in requested:
+        if ":" in spec:
+            params.append(_third_party(spec, extra_profiles))
+        elif spec in known:
+            params.append(ConnectorParam(spec, spec, None, profile_for(spec, extra_profiles)))
+        else:
+            raise ConnectorSpecError(f"unknown connector {spec!r}; known connectors: {', '.join(known)}")
+    return params
+
+
+_CACHE_KEY = pytest.StashKey[list]()
+
+
+def with_variants(params: list[ConnectorParam], platform: str) -> list[ConnectorParam]:
+    """Each connector followed by its profile's variants that apply on ``platform``."""
+    out = []
+    for param in params:
+        out.append(param)
+        out += [replace(param, profile=param.profile.as_variant(name), variant=name)
+                for name, variant in param.profile.variants.items() if platform in variant.platforms]
+    return out
+
+
+def connector_params(config: pytest.Config, definition=None) -> list[ConnectorParam]:
+    if _CACHE_KEY not in config.stash:
+        target = run_target(config)
+        config.stash[_CACHE_KEY] = with_variants(resolve_connectors(target.connectors, target.profiles),
+                                                 target.platform.name)
+    return config.stash[_CACHE_KEY]

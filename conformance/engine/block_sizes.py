@@ -1,0 +1,53 @@
+"""Block sizes per KV cache group, resolved as vLLM's engine core resolves them after planning.
+
+When a model's layers have different page sizes (a sliding window beside wider
+full-attention heads, as Gemma-style models have), vLLM's planner
+(``unify_kv_cache_spec_page_size``) scales up the block size of the layers with the
+smaller page, so the KV cache groups hold different numbers of tokens per block.
+The engine core then (``EngineCore._initialize_kv_caches`` and ``__init__``):
+
+- sets ``cache_config.block_size`` to the smallest prefix-cacheable group's;
+- runs the scheduler at the LCM of the groups' block sizes and hashes requests at
+  their GCD (``resolve_kv_cache_block_sizes``);
+- records that hash block size and the cache-hit alignment in every KVCacheConfig
+  (``resolve_cache_hit_alignment_tokens``), before any connector is built. vLLM 0.31's
+  KVCacheConfig has neither field and its engine core records neither (its scheduler
+  derives the alignment itself), so on a vLLM without them the stand-in records nothing either.
+
+A stand-in that skipped this would run vLLM's Scheduler at one group's block size and
+hash prompts at another's, so a connector's per-group block arithmetic would be
+judged against a scheduler vLLM never runs. With one block size for every group all
+of it is a no-op (LCM = GCD = that size).
+"""
+
+from __future__ import annotations
+
+from kvconform.conformance.vllm_build import api as vllm_api
+
+
+def engine_block_sizes(vllm_config, kv_cache_config) -> tuple[int, int]:
+    """(scheduler block size, hash block size), vLLM's own answer for this config."""
+    resolve_kv_cache_block_sizes = vllm_api.find("resolve_kv_cache_block_sizes")
+
+    return resolve_kv_cache_block_sizes(kv_cache_config, vllm_config)
+
+
+def adopt_engine_block_sizes(vllm_config, kv_cache_config) -> None:
+    """What the engine core writes into the configs once the KV cache is planned."""
+    groups = kv_cache_config.kv_cache_groups
+    if not groups:
+        return
+    participating = [g.kv_cache_spec.block_size for g in groups if g.kv_cache_spec.prefix_cacheable]
+    vllm_config.cache_config.block_size = min(participating or group_block_sizes(kv_cache_config))
+    scheduler_size, hash_size = engine_block_sizes(vllm_config, kv_cache_config)
+    if vllm_api.has_field("KVCacheConfig.hash_block_size"):
+        kv_cache_config.hash_block_size = hash_size
+    if vllm_api.has_field("KVCacheConfig.cache_hit_alignment_tokens"):
+        resolve_cache_hit_alignment_tokens = vllm_api.find("resolve_cache_hit_alignment_tokens")
+        kv_cache_config.cache_hit_alignment_tokens = resolve_cache_hit_alignment_tokens(
+            kv_cache_config, vllm_config, scheduler_size, hash_size)
+
+
+def group_block_sizes(kv_cache_config) -> list[int]:
+    """Tokens per block of each group, in group order."""
+    return [group.kv_cache_spec.block_size for group in kv_cache_config.kv_cache_groups]

@@ -1,0 +1,42 @@
+"""A request as vLLM's engine hands it to the scheduler: a real ``Request`` with its block hasher.
+
+vLLM's input processor builds each ``vllm.v1.request.Request`` with a block hasher
+made from the cache config (block size, prefix-caching hash algorithm) after
+seeding the "none" hash; prefix caching and every connector that keys on block
+hashes read those hashes. The scheduler driver, the contract checks and the P/D
+pair all build requests, so how is decided here once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from kvconform.conformance.vllm_build import api as vllm_api
+
+
+def block_hasher(vllm_config, hash_block_size: int | None = None) -> Callable[[Any], list]:
+    """The request block hasher the engine uses for ``vllm_config``'s cache (seeds vLLM's none-hash first).
+
+    ``hash_block_size``: the engine core's (``engine/block_sizes.py``) when groups differ in block size;
+    None: the cache's block size, which it is otherwise."""
+    get_hash_fn_by_name = vllm_api.find("get_hash_fn_by_name")
+    init_none_hash = vllm_api.find("init_none_hash")
+    get_request_block_hasher = vllm_api.find("get_request_block_hasher")
+
+    cache_config = vllm_config.cache_config
+    hash_fn = get_hash_fn_by_name(cache_config.prefix_caching_hash_algo)
+    init_none_hash(hash_fn)
+    return get_request_block_hasher(hash_block_size or cache_config.block_size, hash_fn)
+
+
+def new_request(request_id: str, prompt: list[int], hasher: Callable[[Any], list], max_tokens: int = 1,
+                kv_transfer_params: dict | None = None):
+    """A greedy ``Request`` for ``prompt``; ``kv_transfer_params`` ride in the sampling params' ``extra_args``,
+    as vLLM's API server passes them through to the connector."""
+    from vllm.sampling_params import SamplingParams
+
+    Request = vllm_api.find("Request")
+    extra = {"kv_transfer_params": dict(kv_transfer_params)} if kv_transfer_params is not None else None
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, extra_args=extra)
+    return Request(request_id, list(prompt), params, None, block_hasher=hasher)

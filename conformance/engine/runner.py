@@ -1,0 +1,195 @@
+"""The worker side of a connector, called in the model runner's order.
+
+Per step, as vLLM's ``KVConnectorModelRunnerMixin`` and the attention layers'
+``maybe_transfer_kv_layer`` do it: ``handle_preemptions``; bind metadata; ``start_load_kv`` before the
+layers when the step has synchronous loads, after them otherwise; per attention
+layer ``wait_for_layer_load`` then ``save_kv_layer``; ``wait_for_save``;
+``get_finished`` (through ``get_transfer_results`` where vLLM has it);
+``get_block_ids_with_load_errors``; clear metadata. All of it
+inside vLLM's own ``set_forward_context`` and under a ``DeviceGuard``. The order
+from binding to clearing is ``harness.step_order``'s, shared with the contract checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from kvconform.conformance.engine.affinity import restore_harness_affinity
+from kvconform.conformance.engine.device_guard import DeviceGuard
+from kvconform.conformance.engine.step_order import Call, connector_step
+from kvconform.conformance.vllm_build import api as vllm_api
+
+if TYPE_CHECKING:  # types only: vLLM is imported when a runner is built, never when the harness is imported
+    from vllm.config import VllmConfig
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.kv_cache_interface import KVCacheConfig
+
+
+class AttentionLayerStandIn:
+    """What ``forward_context.no_compile_layers`` holds for a connector: a layer with ``kv_cache``.
+
+    Reading ``kv_cache`` tells the device guard which layer the connector is on, so a
+    device mismatch names the layer even inside ``start_load_kv``'s own layer loop.
+    """
+
+    def __init__(self, layer_name: str, kv_cache: object, guard: DeviceGuard):
+        self.layer_name = layer_name
+        self._kv_cache = kv_cache
+        self._guard = guard
+
+    @property
+    def kv_cache(self) -> object:
+        self._guard.enter_layer(self.layer_name)
+        return self._kv_cache
+
+
+class BackendLayerStandIn(AttentionLayerStandIn):
+    """An attention layer to vLLM: ``get_current_attn_backends`` finds it and reads its backend.
+
+    vLLM's worker builds the connector after the model, so a connector that asks which
+    backend runs (NixlConnector does) is answered by the layers. These answer with the
+    backend under test and the layer's own spec. Registered as a virtual subclass of
+    vLLM's ``AttentionLayerBase`` when a worker is built, so importing this module needs no vLLM.
+    """
+
+    def __init__(self, layer_name: str, kv_cache: object, guard: DeviceGuard, backend: type, spec: object):
+        super().__init__(layer_name, kv_cache, guard)
+        self._backend = backend
+        self._spec = spec
+
+    def get_attn_backend(self) -> type:
+        return self._backend
+
+    def get_kv_cache_spec(self, vllm_config) -> object:
+        return self._spec
+
+
+def layer_spec(kv_cache_config, layer_name: str):
+    """The KV cache spec of one layer, as its group declares it."""
+    for group in kv_cache_config.kv_cache_groups:
+        if layer_name in group.layer_names:
+            specs = getattr(group.kv_cache_spec, "kv_cache_specs", None)  # UniformTypeKVCacheSpecs
+            return specs[layer_name] if specs else group.kv_cache_spec
+    return None
+
+
+def layer_stand_ins(vllm_config, kv_cache_config, caches: dict, guard: DeviceGuard) -> dict[str, AttentionLayerStandIn]:
+    """What the forward context holds per layer: attention layers answer with the config's backend.
+
+    Layers that are not attention (Mamba state) stay plain holders of ``kv_cache``.
+    """
+    AttentionSpec = vllm_api.find("AttentionSpec")
+
+    vllm_api.find("AttentionLayerBase").register(BackendLayerStandIn)
+    chosen = vllm_config.attention_config.backend
+    out: dict[str, AttentionLayerStandIn] = {}
+    for name, cache in caches.items():
+        spec = layer_spec(kv_cache_config, name)
+        if chosen is not None and isinstance(spec, AttentionSpec):
+            out[name] = BackendLayerStandIn(name, cache, guard, chosen.get_class(), spec)
+        else:
+            out[name] = AttentionLayerStandIn(name, cache, guard)
+    return out
+
+
+def finished_transfers(connector, finished_req_ids: set[str]) -> tuple[set | None, set | None, set]:
+    """Completed sends, receives and failed receives, asked the way the installed vLLM's runner asks.
+
+    vLLM 0.32's runner calls ``get_transfer_results`` (whose default wraps
+    ``get_finished``; MultiConnector and Mooncake override it); a vLLM without it
+    calls ``get_finished`` directly.
+    """
+    if hasattr(connector, "get_transfer_results"):
+        results = connector.get_transfer_results(finished_req_ids)
+        return results.finished_sending, results.finished_recving, set(results.failed_recving or ())
+    sending, recving = connector.get_finished(finished_req_ids)
+    return sending, recving, set()
+
+
+def worker_metadata(connector) -> dict:
+    """The worker's report to the scheduler side, built where vLLM's runner builds it (before clearing).
+
+    ``KVConnectorOutput.kv_connector_worker_meta`` carries it to the scheduler's
+    ``update_connector_output``: MooncakeStoreConnector's finished stores reach its
+    scheduler side only this way. Empty for a vLLM without the hook.
+    """
+    build = getattr(connector, "build_connector_worker_meta", None)
+    return {"kv_connector_worker_meta": build()} if build is not None else {}
+
+
+def _plain_call(connector) -> Call:
+    """``connector.method(*args)``, unchecked: how the model runner calls its connector."""
+    return lambda method, *args: getattr(connector, method)(*args)
+
+
+@dataclass
+class ModelRunnerStandIn:
+    """Plays vLLM's model runner for a worker-role connector: builds it, registers the caches and calls it
+    per step in the runner's order (``step``), so checks drive a real connector without a model."""
+
+    vllm_config: VllmConfig
+    kv_cache_config: KVCacheConfig
+    caches: dict[str, object]  # layer name -> what register_kv_caches gets: a tensor, or a hybrid layer's state
+    connector_name: str
+    device: str
+    metadata_for_layer: dict[str, object]
+    attention_layers: list[str] | None = None  # layers the forward runs save_kv_layer for
+    register: bool = True
+    # The model's forward, per attention layer, between wait_for_layer_load and save_kv_layer:
+    # ``forward(layer_name, scheduler_output)`` writes the step's new KV (workloads use it).
+    forward: Callable[[str, SchedulerOutput], None] | None = None
+
+    def __post_init__(self) -> None:
+        from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+        from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+
+        self.guard = DeviceGuard(self.connector_name, self.caches, torch.device(self.device))
+        # the layers first, as vLLM loads the model before it builds the connector
+        self.vllm_config.compilation_config.static_forward_context.update(
+            layer_stand_ins(self.vllm_config, self.kv_cache_config, self.caches, self.guard))
+        with restore_harness_affinity():  # NIXL's worker side pins the building thread
+            self.connector = KVConnectorFactory.create_connector(self.vllm_config, KVConnectorRole.WORKER,
+                                                                 self.kv_cache_config)
+            if self.register:
+                with self.guard:
+                    self.connector.register_kv_caches(self.caches)
+        if self.attention_layers is None:
+            self.attention_layers = list(self.caches)
+
+    def step(self, scheduler_output):
+        from vllm.forward_context import get_forward_context, set_forward_context
+
+        KVConnectorOutput = vllm_api.find("KVConnectorOutput")
+        connector = self.connector
+        runs_forward = scheduler_output.total_num_scheduled_tokens > 0
+        attn_metadata = dict(self.metadata_for_layer) if runs_forward else None
+        def layers() -> None:  # the model's forward: per attention layer, wait for its load, write, save
+            for name in self.attention_layers:
+                self.guard.enter_layer(name)
+                connector.wait_for_layer_load(name)
+                if self.forward is not None:
+                    self.forward(name, scheduler_output)
+                connector.save_kv_layer(name, self.caches[name], attn_metadata[name])
+
+        def report() -> tuple:
+            sending, recving, failed = finished_transfers(connector, scheduler_output.finished_req_ids)
+            return sending, recving, failed, connector.get_block_ids_with_load_errors(), worker_metadata(connector)
+
+        metadata = scheduler_output.kv_connector_metadata
+        with set_forward_context(attn_metadata, self.vllm_config), self.guard:
+            # first, as vLLM's execute_model does: an async saver finishes reading preempted requests' blocks
+            # here, before this step's forward may write them for another request
+            connector.handle_preemptions(metadata)
+            sending, recving, failed, load_errors, worker_meta = connector_step(
+                _plain_call(connector), metadata, get_forward_context,
+                sync_loads=bool(getattr(scheduler_output, "has_sync_kv_loads", True)),
+                report=report, forward=layers if runs_forward else None)
+        return KVConnectorOutput(finished_sending=sending, finished_recving=recving, failed_recving=failed,
+                                 invalid_block_ids=set(load_errors or ()), **worker_meta)
+
+    def shutdown(self) -> None:
+        self.connector.shutdown()

@@ -1,0 +1,140 @@
+"""vLLM's real ``Scheduler``, stepped the way the engine core steps it.
+
+The engine core would call ``schedule()``, run the model, then
+``update_from_output()``; this does the same with a ``ModelRunnerStandIn`` in place
+of the model runner. The scheduler's connector is vLLM's own (the scheduler
+builds it); its ``get_num_new_matched_tokens`` answers are recorded so the
+checks can compare the claim with what was stored, because vLLM itself only
+guards that with a bare ``assert``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from kvconform.conformance.engine.block_sizes import engine_block_sizes
+from kvconform.conformance.engine.requests import block_hasher, new_request
+from kvconform.conformance.vllm_build import api as vllm_api
+
+# How long a connector may take, past the step budget, to report transfers it finishes in the background.
+DRAIN_DEADLINE_S = 10.0
+DRAIN_PACE_S = 0.02  # between steps past the step budget: lets a server's threads run
+
+
+@dataclass
+class Claim:
+    request_id: str
+    num_computed_tokens: int
+    num_external_tokens: int | None
+    load_async: bool
+
+
+@dataclass
+class SchedulerDriver:
+    vllm_config: object
+    kv_cache_config: object
+    claims: dict[str, list[Claim]] = field(default_factory=dict)
+    block_ids: dict[str, tuple[list[int], ...]] = field(default_factory=dict)
+    outputs: list = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        Scheduler = vllm_api.find("Scheduler")
+        StructuredOutputManager = vllm_api.find("StructuredOutputManager")
+
+        # the engine core's sizes: the groups' LCM and GCD when their block sizes differ (engine/block_sizes.py)
+        scheduler_block_size, hash_block_size = engine_block_sizes(self.vllm_config, self.kv_cache_config)
+        self._block_hasher = block_hasher(self.vllm_config, hash_block_size)
+        self.scheduler = Scheduler(
+            vllm_config=self.vllm_config,
+            kv_cache_config=self.kv_cache_config,
+            structured_output_manager=StructuredOutputManager(self.vllm_config),
+            block_size=scheduler_block_size,
+            hash_block_size=hash_block_size,
+            log_stats=False,
+        )
+        self.connector = self.scheduler.connector
+        if self.connector is not None:
+            self._record_claims(self.connector)
+
+    def _record_claims(self, connector) -> None:
+        answer = connector.get_num_new_matched_tokens
+
+        def recorded(request, num_computed_tokens):
+            result = answer(request, num_computed_tokens)
+            # recorded as returned: a malformed answer is the contract check's to report, not a crash here
+            tokens, load_async = result if isinstance(result, tuple) and len(result) == 2 else (result, None)
+            self.claims.setdefault(request.request_id, []).append(
+                Claim(request.request_id, num_computed_tokens, tokens, load_async))
+            return result
+
+        connector.get_num_new_matched_tokens = recorded
+
+    def add(self, request_id: str, prompt: list[int], max_tokens: int = 1,
+            kv_transfer_params: dict | None = None) -> None:
+        self.scheduler.add_request(new_request(request_id, prompt, self._block_hasher, max_tokens, kv_transfer_params))
+
+    def step(self, worker) -> object:
+        """One engine step: schedule, run the worker side, feed the result back."""
+        ModelRunnerOutput = vllm_api.find("ModelRunnerOutput")
+
+        output = self.scheduler.schedule()
+        for req_id in output.num_scheduled_tokens:
+            self.block_ids[req_id] = self.scheduler.kv_cache_manager.get_block_ids(req_id)
+        kv_output = worker.step(output)
+        req_ids = list(output.num_scheduled_tokens)
+        sampled = [[self._next_token(r)] if self._prompt_done(r) else [] for r in req_ids]
+        runner_output = ModelRunnerOutput(
+            req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
+            sampled_token_ids=sampled, kv_connector_output=kv_output)
+        self.scheduler.update_from_output(output, runner_output)
+        self.outputs.append(output)
+        return output
+
+    def _prompt_done(self, req_id: str) -> bool:
+        request = self.scheduler.requests.get(req_id)
+        return request is not None and request.num_computed_tokens >= request.num_prompt_tokens
+
+    def _next_token(self, req_id: str) -> int:
+        request = self.scheduler.requests[req_id]
+        return (request.all_token_ids[-1] + 1) % 997 + 1
+
+    def run(self, worker, max_steps: int = 32, drain_s: float = DRAIN_DEADLINE_S) -> int:
+        """Step until every request finished and the connector has nothing in flight.
+
+        Bounded by steps and by wall-clock time together: a connector whose saves finish
+        on its own server (LMCache) reports them when the server is done, however many
+        steps run meanwhile. Past ``max_steps`` the steps go on, paced, until ``drain_s``
+        seconds have passed since the first one; only then is it a failure.
+        """
+        deadline = time.monotonic() + drain_s
+        steps = 0
+        while True:
+            steps += 1
+            self.step(worker)
+            if not self.scheduler.has_requests() and not self._pending():
+                return steps
+            if steps >= max_steps:
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(DRAIN_PACE_S)
+        raise AssertionError(f"the scheduler did not drain in {steps} steps and {drain_s:g} s: "
+                             f"{len(self.scheduler.requests)} request(s) still held")
+
+    def _pending(self) -> bool:
+        finished = getattr(self.scheduler, "finished_recving_kv_req_ids", None)
+        return bool(self.scheduler.requests) or bool(finished)
+
+    def answered_claim(self, request_id: str) -> Claim | None:
+        """The connector's first decided answer for a request, as vLLM's scheduler acts on it.
+
+        ``None`` tokens mean "ask again" (OffloadingConnector answers so while its lookup
+        runs): vLLM's scheduler leaves the request waiting and asks on a later step, so a
+        ``None`` is not a miss; the first answer that is not ``None`` is the claim.
+        """
+        return next((c for c in self.claims.get(request_id) or [] if c.num_external_tokens is not None), None)
+
+    def external_tokens(self, request_id: str) -> int:
+        """The external tokens the connector claimed for a request's lookup (0: no answer but "ask again")."""
+        claim = self.answered_claim(request_id)
+        return claim.num_external_tokens if claim is not None else 0

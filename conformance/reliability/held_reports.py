@@ -1,0 +1,259 @@
+"""A test's result waits for the shutdowns it left running in the background; the next test does not.
+
+Why: a P/D pair's scheduler shutdown waits up to a second on an idle thread
+(``engine/closing.py``); waiting for it in every pair test would dominate a run. So
+while a conformance run goes on, each test may leave such closes running, and its
+reports are held (not logged: no result, no JUnit entry, no terminal line) until
+they have ended. Then the teardown checks judge what the test left behind, exactly
+as they would have at its teardown (``after_closes``), an exception a close raised
+fails the test's teardown, and the reports are logged, in the order the tests ran.
+Held reports are logged as soon as their closes have ended (checked after every
+test), and all of them after the run's last test and whenever the test loop ends.
+
+Under pytest-xdist a worker that dies fails the test it was running, named
+(``crashes.py``), so there a close never overlaps another connector's test: when
+the next test is another connector's and not skipped outright, a test's protocol
+ends only once the closes held so far have ended, and whatever a close does (crash
+the worker, start a thread) lands on its own connector. A worker runs one
+connector's tests of one module at a time (``plugin/scheduling.py``), so it waits
+at most once per such scope it moves on from. A serial run does not
+wait: a crash there ends the run whatever test it lands in, and faulthandler's
+dump names the close's thread. What it leaves uncovered: a thread a close starts
+after its test's teardown is charged to the test running then.
+
+A close that has not ended ``CLOSE_WAIT_S`` after it started is judged anyway: it
+fails the test's teardown as not returned, its thread is left running (daemon),
+where before the test hung until its timeout. The last test's closes may still
+run while the session's fixtures stop (the connectors' servers): only P/D pairs
+close so, and none of them has a server. Not deferred: runs with ``--pdb`` or
+``--trace`` (pytest enters the debugger while reporting), ``--setup-show``,
+``--setup-only`` or ``--setup-plan`` (pytest prints the test between its phases),
+and any pytest run that is not kvconform's: pytest's own protocol runs them.
+
+The protocol is pytest's (setup, call unless setup failed, teardown, each through
+``pytest.CallInfo.from_call`` and the item's ``pytest_runtest_makereport``),
+built from those public hooks, with its reports returned instead of logged;
+``pytest_runtest_logstart``, ``pytest_runtest_logreport`` and
+``pytest_runtest_logfinish`` log them once they are judged.
+
+Also under xdist, a worker sends each report with the index of the test it is
+running, and asserts that the two match; a held report is sent with its own
+test's index (``_xdist_index_of``), which is what the controller already received
+as that test's completion. Only tests with closes are held there (the others'
+reports go at once, so the order may differ from the run's), and the worker keeps
+their ids in a file beside the crash ledger: if it dies first, the controller
+reports each as failed, "its result was never sent", and names them in the crash
+it reports (``crashes.py``).
+
+That index is private to xdist (``WorkerInteractor.item_index``, listed in
+``private_apis.PRIVATE_USES``): it is used only while it has the shape it has in
+pytest-xdist 3.5 to 3.8, an int that is the index of the test being run, checked
+as each test starts. Otherwise, and under ``--kvconform-public-apis-only``, a
+worker holds no report past its own test: each test waits for its own closes
+before its reports go (slower; the same results).
+"""
+
+from __future__ import annotations
+
+import bdb
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import pytest
+
+from kvconform.conformance.engine import closing
+from kvconform.conformance.plugin.private_apis import public_only
+from kvconform.conformance.reliability.crashes import record_held
+from kvconform.conformance.reliability.threads import LEAK_GRACE_S
+from kvconform.conformance.reliability.watched import CLOSES_KEY, WAITING_KEY, connector_of, report_left_behind
+
+CLOSE_WAIT_S = LEAK_GRACE_S  # a close not ended by then is judged as it stands
+POLL_S = 0.01
+# pytest options under which pytest's own protocol runs: it enters the debugger, or prints the test between phases
+NOT_DEFERRED_UNDER = ("usepdb", "trace", "setupshow", "setuponly", "setupplan")
+PHASE_HOOKS = {"setup": "pytest_runtest_setup", "call": "pytest_runtest_call", "teardown": "pytest_runtest_teardown"}
+
+_ENABLED_KEY = pytest.StashKey[bool]()
+_HELD_KEY = pytest.StashKey[deque]()
+_XDIST_WORKER_KEY = pytest.StashKey[bool]()
+_INTERACTOR_KEY = pytest.StashKey[object]()
+
+
+@dataclass
+class _Held:
+    item: pytest.Item
+    reports: list[pytest.TestReport]
+    closes: list[closing.BackgroundClose] = field(default_factory=list)
+
+    def ready(self) -> bool:
+        now = time.monotonic()
+        return all(c.done() or now - c.started >= CLOSE_WAIT_S for c in self.closes)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from kvconform.conformance.plugin.target import is_active
+
+    config.stash[_ENABLED_KEY] = is_active(config) and not any(config.getoption(o, False) for o in NOT_DEFERRED_UNDER)
+    config.stash[_XDIST_WORKER_KEY] = hasattr(config, "workerinput")
+    config.stash[_HELD_KEY] = deque()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
+    """pytest's protocol with the reports held while earlier tests' closes run (None: pytest's own)."""
+    config = item.config
+    if not config.stash.get(_ENABLED_KEY, False):
+        return None
+    xdist = config.stash[_XDIST_WORKER_KEY]
+    # under xdist a report held past its test is sent with that test's index, where xdist's has the known shape
+    may_hold = not xdist or _index_keeper(item) is not None
+    item.stash[CLOSES_KEY] = closing.claim()
+    try:
+        reports = run_phases(item, nextitem)
+    finally:
+        closing.release()
+    held, closes = config.stash[_HELD_KEY], item.stash.get(CLOSES_KEY, [])
+    if xdist and not closes:  # nothing to wait for: sent now, not kept from a crash
+        _judge_and_log(_Held(item, reports))
+    else:
+        held.append(_Held(item, reports, closes))
+    # under xdist, wait while this test is still the worker's: a crash in a close is reported as this test's
+    _log_ready(config, wait=(nextitem is None or not may_hold
+                             or (xdist and _would_run_another_connector(held, nextitem))))
+    return True
+
+
+def run_phases(item: pytest.Item, nextitem: pytest.Item | None) -> list[pytest.TestReport]:
+    """pytest's test protocol from its public hooks: setup, the call unless setup failed, teardown; the reports
+    returned, not logged. As pytest's own: after ``-x`` or ``--maxfail`` the teardown is everything's (its
+    fixtures' errors are then reported), and the test's fixture values are dropped once it is torn down."""
+    try:
+        reports = [_phase(item, "setup")]
+        if reports[0].passed:
+            reports.append(_phase(item, "call"))
+        if item.session.shouldfail or item.session.shouldstop:
+            nextitem = None
+        reports.append(_phase(item, "teardown", nextitem=nextitem))
+    finally:
+        funcargs = getattr(item, "funcargs", None)
+        if isinstance(funcargs, dict):
+            funcargs.clear()
+    return reports
+
+
+def _phase(item: pytest.Item, when: str, **kwargs) -> pytest.TestReport:
+    hook = getattr(item.ihook, PHASE_HOOKS[when])
+    call = pytest.CallInfo.from_call(lambda: hook(item=item, **kwargs), when=when,
+                                     reraise=(pytest.exit.Exception, KeyboardInterrupt))  # never under --pdb
+    report = item.ihook.pytest_runtest_makereport(item=item, call=call)
+    if _interactive(call, report):
+        item.ihook.pytest_exception_interact(node=item, call=call, report=report)
+    return report
+
+
+def _interactive(call: pytest.CallInfo, report: pytest.TestReport) -> bool:
+    """Whether pytest offers the exception to ``pytest_exception_interact``: an error, not a skip or an xfail."""
+    if call.excinfo is None or hasattr(report, "wasxfail"):
+        return False
+    unittest = sys.modules.get("unittest")
+    control = (pytest.skip.Exception, bdb.BdbQuit, *((unittest.SkipTest,) if unittest is not None else ()))
+    return not isinstance(call.excinfo.value, control)
+
+
+def _name(item: pytest.Item) -> str | None:
+    connector = connector_of(item)
+    return connector.name if connector is not None else None
+
+
+def _would_run_another_connector(held: deque[_Held], item: pytest.Item) -> bool:
+    """Whether ``item`` may run code of a connector other than one whose closes are still running."""
+    if item.get_closest_marker("skip") is not None:  # skipped before any fixture runs
+        return False
+    return any(not h.ready() and _name(h.item) != _name(item) for h in held)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtestloop(session: pytest.Session):
+    """Whatever ends the loop (the last test, -x, an interrupt), no held report is lost."""
+    try:
+        return (yield)
+    finally:
+        _log_ready(session.config, wait=True)
+
+
+def _log_ready(config: pytest.Config, wait: bool) -> None:
+    """Judge and log held tests from the oldest, while their closes have ended (all of them when ``wait``)."""
+    held: deque[_Held] = config.stash.get(_HELD_KEY, deque())
+    while held:
+        if not held[0].ready():
+            if not wait:
+                break
+            time.sleep(POLL_S)
+            continue
+        _judge_and_log(held.popleft())
+    record_held(config, [h.item.nodeid for h in held])  # under xdist: what the controller reports if we die
+
+
+def _judge_and_log(held: _Held) -> None:
+    item = held.item
+    teardown = held.reports[-1]
+    for close in held.closes:
+        if not close.done():
+            report_left_behind(item, teardown, f"{close.what} had not returned {CLOSE_WAIT_S:g} s after it was "
+                                               f"called (the test's other checks are judged without it)")
+        elif close.error is not None:
+            report_left_behind(item, teardown, f"{close.what} raised:\n{close.error}")
+    for action in item.stash.get(WAITING_KEY, []):
+        action()
+    item.stash[WAITING_KEY] = []
+    with _xdist_index_of(item):
+        ihook = item.ihook
+        ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+        for report in held.reports:
+            ihook.pytest_runtest_logreport(report=report)
+        ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+
+
+class _xdist_index_of:  # noqa: N801 - used as a context manager, like contextlib's lowercase ones
+    """An xdist worker's current test index set to ``item``'s while its held reports are sent (a report sent
+    while its own test is the current one, the usual case, changes nothing)."""
+
+    def __init__(self, item: pytest.Item) -> None:
+        worker, items = _worker_interactor(item.config), item.session.items
+        current = _current_index(worker, items)
+        self.worker = worker if current is not None and items[current] is not item else None
+        self.index = items.index(item) if self.worker is not None else None
+
+    def __enter__(self) -> None:
+        if self.worker is not None:
+            self.saved, self.worker.item_index = self.worker.item_index, self.index
+
+    def __exit__(self, *exc) -> None:
+        if self.worker is not None:
+            self.worker.item_index = self.saved
+
+
+def _index_keeper(item: pytest.Item):
+    """The feature test of xdist's private index: its worker plugin, if it holds ``item`` (the test starting)
+    as the current one by index; None where it does not, outside a worker and under
+    ``--kvconform-public-apis-only``, where no report is held past its test."""
+    worker, items = _worker_interactor(item.config), item.session.items
+    index = _current_index(worker, items)
+    return worker if index is not None and items[index] is item else None
+
+
+def _current_index(worker, items: list[pytest.Item]) -> int | None:
+    index = getattr(worker, "item_index", None)
+    return index if isinstance(index, int) and 0 <= index < len(items) else None
+
+
+def _worker_interactor(config: pytest.Config):
+    """xdist's worker-side plugin (it keeps the current test's index), looked up once; None outside a worker."""
+    if _INTERACTOR_KEY not in config.stash:
+        config.stash[_INTERACTOR_KEY] = None if public_only(config) else next(
+            (p for p in config.pluginmanager.get_plugins()
+             if type(p).__name__ == "WorkerInteractor" and hasattr(p, "item_index")
+             and callable(getattr(p, "pytest_runtest_logreport", None))), None)
+    return config.stash[_INTERACTOR_KEY]

@@ -1,0 +1,83 @@
+"""Hand-written workloads, one per lifecycle feature, so each feature runs on every connector.
+
+Generated workloads (``workload_strategies``) mix the features at random; these
+pin one feature each, so a failure's test id already says which lifecycle broke.
+Every one is built to give the consumer cache hits: a run with no verified load
+fails rather than passing on nothing.
+"""
+
+from __future__ import annotations
+
+from kvconform.conformance.workload.spec import RequestSpec as R
+from kvconform.conformance.workload.spec import WorkloadSpec
+
+_A = R(family=0, shared=40, length=70, tail=1)
+_B = R(family=0, shared=40, length=90, tail=2)
+_C = R(family=1, shared=0, length=75, tail=3)
+
+# what each scenario must have exercised (a WorkloadReport field > 0), so it cannot pass on nothing
+EXERCISES: dict[str, str] = {"chunked-prefill": "chunked_steps", "memory-pressure": "preemptions",
+                             "abort": "aborts", "peer-store": "peer_hits", "preempt-mid-save": "preemptions",
+                             "abort-mid-save": "aborts"}
+
+# 7 usable blocks, all taken by the first step's prefills (2 + 2 + 3); in the next step the two 64-token
+# requests each need a block for their first decoded token, so the third request's blocks are freed (by a
+# preemption or an abort) and handed to them while its KV, saved in the step before, may still be in flight
+_TIGHT = dict(num_blocks=8, max_seqs=4, token_budget=256)
+_FIRST, _SECOND = R(family=10, length=64, max_tokens=3), R(family=11, length=64, max_tokens=3)
+
+WORKLOAD_SCENARIOS: dict[str, WorkloadSpec] = {s.label: s for s in (
+    WorkloadSpec(
+        label="shared-prefix",
+        # three prompts share 40 tokens and diverge; the consumer asks for two of them and a fourth
+        # sibling nobody stored: a connector keyed on part of a prompt loads a sibling's KV
+        producer=(_A, _B, R(family=0, shared=40, length=64, tail=4, arrive=1)),
+        consumer=(R(family=0, shared=40, length=70, tail=5), _B, _A)),
+    WorkloadSpec(
+        label="occupied-pools",
+        # other requests hold blocks on both engines, differently, so block ids differ per side
+        producer=(_A, _C), consumer=(_C, _A), occupants=3, producer_occupants=1),
+    WorkloadSpec(
+        label="chunked-prefill",
+        # prompts longer than the step's token budget: prefill, saves and loads span steps
+        producer=(R(family=2, length=40), R(family=6, length=150)),
+        consumer=(R(family=2, length=40), R(family=6, length=150, arrive=1)),
+        token_budget=16, max_seqs=4),
+    WorkloadSpec(
+        label="decode-after-hit",
+        # the loaded request decodes; a later arrival loads beside it
+        producer=(_A, _C), consumer=(R(family=0, shared=40, length=70, tail=1, max_tokens=6),
+                                     R(family=1, length=75, tail=3, arrive=3, max_tokens=3))),
+    WorkloadSpec(
+        label="memory-pressure",
+        # 8 blocks for three decoding requests that each cross into a third block: they wait, get
+        # preempted and resumed, and freed blocks are recycled
+        producer=(R(family=0, shared=40, length=62, tail=1, max_tokens=8),
+                  R(family=0, shared=40, length=62, tail=2, max_tokens=8), R(family=1, length=62, max_tokens=8)),
+        consumer=(R(family=0, shared=40, length=62, tail=1, max_tokens=8), R(family=1, length=62, max_tokens=8),
+                  R(family=0, shared=40, length=62, tail=2, max_tokens=8)),
+        num_blocks=8, max_seqs=4, token_budget=128),
+    WorkloadSpec(
+        label="peer-store",
+        # a peer engine writes one store only (a wrapper's last child): the consumer asks, in one step, for a
+        # prompt every store holds, two only the peer's store holds (one a sibling of the first) and a fresh
+        # one, so a wrapper's children hold different hits and it must claim and load from the right one
+        producer=(_A, _C), peer=(R(family=7, length=90), _B),
+        consumer=(_A, R(family=7, length=90), _B, R(family=8, length=50))),
+    WorkloadSpec(
+        label="preempt-mid-save",
+        # the 90-token request is preempted in step 1, right after the step that saved it; the consumer loads it
+        producer=(_FIRST, _SECOND, R(family=12, length=90, max_tokens=2)),
+        consumer=(R(family=12, length=90), R(family=10, length=64)), **_TIGHT),
+    WorkloadSpec(
+        label="abort-mid-save",
+        # the same, aborted by its client before step 1 instead: its prompt was saved, and is loaded later
+        producer=(_FIRST, _SECOND, R(family=12, length=90, max_tokens=4, abort=1)),
+        consumer=(R(family=12, length=90), R(family=10, length=64)), **_TIGHT),
+    WorkloadSpec(
+        label="abort",
+        # the producer aborts one request before it runs and one mid-decode; the consumer aborts one
+        # while it loads; the stored prompts still serve the requests that stay
+        producer=(_A, R(family=4, length=80, abort=0), R(family=5, length=66, max_tokens=6, abort=2), _C),
+        consumer=(_A, R(family=5, length=66, arrive=1), R(family=1, length=75, tail=3, abort=1))),
+)}
