@@ -155,12 +155,16 @@ def from_item(item: pytest.Item, platform: str) -> Identity:
     )
 
 
-def parse_param_id(param_id: str) -> dict[str, str]:
+def parse_param_id(param_id: str, connectors: Iterable[str] = ()) -> dict[str, str]:
     """Read ``<platform>-<backend>-<connector>-<variant>`` off a parametrize id; absent axes stay absent.
 
-    A platform or backend is recognised from the platform table; the token after
-    them is the connector. With neither, a token is taken as a connector only if
-    its name says so, rather than guessed.
+    A platform or backend is recognised from the platform table; what follows them
+    is the connector. Where the caller knows the connectors' ids (``connectors``),
+    the connector is the longest of them that the rest starts with as whole
+    parameters, so an id holding a dash (``NixlConnector@device-buffer``, a profile
+    variant's) is read as itself; a rest that starts with none of them has no
+    connector. Without them, the next parameter is the connector, or, with neither
+    platform nor backend, only a parameter whose name says so.
     """
     from kvconform.platforms import PLATFORMS  # no torch, no vLLM: the table alone
 
@@ -171,10 +175,24 @@ def parse_param_id(param_id: str) -> dict[str, str]:
     backends = {b for spec in PLATFORMS.values() for b in (*spec.backends, *spec.mla_backends)}
     if tokens and tokens[0] in backends:
         parsed["backend"] = tokens.pop(0)
-    if tokens and (parsed or _looks_like_connector(tokens[0])):
-        parsed["connector"] = tokens.pop(0)
-    parsed["variant"] = "-".join(tokens)
+    rest = "-".join(tokens)
+    known = [name for name in connectors if rest == name or rest.startswith(f"{name}-")]
+    if known:
+        parsed["connector"] = max(known, key=len)
+        rest = rest[len(parsed["connector"]) + 1:]
+    elif tokens and not connectors and (parsed or _looks_like_connector(tokens[0])):
+        parsed["connector"] = tokens[0]
+        rest = "-".join(tokens[1:])
+    parsed["variant"] = rest
     return parsed
+
+
+def connector_in_nodeid(nodeid: str, connectors: Iterable[str]) -> str | None:
+    """The one of ``connectors`` a test id is parametrized with (``test_x[cpu-CPU_ATTN-ExampleConnector-fp8]``)."""
+    start = nodeid.find("[")
+    if start < 0 or not nodeid.endswith("]"):
+        return None
+    return parse_param_id(nodeid[start + 1:-1], tuple(connectors)).get("connector")
 
 
 _NAME_WITH_ID = re.compile(r"^(?P<function>[^\[]*)(?:\[(?P<param_id>.*)\])?$", re.DOTALL)

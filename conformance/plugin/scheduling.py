@@ -46,7 +46,7 @@ from collections.abc import Iterable, Sequence
 
 import pytest
 
-from kvconform.conformance.reliability.crashes import connector_in_nodeid
+from kvconform.reports.identity import connector_in_nodeid
 
 TOP_UP = 2  # tests a worker holds before it is given no more (it runs one once it knows the next)
 

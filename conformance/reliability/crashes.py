@@ -18,13 +18,13 @@ import json
 import shutil
 import signal
 import tempfile
-from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 
 from kvconform.conformance.plugin.private_apis import public_only
 from kvconform.conformance.reliability.watched import check_of, connector_of
+from kvconform.reports.identity import connector_in_nodeid
 
 LEDGER_INPUT_KEY = "kvconform_ledger"  # xdist workerinput: the ledger file's path
 
@@ -132,18 +132,6 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 # --- the xdist controller ---------------------------------------------------------------------
-
-
-def connector_in_nodeid(nodeid: str, names: Iterable[str]) -> str | None:
-    """The one of ``names`` that is a whole parameter of a test id (``test_x[cpu-CPU_ATTN-ExampleConnector-fp8]``).
-
-    Matched whole, and a name may itself hold a dash: ``NixlConnector@device-buffer`` (a profile variant's
-    id) is found as itself, and ``NixlConnector`` is not found in it."""
-    start = nodeid.find("[")
-    if start < 0 or not nodeid.endswith("]"):
-        return None
-    params = f"-{nodeid[start + 1:-1]}-"
-    return next((name for name in names if f"-{name}-" in params), None)
 
 
 def how_it_ended(returncode: int | None) -> str | None:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import pytest
 
+from kvconform.conformance.reliability.watched import connector_of
+
 
 def _key(item: pytest.Item) -> tuple[str, str]:
-    callspec = getattr(item, "callspec", None)
-    connector = callspec.params.get("connector") if callspec else None
+    connector = connector_of(item)
     return item.originalname if hasattr(item, "originalname") else item.name, getattr(connector, "name", "")
 
 

@@ -9,9 +9,10 @@ from types import SimpleNamespace
 import pytest
 
 from kvconform.conformance.checks.load_failure import kept_tokens
-from kvconform.conformance.reliability.crashes import connector_in_nodeid, how_it_ended
+from kvconform.conformance.reliability.crashes import how_it_ended
 from kvconform.conformance.reliability.storage import DEFAULT_STORAGE, DefaultStorage, default_storage, storage_table
 from kvconform.conformance.reliability.threads import new_threads, still_running
+from kvconform.reports.identity import connector_in_nodeid, parse_param_id
 
 
 @pytest.mark.parametrize("nodeid,name", [
@@ -25,6 +26,14 @@ from kvconform.conformance.reliability.threads import new_threads, still_running
 def test_the_connector_is_found_among_a_test_ids_parameters(nodeid, name):
     names = ["ExampleConnector", "MultiConnector", "NixlConnector", "NixlConnector@device-buffer"]
     assert connector_in_nodeid(nodeid, names) == name
+
+
+def test_the_reports_and_the_reliability_plugins_read_a_variant_id_alike():
+    """One parser: a profile variant's id holds a dash, and the variant after it is the test's own."""
+    names = ["NixlConnector", "NixlConnector@device-buffer"]
+    assert parse_param_id("cpu-CPU_ATTN-NixlConnector@device-buffer-fp8", names) == {
+        "platform": "cpu", "backend": "CPU_ATTN", "connector": "NixlConnector@device-buffer", "variant": "fp8"}
+    assert parse_param_id("cpu-CPU_ATTN-NixlConnector-fp8", names)["connector"] == "NixlConnector"
 
 
 @pytest.mark.parametrize("code,words", [(-11, "killed by SIGSEGV"), (-9, "killed by SIGKILL"), (3, "exit status 3"),

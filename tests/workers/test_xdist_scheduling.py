@@ -8,7 +8,7 @@ import types
 import pytest
 
 from kvconform.conformance.plugin.scheduling import ConnectorScheduling, worker_count
-from kvconform.conformance.reliability.crashes import connector_in_nodeid
+from kvconform.reports.identity import connector_in_nodeid
 
 CONNECTORS = ("ExampleConnector", "NixlConnector", "NixlConnector@device-buffer")
 
