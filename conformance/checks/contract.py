@@ -21,6 +21,7 @@ import torch
 
 from kvconform.conformance.engine import kvcache
 from kvconform.conformance.engine.affinity import restore_harness_affinity
+from kvconform.conformance.engine.check_failure import CheckFailure
 from kvconform.conformance.engine.device_guard import DeviceGuard
 from kvconform.conformance.engine.model import attention_layer_names
 from kvconform.conformance.engine.requests import block_hasher, new_request
@@ -30,7 +31,7 @@ from kvconform.conformance.engine.step_order import connector_step
 from kvconform.conformance.vllm_build import api as vllm_api
 
 
-class ContractViolation(AssertionError):
+class ContractViolation(CheckFailure):
     """A connector answered a documented call with something else."""
 
 

@@ -34,6 +34,7 @@ import torch
 
 from kvconform.conformance.engine import kvcache
 from kvconform.conformance.engine.block_sizes import group_block_sizes
+from kvconform.conformance.engine.check_failure import CheckFailure
 from kvconform.conformance.engine.device_guard import forked_rng
 from kvconform.conformance.engine.hybrid_cache import REGISTRATIONS, HybridCaches, hybrid_engine
 from kvconform.conformance.engine.prompts import seeded_prompt
@@ -44,7 +45,7 @@ RANDOM_STD = 0.5
 SIGMAS = 6.0  # statistical tolerance in standard errors (see check_statistics)
 
 
-class FillFailure(AssertionError):
+class FillFailure(CheckFailure):
     """The connector broke the fill contract; the message names the layer, block and request."""
 
 

@@ -30,6 +30,7 @@ from kvconform.conformance.checks.pair import CompletionWitness, check_completio
 from kvconform.conformance.checks.pair_faults import SLOW_TRANSPORT, install_transport
 from kvconform.conformance.engine import hybrid_cache as hybrid
 from kvconform.conformance.engine.block_sizes import group_block_sizes
+from kvconform.conformance.engine.check_failure import CheckFailure
 from kvconform.conformance.engine.prompts import request_prompt
 from kvconform.conformance.engine.rig import ConnectorRefused, EngineStandIn, Rig, refusal_as
 
@@ -39,7 +40,7 @@ PAIR_KINDS = ("sliding", "wide-full")
 PAIR_PROMPTS = {"req-0": (5, 1), "req-1": (2, 13)}
 
 
-class HybridPairFailure(AssertionError):
+class HybridPairFailure(CheckFailure):
     """The pair moved the wrong bytes for some group, or wrote outside the requests' blocks."""
 
 

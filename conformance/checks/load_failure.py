@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from kvconform.conformance.engine.check_failure import CheckFailure
 from kvconform.conformance.engine.device_guard import DeviceMismatch
 from kvconform.conformance.engine.prompts import request_prompt
 from kvconform.conformance.engine.rig import EngineStandIn, Rig
@@ -69,7 +70,7 @@ class NothingStored(Exception):
     """The producer left no file in the storage folder: there is nothing to take away."""
 
 
-class LoadFailureViolation(AssertionError):
+class LoadFailureViolation(CheckFailure):
     """The consumer's cache holds wrong bytes where vLLM believes the load succeeded."""
 
 

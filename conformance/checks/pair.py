@@ -40,6 +40,7 @@ from kvconform.conformance.checks.roundtrip import (
     verify_roundtrip,
 )
 from kvconform.conformance.engine.affinity import restore_harness_affinity
+from kvconform.conformance.engine.check_failure import CheckFailure
 from kvconform.conformance.engine.distributed import single_rank_parallel_state
 from kvconform.conformance.engine.rig import EngineStandIn, Rig
 from kvconform.conformance.engine.side_channel import HOST, HandshakeFailure, PortTaken, reserved_port, serve_handshake
@@ -75,7 +76,7 @@ def pair_inapplicable(scenario: RoundTripScenario) -> str | None:
     return None
 
 
-class PairFailure(AssertionError):
+class PairFailure(CheckFailure):
     """The pair did not complete a transfer; the message says which side stalled."""
 
 

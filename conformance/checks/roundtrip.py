@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kvconform.conformance.engine.check_failure import CheckFailure
 from kvconform.conformance.engine.prompts import request_prompt
 from kvconform.conformance.engine.rig import EngineStandIn, Rig
 from kvconform.conformance.engine.slots import token_slots
@@ -37,7 +38,7 @@ ROUNDTRIP_SCENARIOS: dict[str, RoundTripScenario] = {s.name: s for s in (
 )}
 
 
-class RoundTripFailure(AssertionError):
+class RoundTripFailure(CheckFailure):
     """A round-trip check failed; the message says which slot, layer and request."""
 
 

@@ -17,13 +17,15 @@ from contextlib import contextmanager
 import torch
 from torch.overrides import TorchFunctionMode
 
+from kvconform.conformance.engine.check_failure import CheckFailure
+
 # in-place writes -> position of the written value among the positional args
 _CACHE_WRITES = {torch.Tensor.__setitem__: 2, torch.Tensor.copy_: 1, torch.Tensor.index_put_: 2,
                  torch.Tensor.index_copy_: 3, torch.Tensor.masked_scatter_: 2}
 _DEVICE_ARG_TYPES = (str, torch.device, int)
 
 
-class DeviceMismatch(AssertionError):
+class DeviceMismatch(CheckFailure):
     """A connector put KV on a device other than the cache's."""
 
 

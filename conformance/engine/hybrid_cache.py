@@ -29,6 +29,7 @@ import torch
 from kvconform.conformance.engine import kvcache
 from kvconform.conformance.engine.backends import metadata_instance, metadata_type_of_builder
 from kvconform.conformance.engine.block_sizes import adopt_engine_block_sizes
+from kvconform.conformance.engine.check_failure import CheckFailure
 from kvconform.conformance.engine.model import HEAD_SIZE, NUM_KV_HEADS
 from kvconform.conformance.engine.rig import ConnectorRefused, EngineStandIn, Rig, refusal_as
 from kvconform.conformance.engine.runner import ModelRunnerStandIn
@@ -39,7 +40,7 @@ LAYERS_PER_KIND = 2
 SLIDING_WINDOW = 32  # tokens: two 16-token blocks, so a long prompt has null blocks below the window
 
 
-class HybridUnsupported(AssertionError):
+class HybridUnsupported(CheckFailure):
     """The connector's profile claims hybrid models, but vLLM will not run one with it."""
 
 

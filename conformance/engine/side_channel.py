@@ -23,6 +23,8 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from kvconform.conformance.engine.check_failure import CheckFailure
+
 HOST = "127.0.0.1"
 # vLLM's listener: the thread's name and the function it runs (whose ``ready_event`` the caller waits on)
 LISTENER_THREAD = "nixl_handshake_listener"
@@ -35,7 +37,7 @@ class PortTaken(Exception):
     """Another process bound the side-channel port first; a fresh port may succeed."""
 
 
-class HandshakeFailure(AssertionError):
+class HandshakeFailure(CheckFailure):
     """The handshake side channel did not come up; the message says what was waited for."""
 
 

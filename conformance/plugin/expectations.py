@@ -55,8 +55,9 @@ FINDING_CLASSES = {
 # failure is exactly that failure: the exception (``raises``) and its message (``match``) or, for the
 # lint check, its findings (``findings``) are pinned. A tuple is alternatives: one of them at least.
 REQUIRED = {"pass": (), "xfail": ("reason", "link", "class", "raises", ("match", "findings")), "skip": ("reason",)}
-# Exception names too broad to pin one cause: any failure at all would match them.
-TOO_BROAD = frozenset({"BaseException", "Exception", "builtins.BaseException", "builtins.Exception"})
+# Exception names too broad to pin one cause: any failure at all (or any check's) would match them.
+TOO_BROAD = frozenset({"BaseException", "Exception", "builtins.BaseException", "builtins.Exception", "CheckFailure",
+                       "kvconform.conformance.engine.check_failure.CheckFailure"})
 _WORKER_KEY = "kvconform_expectations"
 
 # A link points at one thing. On GitHub: an issue, a pull request, a commit, or source lines.
@@ -197,7 +198,7 @@ class Entry(BaseModel):
         if not _DOTTED_NAME.fullmatch(name):
             raise ValueError(f"{name!r} is not an exception class name (e.g. KeyError, or module.ClassName)")
         if name in TOO_BROAD:
-            raise ValueError(f"{name} matches any failure: name the exception class the finding raises")
+            raise ValueError(f"{name} matches any failure of its kind: name the exception class the finding raises")
         return name
 
     @field_validator("match")

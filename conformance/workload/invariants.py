@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import torch
 
+from kvconform.conformance.engine.check_failure import CheckFailure
 from kvconform.conformance.engine.slots import token_slots
 from kvconform.conformance.workload.kv import PrefixKV
 
 
-class WorkloadFailure(AssertionError):
+class WorkloadFailure(CheckFailure):
     """An invariant broke at some step; the message names step, request, layer, slot and the spec."""
 
 
