@@ -41,6 +41,18 @@ class ConnectorParam:
     def is_third_party(self) -> bool:
         return self.module_path is not None
 
+    def last_child(self) -> ConnectorParam:
+        """A wrapper's last child (MultiConnector's ``connectors`` in its extra config), as the wrapper would build
+        it, run alone; any other connector is itself. What the workload's peer engine runs (workload/peer.py)."""
+        kids = self.profile.extra_config.get("connectors")
+        if not isinstance(kids, list) or not kids:
+            return self
+        child = kids[-1]
+        name = child["kv_connector"]
+        profile = ConnectorProfile(extra_config=child.get("kv_connector_extra_config") or {},
+                                   roles=[child.get("kv_role", "kv_both")], checks=["workload"])
+        return ConnectorParam(name, name, child.get("kv_connector_module_path"), profile)
+
     def transfer_config_fields(self) -> dict:
         """The KVTransferConfig fields that select this connector."""
         fields = {"kv_connector": self.class_name if self.is_third_party else self.name}

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from kvconform.conformance.engine import closing, kvcache
 from kvconform.conformance.engine.backends import MLA_BACKENDS, backend_class, metadata_instance
@@ -27,8 +27,23 @@ if TYPE_CHECKING:  # types only: vLLM is imported when a config is built, never 
     from vllm.config import VllmConfig
     from vllm.v1.kv_cache_interface import AttentionSpec, KVCacheConfig
 
-    from kvconform.conformance.connectors.selection import ConnectorParam
     from kvconform.platforms.spec import PlatformSpec
+
+
+
+class ConnectorParam(Protocol):
+    """The connector a rig drives, as the connector model hands it in (connectors/selection.py's ConnectorParam):
+    named here by what the engine uses, so the engine imports nothing of the connector model."""
+
+    name: str
+    profile: Any  # connectors/profiles.py's ConnectorProfile: extra_config, kv_buffer_device, roles, refusal, ...
+
+    def transfer_config_fields(self) -> dict: ...
+
+    def load_class(self) -> type: ...
+
+    def last_child(self) -> ConnectorParam: ...
+
 
 P_D_ROLES = ("kv_producer", "kv_consumer")  # the two servers of a disaggregated pair, which stop independently
 VLLM_DEFAULT_BLOCK_SIZE = 16  # CacheConfig's default, which backends adjust through get_preferred_block_size

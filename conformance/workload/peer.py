@@ -15,27 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 
-def children(profile) -> list[dict]:
-    """The child connector configs a wrapper's profile lists (MultiConnector's ``connectors``); [] otherwise."""
-    kids = profile.extra_config.get("connectors")
-    return kids if isinstance(kids, list) else []
-
-
-def peer_connector(connector):
-    """The connector the peer engine runs: a wrapper's last child, as the wrapper would build it; else itself."""
-    from kvconform.conformance.connectors.profiles import ConnectorProfile
-    from kvconform.conformance.connectors.selection import ConnectorParam
-
-    kids = children(connector.profile)
-    if not kids:
-        return connector
-    child = kids[-1]
-    name = child["kv_connector"]
-    profile = ConnectorProfile(extra_config=child.get("kv_connector_extra_config") or {},
-                               roles=[child.get("kv_role", "kv_both")], checks=["workload"])
-    return ConnectorParam(name, name, child.get("kv_connector_module_path"), profile)
-
-
 def peer_rig(rig):
-    """The workload's rig with the peer's connector: same platform, shape, storage folder and sizes."""
-    return replace(rig, connector=peer_connector(rig.connector))
+    """The workload's rig with the peer's connector (``last_child()`` of the connector under test: a wrapper's last
+    child, else itself): same platform, shape, storage folder and sizes."""
+    return replace(rig, connector=rig.connector.last_child())

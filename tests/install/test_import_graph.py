@@ -38,13 +38,6 @@ LAYERS: dict[str, tuple[str, ...]] = {
     C + "workload": HARNESS_FORBIDS,
     C + "lint": tuple(C + p for p in ("plugin", "reliability", "connectors", "engine", "checks", "workload", "bench")),
 }
-# Crossings the layout move left, each to go next in its series (issue 37): the test fails if one of them is gone
-# (remove it here) or a new one appears.
-KNOWN_CROSSINGS = {
-    "kvconform.conformance.engine.rig imports kvconform.conformance.connectors.selection",  # a type (TYPE_CHECKING)
-    "kvconform.conformance.workload.peer imports kvconform.conformance.connectors.profiles",  # MultiConnector's child
-    "kvconform.conformance.workload.peer imports kvconform.conformance.connectors.selection",
-}
 LEAVES = ("kvconform.errors",)  # shared small things every package may import: they import nothing of kvconform
 
 Graph = dict[str, set[str]]
@@ -148,8 +141,7 @@ def test_the_import_graph_has_no_cycle(graph):
 
 
 def test_imports_run_down_the_layers(graph):
-    assert sorted(set(layer_violations(graph)) - KNOWN_CROSSINGS) == []
-    assert sorted(KNOWN_CROSSINGS - set(layer_violations(graph))) == [], "gone: remove from KNOWN_CROSSINGS"
+    assert layer_violations(graph) == []
 
 
 # ---- the checks can fail: synthetic graphs ------------------------------------------------------

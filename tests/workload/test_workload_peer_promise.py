@@ -6,7 +6,6 @@ from kvconform.conformance.checks.claims import PROMISED_HITS
 from kvconform.conformance.connectors.profiles import profile_for
 from kvconform.conformance.connectors.selection import ConnectorParam
 from kvconform.conformance.workload.invariants import claim_meets_promise, promised_tokens
-from kvconform.conformance.workload.peer import peer_connector
 
 
 def _param(name: str) -> ConnectorParam:
@@ -14,7 +13,7 @@ def _param(name: str) -> ConnectorParam:
 
 
 def test_a_wrappers_peer_is_its_last_child_alone():
-    peer = peer_connector(_param("MultiConnector"))
+    peer = _param("MultiConnector").last_child()
     assert peer.name == "ExampleConnector" and peer.module_path is None
     assert peer.profile.extra_config == {"shared_storage_path": "{storage}/shared"}
     assert peer.profile.roles == ["kv_both"]
@@ -22,7 +21,7 @@ def test_a_wrappers_peer_is_its_last_child_alone():
 
 def test_a_plain_connectors_peer_is_itself():
     example = _param("ExampleConnector")
-    assert peer_connector(example) is example
+    assert example.last_child() is example
 
 
 def test_whole_blocks_covers_a_prompt_asked_again_or_extended_within_its_last_block():
