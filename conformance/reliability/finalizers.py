@@ -11,9 +11,9 @@ on a worker whose ``__init__`` raised) did that, in pytest's report and in the
 lint check's own parse. So no collection runs inside ``ast.parse`` (wrapped for
 the session: automatic collection is paused for the call) nor while a conformance
 test's report is made; finalizers run at the next collection outside them, where
-an error is only pytest's "exception ignored" warning. (Not an explicit collection
-after each test instead: a full one costs one to several seconds in a process
-holding vLLM and torch, times the 70-odd expected failures of ``make test``.)
+an error is only pytest's "exception ignored" warning. One such collection is the
+one ``release.py`` runs after each test's report, over only what that test made;
+this module keeps the others (automatic ones, between) out of pytest's reports.
 """
 
 from __future__ import annotations
