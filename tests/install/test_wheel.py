@@ -7,16 +7,13 @@ be missing from every wheel; these tests build the wheel and look inside it.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 import tomllib
 
-from tests.load import stretched
+from tests.wheel_build import build_wheel
 
 ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = ("conformance", "platforms", "pipelines", "reports")
@@ -48,15 +45,7 @@ def test_each_folder_maps_to_its_name_under_kvconform():
 
 @pytest.fixture(scope="module")
 def wheel_names(tmp_path_factory) -> set[str]:
-    """Built from a copy: setuptools writes kvconform.egg-info into the tree it builds, and a stale one
-    left in the checkout would shadow the installed entry points for every run started there."""
-    source = tmp_path_factory.mktemp("source") / "kvconform"
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".git", ".venv*", "out", "__pycache__", "*.egg-info"))
-    out = tmp_path_factory.mktemp("wheel")
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                            "-w", str(out), str(source)], capture_output=True, text=True, timeout=stretched(300))
-    assert build.returncode == 0, build.stderr
-    (wheel,) = out.glob("kvconform-*.whl")
+    wheel = build_wheel(tmp_path_factory)
     with zipfile.ZipFile(wheel) as archive:
         return set(archive.namelist())
 

@@ -28,6 +28,7 @@ from pipeline_testkit import uploaded
 
 from kvconform.pipelines.install import WHEEL_DIR, version, wheel_path
 from tests.load import stretched
+from tests.wheel_build import build_wheel
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = Path(sysconfig.get_paths()["purelib"])  # this environment's site-packages: vLLM, torch, pytest
@@ -85,13 +86,7 @@ def image_site(bin_dir: Path) -> Path:
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     """This checkout's wheel, built as the bootstrap step builds it (``pip wheel --no-deps``), from a copy."""
-    source = tmp_path_factory.mktemp("source") / "kvconform"
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".git", ".venv*", "out", "__pycache__", "*.egg-info"))
-    out = tmp_path_factory.mktemp("wheel")
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                            "-w", str(out), str(source)], capture_output=True, text=True, timeout=stretched(300))
-    assert build.returncode == 0, build.stderr
-    [built] = out.glob("kvconform-*.whl")
+    built = build_wheel(tmp_path_factory)
     assert f"{WHEEL_DIR}/{built.name}" == wheel_path()  # the name the steps download
     return built
 
