@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # types only: vLLM is imported when a config is built, never 
 
 
 
-class ConnectorParam(Protocol):
+class ConnectorUnderTest(Protocol):
     """The connector a rig drives, as the connector model hands it in (connectors/selection.py's ConnectorParam):
     named here by what the engine uses, so the engine imports nothing of the connector model."""
 
@@ -42,7 +42,7 @@ class ConnectorParam(Protocol):
 
     def load_class(self) -> type: ...
 
-    def last_child(self) -> ConnectorParam: ...
+    def last_child(self) -> ConnectorUnderTest: ...
 
 
 P_D_ROLES = ("kv_producer", "kv_consumer")  # the two servers of a disaggregated pair, which stop independently
@@ -54,7 +54,7 @@ class ConnectorRefused(Exception):
 
 
 @contextmanager
-def refusal_as(error: type[Exception], connector: ConnectorParam) -> Iterator[None]:
+def refusal_as(error: type[Exception], connector: ConnectorUnderTest) -> Iterator[None]:
     """Re-raise a construction error matching the profile's ``refusal`` pattern as ``error``."""
     pattern = connector.profile.refusal
     try:
@@ -103,7 +103,7 @@ class EngineStandIn:
 
 @dataclass
 class Rig:
-    connector: ConnectorParam
+    connector: ConnectorUnderTest
     platform: PlatformSpec
     backend: str
     shape: CacheShape

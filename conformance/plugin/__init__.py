@@ -35,7 +35,7 @@ MARKERS = {
 
 
 _AVAILABILITY_KEY = pytest.StashKey[dict]()
-_SLOTS_KEY = pytest.StashKey[dict]()  # xdist controller: live worker id -> its slot (device and cores)
+_SLOTS_KEY = pytest.StashKey[dict]()  # xdist controller: live worker id -> its slot (its device)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

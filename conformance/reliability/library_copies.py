@@ -33,6 +33,8 @@ EXIT_CLASHES = {
     "libnl-route-3": "NIXL's wheel bundles libnl beside the system's, which libibverbs loads; the bundled copy's "
                      "destructor crashes in rtnl_tc_unregister",
 }
+# what every note says of the process's end (tests/selftest/suite_run.py reads a run's status by it)
+MAY_CRASH_AT_EXIT = "so this process may end with SIGSEGV (-11) after every result is written"
 _NOTES_KEY = pytest.StashKey[list[str]]()
 _WORKER_OUTPUT = "kvconform_library_copies"
 
@@ -52,8 +54,7 @@ def loaded_libraries(maps: str) -> dict[str, set[str]]:
 def copies_notes(maps: str) -> list[str]:
     """One line per library of ``EXIT_CLASHES`` mapped from more than one file."""
     return [f"environment: {name} is loaded from {len(files)} files ({', '.join(sorted(files))}): "
-            f"{EXIT_CLASHES[name]}, so this process may end with SIGSEGV (-11) after every result is written; "
-            "a packaging clash, not a connector's failure"
+            f"{EXIT_CLASHES[name]}, {MAY_CRASH_AT_EXIT}; a packaging clash, not a connector's failure"
             for name, files in sorted(loaded_libraries(maps).items()) if len(files) > 1 and name in EXIT_CLASHES]
 
 
