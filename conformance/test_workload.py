@@ -69,7 +69,7 @@ def test_workload_generated(platform, attn_backend, connector, prefill, workload
     require(connector, platform, "workload")
     from hypothesis import HealthCheck, Phase, given, settings
 
-    from kvconform.conformance.plugin.workload_options import NORMAL_EXAMPLES
+    from kvconform.conformance.plugin.options import NORMAL_EXAMPLES
     from kvconform.conformance.workload.strategies import workload_specs
 
     explore = request.config.getoption("kvconform_explore")

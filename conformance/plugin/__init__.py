@@ -1,6 +1,6 @@
 """kvconform's pytest plugin, registered through the ``pytest11`` entry point.
 
-Options and markers are declared here once; the run's target (platform,
+Options are declared in ``options.py`` (one table) and markers here; the run's target (platform,
 probe, backends, connectors) is resolved at configure time, before collection,
 and kept in ``config.stash`` so every fixture and hook reads the same answer.
 Bad input stops the run with ``pytest.UsageError`` (one line, non-zero exit).
@@ -19,10 +19,16 @@ from kvconform.conformance.vllm_build.versions import installed
 from kvconform.conformance.vllm_build.window import VLLM_DISTRIBUTIONS, installed_status
 
 # Sibling plugin modules, each with one concern; loaded with this one (so their options parse too).
-pytest_plugins = ["kvconform.conformance.plugin.private_apis", "kvconform.conformance.plugin.expectations",
-                  "kvconform.conformance.plugin.results_json",
-                  "kvconform.conformance.reliability", "kvconform.conformance.plugin.workload_options",
-                  "kvconform.conformance.connectors.services", "kvconform.conformance.reliability.release"]
+pytest_plugins = [
+    "kvconform.conformance.plugin.options",
+    "kvconform.conformance.plugin.private_apis",
+    "kvconform.conformance.plugin.expectations",
+    "kvconform.conformance.plugin.results_json",
+    "kvconform.conformance.reliability",
+    "kvconform.conformance.plugin.workload_options",
+    "kvconform.conformance.connectors.services",
+    "kvconform.conformance.reliability.release",
+]
 
 
 MARKERS = {
@@ -36,44 +42,6 @@ MARKERS = {
 
 _AVAILABILITY_KEY = pytest.StashKey[dict]()
 _SLOTS_KEY = pytest.StashKey[dict]()  # xdist controller: live worker id -> its slot (its device)
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("kvconform", "kvconform: vLLM KV connector conformance")
-    group.addoption(
-        "--platform",
-        default="auto",
-        choices=platforms.CHOICES,
-        help="platform to test on (default: auto, the first accelerator found, else cpu)",
-    )
-    group.addoption(
-        "--attn-backend",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="attention backend to test (repeatable; default: every backend the platform can use)",
-    )
-    group.addoption(
-        "--connector",
-        action="append",
-        default=[],
-        metavar="NAME|module:Class",
-        help="connector to test: a name from vLLM's KVConnectorFactory or a third-party "
-        "package.module:ClassName (repeatable; default: every registered connector)",
-    )
-    group.addoption(
-        "--profiles",
-        action="append",
-        default=[],
-        metavar="FILE",
-        help="extra connector profiles (same schema as conformance/connectors.yaml), searched first",
-    )
-    group.addoption(
-        "--kvconform-tested-vllm-only",
-        action="store_true",
-        help="refuse a vLLM that kvconform's CI does not test (dev builds, release candidates, other releases); "
-        "by default they run, labelled untested",
-    )
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -430,15 +430,6 @@ def collects_whole_suite(config: pytest.Config) -> bool:
     return not any(_narrowing_arg(config, arg) for arg in config.args)
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("kvconform")
-    group.addoption("--kvconform-expectations", action="append", default=[], metavar="PATH",
-                    help="expectations file or folder to use instead of conformance/expectations/ (repeatable)")
-    group.addoption("--kvconform-strict", action="store_true", default=False,
-                    help="fail the run when an expectation entry matches no collected test, or when an "
-                         "expected failure passes on a vLLM kvconform's CI does not test")
-
-
 def holding_here(loaded: list[Expectation], platform: str | None) -> list[Expectation]:
     """The entries for ``platform`` (or any platform) whose ``vllm:`` condition the installed vLLM meets.
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import pytest
 
-PUBLIC_ONLY_DEST = "kvconform_public_apis_only"
+PUBLIC_ONLY_DEST = "kvconform_public_apis_only"  # --kvconform-public-apis-only (options.py)
 
 
 @dataclass(frozen=True)
@@ -56,14 +56,6 @@ PRIVATE_USES = (
         feature_test="the attributes exist and the process's wait() gives its return code",
         fallback="a crash is described by the first line of xdist's error (not \"killed by SIGSEGV\")"),
 )
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("kvconform", "kvconform: vLLM KV connector conformance")
-    group.addoption(
-        "--kvconform-public-apis-only", action="store_true", default=False, dest=PUBLIC_ONLY_DEST,
-        help="use only pytest's and pytest-xdist's public APIs, as where the private names kvconform "
-             "feature-tests are missing: slower under xdist, and no run properties in JUnit")
 
 
 def public_only(config: pytest.Config) -> bool:

@@ -179,12 +179,6 @@ def environment(config: pytest.Config) -> dict[str, str | None]:
 _COLLECTOR_NAME = "kvconform-results-collector"
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.getgroup("kvconform").addoption(
-        "--kvconform-json", default=None, metavar="PATH",
-        help="write the run's results as JSON (the format of kvconform report's results.json)")
-
-
 def pytest_configure(config: pytest.Config) -> None:
     path = config.getoption("kvconform_json", default=None)
     if path and not hasattr(config, "workerinput"):  # the controller (or the only process) writes

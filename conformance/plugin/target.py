@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from kvconform.conformance.plugin.options import DEFAULTS
 from kvconform.platforms.spec import PlatformSpec, Probe
 
 
@@ -33,9 +34,6 @@ TARGET_KEY = pytest.StashKey[RunTarget]()
 CONFORMANCE_DIR = Path(__file__).resolve().parents[1]
 PACKAGE = __spec__.parent.rpartition(".")[0]  # "kvconform.conformance": the name `pytest --pyargs` takes
 
-# Option dests -> defaults: a run that sets any of them (or collects the conformance package) is kvconform's.
-OWN_OPTIONS = {"platform": "auto", "attn_backend": [], "connector": [], "profiles": [],
-               "kvconform_strict": False, "kvconform_json": None, "kvconform_expectations": []}
 
 
 def run_target(config: pytest.Config) -> RunTarget:
@@ -53,7 +51,7 @@ def is_active(config: pytest.Config) -> bool:
     """
     if targets_conformance(config):
         return True
-    return any(config.getoption(dest, default=default) != default for dest, default in OWN_OPTIONS.items())
+    return any(config.getoption(dest, default=default) != default for dest, default in DEFAULTS.items())
 
 
 def targets_conformance(config: pytest.Config) -> bool:

@@ -1,4 +1,4 @@
-"""The workload check's command-line options (a plugin module the main plugin loads).
+"""Validates the workload check's command-line options (declared in ``options.py``) before collection.
 
 ``--kvconform-replay SPEC`` runs one workload exactly (the line a failure
 prints); ``--kvconform-explore N`` turns the generated workloads from a small,
@@ -10,17 +10,6 @@ collection.
 from __future__ import annotations
 
 import pytest
-
-NORMAL_EXAMPLES = 4  # generated workloads per connector and prefill mode in a normal run (fixed, derandomized)
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("kvconform")
-    group.addoption("--kvconform-replay", default=None, metavar="SPEC",
-                    help="run test_workload_replay on this workload spec (the JSON line a workload failure prints)")
-    group.addoption("--kvconform-explore", type=int, default=0, metavar="N",
-                    help="generated workloads: search N random workloads per connector and shrink a failure "
-                    f"(default: {NORMAL_EXAMPLES} fixed, derandomized ones, no shrinking)")
 
 
 def pytest_configure(config: pytest.Config) -> None:

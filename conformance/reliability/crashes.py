@@ -68,14 +68,6 @@ _ITEMS_BY_ID_KEY = pytest.StashKey[dict]()
 _HELD_WRITTEN_KEY = pytest.StashKey[list]()
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("kvconform", "kvconform: vLLM KV connector conformance")
-    group.addoption(
-        "--kvconform-keep-going", action="store_true", default=False,
-        help="keep running a connector's tests of a check after one of them crashed its process or timed "
-             "out (default: report them as not run)")
-
-
 def pytest_configure(config: pytest.Config) -> None:
     shared = getattr(config, "workerinput", {}).get(LEDGER_INPUT_KEY)
     config.stash[_LEDGER_KEY] = Ledger(Path(shared) if shared else None)

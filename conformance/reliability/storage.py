@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from kvconform.conformance.plugin.options import STORAGE_INI
 from kvconform.conformance.reliability.watched import connector_of, teardown_check
 
 
@@ -43,16 +44,10 @@ DEFAULT_STORAGE: dict[str, tuple[DefaultStorage, ...]] = {
     "ExampleConnector": (DefaultStorage("/tmp", r"[0-9a-f]{32}|[0-9a-f]{64}"),),
     "ExampleHiddenStatesConnector": (DefaultStorage("/tmp", r".+\.safetensors"),),
 }
-STORAGE_INI = "kvconform_default_storage"
 SHOWN = 5  # entries named in a message; the rest are counted
 
 _TABLE_KEY = pytest.StashKey[dict]()
 _BEFORE_KEY = pytest.StashKey[dict]()
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addini(STORAGE_INI, type="linelist", default=[],
-                  help="more default storage locations to watch, one per line: CONNECTOR FOLDER REGEX")
 
 
 def storage_table(lines: list[str]) -> dict[str, tuple[DefaultStorage, ...]]:

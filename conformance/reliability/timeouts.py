@@ -13,18 +13,9 @@ import os
 
 import pytest
 
+from kvconform.conformance.plugin.options import DEFAULT_TIMEOUT_S
 from kvconform.conformance.reliability.crashes import record_stop
 from kvconform.conformance.reliability.watched import connector_of
-
-DEFAULT_TIMEOUT_S = 300.0
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("kvconform", "kvconform: vLLM KV connector conformance")
-    group.addoption(
-        "--kvconform-timeout", type=float, default=None, metavar="SECONDS",
-        help=f"per-test timeout for conformance tests (default {DEFAULT_TIMEOUT_S:g} s, or pytest-timeout's "
-             "--timeout when given; 0 disables)")
 
 
 def pytest_configure(config: pytest.Config) -> None:

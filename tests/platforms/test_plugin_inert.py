@@ -14,7 +14,11 @@ import textwrap
 
 import pytest
 
+from kvconform.conformance.plugin.options import OPTIONS
+from kvconform.conformance.plugin.target import is_active
 from tests.load import stretched
+
+pytest_plugins = ["pytester"]
 
 UNRELATED_CONFTEST = textwrap.dedent('''
     import pytest
@@ -68,3 +72,16 @@ def test_one_of_our_options_makes_the_run_ours(unrelated_project):
     assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-2000:]
     assert "kvconform: platform cpu" in out.stdout
     assert "test_their_own_fixtures[cpu" in out.stdout
+
+
+SAMPLE_VALUES = {"platform": "cpu", "kvconform_timeout": "5", "kvconform_explore": "3"}
+
+
+@pytest.mark.parametrize("option", OPTIONS, ids=lambda option: option.flag)
+def test_every_option_in_the_table_makes_the_run_ours(pytester, option):
+    """is_active reads the same table the options are registered from: none can be missed (issue 37)."""
+    value = None if option.action == "store_true" else SAMPLE_VALUES.get(option.dest, "x")
+    config = pytester.parseconfig(option.flag if value is None else f"{option.flag}={value}")
+    assert config.getoption(option.dest) != option.default
+    assert is_active(config)
+    assert not is_active(pytester.parseconfig())
