@@ -14,6 +14,7 @@ records ``annotate``. What comes out is the build's annotation (``summary.md``).
 
 from __future__ import annotations
 
+import os
 import shutil
 import stat
 import subprocess
@@ -34,6 +35,9 @@ ROOT = Path(__file__).resolve().parents[2]
 SITE = Path(sysconfig.get_paths()["purelib"])  # this environment's site-packages: vLLM, torch, pytest
 # One connector, a few tests: enough to run the suite end to end (PYTEST_ADDOPTS is pytest's own).
 SELECTION = "-k 'test_roundtrip and float32'"
+# What the stand-in image's own environment sets (a Dockerfile's ENV), where this one sets it: an image of the plain
+# vLLM wheel on CPU sets VLLM_TARGET_DEVICE=cpu, without which vLLM finds no platform (make test-vllm033 sets it).
+IMAGE_ENV = ("VLLM_TARGET_DEVICE", "VLLM_CACHE_ROOT")
 
 AGENT = r"""#!/usr/bin/env bash
 # buildkite-agent, as far as the steps use it: artifacts live in $FAKE_ARTIFACTS.
@@ -129,7 +133,8 @@ class Agent:
         env = {"PATH": f"{bin_dir}:{self.fake_bin}:/usr/bin:/bin", "HOME": str(job),
                # PIP_NO_INDEX: whatever the install needs is here already; never the network
                "FAKE_ARTIFACTS": str(self.artifacts), "PIP_NO_INDEX": "1",
-               "BUILDKITE_PARALLEL_JOB": "0", **step.get("env", {}), **extra_env}
+               "BUILDKITE_PARALLEL_JOB": "0", **{name: os.environ[name] for name in IMAGE_ENV if name in os.environ},
+               **step.get("env", {}), **extra_env}
         script = "\n".join(uploaded(command) for command in step["commands"])
         result = subprocess.run(["bash", "-e", "-c", script], cwd=checkout, env=env, capture_output=True, text=True,
                                 timeout=stretched(300))
