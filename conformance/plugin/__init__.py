@@ -18,7 +18,7 @@ from kvconform.conformance.vllm_build import source as vllm_source
 from kvconform.conformance.vllm_build.versions import installed
 from kvconform.conformance.vllm_build.window import VLLM_DISTRIBUTIONS, installed_status
 
-# Sibling plugin modules, each with one concern; loaded with this one (so their options parse too).
+# Sibling plugin modules, each with one concern, loaded with this one (options.py registers every option).
 pytest_plugins = [
     "kvconform.conformance.plugin.options",
     "kvconform.conformance.plugin.private_apis",

@@ -35,7 +35,6 @@ CONFORMANCE_DIR = Path(__file__).resolve().parents[1]
 PACKAGE = __spec__.parent.rpartition(".")[0]  # "kvconform.conformance": the name `pytest --pyargs` takes
 
 
-
 def run_target(config: pytest.Config) -> RunTarget:
     """The target ``pytest_configure`` resolved (a KeyError in a run that is not kvconform's)."""
     return config.stash[TARGET_KEY]
