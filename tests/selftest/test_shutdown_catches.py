@@ -17,6 +17,7 @@ test (the public fallback of xdist's private test index, ``private_apis.py``).
 from __future__ import annotations
 
 import importlib.util
+import re
 
 import pytest
 
@@ -97,6 +98,7 @@ CRASH_ORDER = ["NixlConnector", "ShutdownCrashesConnector", "ExampleConnector"]
 CRASH_WORDS = ("crashed the test process", "its result was never sent", "not run: ShutdownCrashesConnector")
 
 
+KILLED_BY_SIGNAL = re.compile(r"killed by SIG[A-Z]+\b")
 CRASH_MODES = {"-n 1": ("-n", "1"), "-n 1, public APIs only": ("-n", "1", PUBLIC_ONLY)}
 
 
@@ -116,10 +118,14 @@ def test_a_crash_in_a_background_shutdown_lands_on_its_own_connector(crash_run):
         assert [o.outcome for o in mine] == ["passed", "passed"], [(o.nodeid, o.message[:800]) for o in mine]
     crashed = of_connector(outcomes, "ShutdownCrashesConnector")
     assert all(o.outcome in ("failed", "error") for o in crashed), [(o.nodeid, o.outcome) for o in crashed]
-    if PUBLIC_ONLY in CRASH_MODES[mode]:  # how the process ended is read from execnet's private process handle
-        assert not any("killed by SIGSEGV" in o.message for o in crashed), [o.message[:800] for o in crashed]
+    # How the process ended is read from execnet's private process handle. The connector sends itself SIGSEGV, but
+    # the signal the process dies of is the crash handlers' to decide (pytest's faulthandler, UCX's, which NIXL
+    # installs): a CI run saw SIGABRT. What is promised is that the message names the signal, whichever it is.
+    killed = [o for o in crashed if KILLED_BY_SIGNAL.search(o.message)]
+    if PUBLIC_ONLY in CRASH_MODES[mode]:
+        assert not killed, [o.message[:800] for o in killed]
     else:
-        assert any("killed by SIGSEGV" in o.message for o in crashed), [o.message[:800] for o in crashed]
+        assert killed, [o.message[:800] for o in crashed]
     for o in crashed:
         assert "ShutdownCrashesConnector" in o.message and any(w in o.message for w in CRASH_WORDS), o.message[:800]
     if PUBLIC_ONLY in CRASH_MODES[mode]:  # no result held past its test: the crash lands while it still runs
