@@ -10,9 +10,10 @@ import sys
 from pathlib import Path
 
 from kvconform.errors import UserError
-from kvconform.pipelines.generate import ALL, build_pipeline, render_yaml
-from kvconform.pipelines.lanes import LANES_FILE, LanesError
 from kvconform.platforms import PLATFORMS
+
+from .generate import ALL, build_pipeline, render_yaml
+from .lanes import LANES_FILE, LanesError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvconform.pipelines.overlay import InstalledBuild, compare_with_build
+from .overlay import InstalledBuild, compare_with_build
 
 RUN = ""  # the test of a problem with the run itself (pytest's exit status), not with one test
 

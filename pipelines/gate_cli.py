@@ -24,11 +24,12 @@ from typing import Any
 
 from kvconform import platforms
 from kvconform.errors import UserError, one_line
-from kvconform.pipelines.gate import GateError, Selection, select_change
-from kvconform.pipelines.gate_base import RUN, Base, Problem, base_to_compare, rerun_keyword, split
-from kvconform.pipelines.gate_source import CannotTest, TestedVllm, WrongVllm, read_imports, tested_vllm
-from kvconform.pipelines.held_run import OUT_FD, HeldRun
-from kvconform.pipelines.overlay import installed_build
+
+from .gate import GateError, Selection, select_change
+from .gate_base import RUN, Base, Problem, base_to_compare, rerun_keyword, split
+from .gate_source import CannotTest, TestedVllm, WrongVllm, read_imports, tested_vllm
+from .held_run import OUT_FD, HeldRun
+from .overlay import installed_build
 
 # flag -> the attribute argparse stores it under; exactly one must be given.
 MODES: dict[str, str] = {"--dry-run": "dry_run", "--run": "run_tests", "--emit-pipeline": "emit_pipeline"}
@@ -456,8 +457,8 @@ def _print_verdict(verdict: Verdict, here: list[str], elsewhere: list[str], plat
 
 def pipeline_for(selection: Selection, platform: str | None, config: Path | None) -> dict[str, Any]:
     """The selected connectors on every platform each claims (or only ``platform``), with one report step."""
-    from kvconform.pipelines.generate import selected_pipeline
-    from kvconform.pipelines.lanes import LanesError
+    from .generate import selected_pipeline
+    from .lanes import LanesError
 
     wanted = list(platforms.PLATFORMS) if platform is None or platform == "auto" else [platform]
     per_platform = {p: [c for c in selection.connectors if p in claimed_platforms(c)] for p in wanted}
@@ -468,7 +469,7 @@ def pipeline_for(selection: Selection, platform: str | None, config: Path | None
 
 
 def emit_pipeline(selection: Selection, args: argparse.Namespace) -> int:
-    from kvconform.pipelines.generate import render_yaml
+    from .generate import render_yaml
 
     pipeline = pipeline_for(selection, args.platform, args.config)
     text = render_yaml(pipeline)

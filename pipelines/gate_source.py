@@ -29,8 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvconform.conformance.vllm_build.source import TOLD_COMMIT_ENV
-from kvconform.pipelines.gate import GateError
-from kvconform.pipelines.overlay import InstalledBuild, build_overlay, compiled_changes, installed_build
+
+from .gate import GateError
+from .overlay import InstalledBuild, build_overlay, compiled_changes, installed_build
 
 PROBE_TIMEOUT_S = 300
 # Imports what every conformance test imports first; prints the process's record as JSON.

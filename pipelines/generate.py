@@ -13,9 +13,10 @@ from typing import Any
 
 import yaml
 
-from kvconform.pipelines.lanes import LANES_FILE, LanesConfig, LanesError, is_connector_name, load_lanes
-from kvconform.pipelines.steps import LaneRun, group_step, platform_group, report_step, sharded_step, wait_step
 from kvconform.platforms import PLATFORMS
+
+from .lanes import LANES_FILE, LanesConfig, LanesError, is_connector_name, load_lanes
+from .steps import LaneRun, group_step, platform_group, report_step, sharded_step, wait_step
 
 ALL = "all"
 # Where a connector asked for by name but listed in no connector group runs: a step of this name in

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from importlib import metadata
 
-from kvconform.pipelines.shell import Raw, join
+from .shell import Raw, join
 
 DISTRIBUTION = "kvconform"
 # Where the bootstrap step writes the wheel and uploads it from; steps download it to the same path.

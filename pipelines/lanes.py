@@ -20,9 +20,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator, model_validator
 
 from kvconform.conformance.connectors.profiles import ProfileError, load_profiles, load_yaml_model
-from kvconform.pipelines import policy
-from kvconform.pipelines.policy import KeyPath, Problem
 from kvconform.platforms import PLATFORMS
+
+from . import policy
+from .policy import KeyPath, Problem
 
 LANES_FILE = Path(__file__).with_name("lanes.yaml")
 

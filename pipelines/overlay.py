@@ -37,7 +37,8 @@ from pathlib import Path
 
 from kvconform.conformance.vllm_build.import_graph import compile_glob
 from kvconform.conformance.vllm_build.versions import installed
-from kvconform.pipelines.gate import GateError, _git
+
+from .gate import GateError, _git
 
 PACKAGE = "vllm"
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from kvconform.pipelines.lanes import Wrapper
+    from .lanes import Wrapper
 
 
 @dataclass(frozen=True)

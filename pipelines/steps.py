@@ -15,11 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kvconform.pipelines import install
-from kvconform.pipelines.lanes import Lane, LanesConfig, RetryRule, RunSpec
-from kvconform.pipelines.shell import Raw, Word, for_upload, join, wrap
 from kvconform.platforms import PLATFORMS
 from kvconform.platforms.spec import PlatformSpec
+
+from . import install
+from .lanes import Lane, LanesConfig, RetryRule, RunSpec
+from .shell import Raw, Word, for_upload, join, wrap
 
 KEY_PREFIX = "kvconform"
 JUNIT_ROOT = "reports/out/junit"

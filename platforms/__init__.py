@@ -7,8 +7,8 @@ plugin, the pipeline generator and the gate all read it.
 
 from __future__ import annotations
 
-from kvconform.platforms import cpu, cuda, rocm, xpu
-from kvconform.platforms.spec import PlatformSpec, Probe
+from . import cpu, cuda, rocm, xpu
+from .spec import PlatformSpec, Probe
 
 PLATFORMS: dict[str, PlatformSpec] = {spec.name: spec for spec in (cuda.SPEC, rocm.SPEC, xpu.SPEC, cpu.SPEC)}
 

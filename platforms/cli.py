@@ -6,8 +6,8 @@ import argparse
 import json
 from typing import Any
 
-from kvconform.platforms import PLATFORMS, probe
-from kvconform.platforms.vllm_backends import confirm
+from . import PLATFORMS, probe
+from .vllm_backends import confirm
 
 
 def describe(name: str, with_vllm: bool = True) -> dict[str, Any]:  # a JSON document

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import platform as _host
 
-from kvconform.platforms.spec import PlatformSpec, Probe
+from .spec import PlatformSpec, Probe
 
 
 def _probe() -> Probe:

@@ -8,7 +8,7 @@ effect in xdist workers. A ROCm build of torch also answers through
 
 from __future__ import annotations
 
-from kvconform.platforms.spec import PlatformSpec, Probe
+from .spec import PlatformSpec, Probe
 
 
 def _probe() -> Probe:

@@ -6,8 +6,8 @@ False`` (its (2, num_blocks, ...) layout is not blocks-first).
 
 from __future__ import annotations
 
-from kvconform.platforms.cuda import cuda_device_name
-from kvconform.platforms.spec import PlatformSpec, Probe
+from .cuda import cuda_device_name
+from .spec import PlatformSpec, Probe
 
 
 def _probe() -> Probe:

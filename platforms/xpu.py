@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from kvconform.platforms.spec import PlatformSpec, Probe
+from .spec import PlatformSpec, Probe
 
 
 def _native_xpu_count() -> tuple[int, str]:

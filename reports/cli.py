@@ -17,9 +17,10 @@ import json
 from pathlib import Path
 
 from kvconform.errors import UserError
-from kvconform.reports import render_html, render_markdown, render_terminal
-from kvconform.reports.readers import ReportInputError, read_all
-from kvconform.reports.verdict import verdict
+
+from . import render_html, render_markdown, render_terminal
+from .readers import ReportInputError, read_all
+from .verdict import verdict
 
 # file name -> renderer of its text
 OUTPUTS = {

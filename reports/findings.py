@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from kvconform.reports.matrix import CHECK_ORDER
-from kvconform.reports.model import Expected, Results
-from kvconform.reports.outcomes import ORDER
+from .matrix import CHECK_ORDER
+from .model import Expected, Results
+from .outcomes import ORDER
 
 # What an entry expected -> the outcome a test it decided should have had.
 EXPECTED_OUTCOME = {"xfail": "xfailed", "skip": "skipped"}

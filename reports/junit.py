@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from kvconform.reports.outcomes import OutcomeName
+from .outcomes import OutcomeName
 
 JunitOutcome = Literal["passed", "failed", "error", "skipped"]  # an xfail is skipped
 

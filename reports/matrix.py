@@ -11,9 +11,9 @@ from collections import defaultdict
 from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass
 
-from kvconform.reports.identity import column_platform
-from kvconform.reports.model import CaseResult, Cell, Results
-from kvconform.reports.outcomes import ORDER, OUTCOMES, is_failing
+from .identity import column_platform
+from .model import CaseResult, Cell, Results
+from .outcomes import ORDER, OUTCOMES, is_failing
 
 # Checks in the order a connector meets them; others follow alphabetically, collection errors last.
 CHECK_ORDER = ("roundtrip", "load_failure", "fill", "contract", "lint", "engine")

@@ -12,7 +12,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kvconform.reports.outcomes import ORDER, OutcomeName, is_failing, worst
+from .outcomes import ORDER, OutcomeName, is_failing, worst
 
 FORMAT: Final = "kvconform-results"
 VERSION: Final = 1

@@ -14,9 +14,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from kvconform.reports import identity as ident
-from kvconform.reports.junit import JunitCase, JunitError, JunitSuite, parse_junit
-from kvconform.reports.model import (
+from . import identity as ident
+from .junit import JunitCase, JunitError, JunitSuite, parse_junit
+from .model import (
     FORMAT,
     CaseResult,
     Expected,

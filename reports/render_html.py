@@ -12,12 +12,12 @@ import re
 from collections import Counter
 from html import escape
 
-from kvconform.reports.findings import findings, where_text
-from kvconform.reports.matrix import Matrix, build_matrix, cell_counts, failures, totals_line
-from kvconform.reports.model import EXCEPTION_LINE, CaseResult, Results
-from kvconform.reports.outcomes import ORDER, OUTCOMES
-from kvconform.reports.skips import reasons_by_cell, skip_groups
-from kvconform.reports.verdict import caveats, verdict
+from .findings import findings, where_text
+from .matrix import Matrix, build_matrix, cell_counts, failures, totals_line
+from .model import EXCEPTION_LINE, CaseResult, Results
+from .outcomes import ORDER, OUTCOMES
+from .skips import reasons_by_cell, skip_groups
+from .verdict import caveats, verdict
 
 # pytest's long tracebacks mark the error's lines with "E   " and end on "path:line: ErrorType".
 _ERROR_LINE = re.compile(r"^E(?:\s|$)")

@@ -10,13 +10,13 @@ from __future__ import annotations
 import html
 import re
 
-from kvconform.reports.findings import findings, where_text
-from kvconform.reports.matrix import build_matrix, cell_counts, failures, totals_line
-from kvconform.reports.model import Results
-from kvconform.reports.outcomes import OUTCOMES
-from kvconform.reports.render_terminal import run_line
-from kvconform.reports.skips import skip_groups
-from kvconform.reports.verdict import caveats, verdict
+from .findings import findings, where_text
+from .matrix import build_matrix, cell_counts, failures, totals_line
+from .model import Results
+from .outcomes import OUTCOMES
+from .render_terminal import run_line
+from .skips import skip_groups
+from .verdict import caveats, verdict
 
 FAILURES_SHOWN = 50
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]|#~])")

@@ -9,11 +9,11 @@ line), stale expectations and the verdict.
 
 from __future__ import annotations
 
-from kvconform.reports.findings import findings, where_text
-from kvconform.reports.matrix import build_matrix, cell_count_parts, failures, totals_line
-from kvconform.reports.model import Results, RunInfo
-from kvconform.reports.skips import skip_groups
-from kvconform.reports.verdict import caveats, verdict
+from .findings import findings, where_text
+from .matrix import build_matrix, cell_count_parts, failures, totals_line
+from .model import Results, RunInfo
+from .skips import skip_groups
+from .verdict import caveats, verdict
 
 FAILURES_SHOWN = 20
 

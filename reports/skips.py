@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
-from kvconform.reports.matrix import Matrix
-from kvconform.reports.model import CaseResult, Results
+from .matrix import Matrix
+from .model import CaseResult, Results
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kvconform.reports.model import Results
-from kvconform.reports.outcomes import is_failing
+from .model import Results
+from .outcomes import is_failing
 
 
 @dataclass(frozen=True)

@@ -53,8 +53,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from kvconform import platforms
-from kvconform.conformance.connectors.requirements import declared_package, missing_module_failure
 from kvconform.errors import UserError, one_line
+
+from ..connectors.requirements import declared_package, missing_module_failure
 
 DEFAULT_SIZES = (256, 1024, 4096)
 DEFAULT_REPEAT = 5
@@ -89,8 +90,8 @@ def quiet_vllm() -> None:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     quiet_vllm()
-    from kvconform.conformance.bench.timing import GEOMETRIES
-    from kvconform.conformance.engine.kvcache import KV_DTYPES
+    from ..engine.kvcache import KV_DTYPES
+    from .timing import GEOMETRIES
 
     parser.add_argument("--connector", action="append", default=[], metavar="NAME|module:Class",
                         help="connector to measure (repeatable; default: every registered connector)")
@@ -150,7 +151,7 @@ def check_sizes(sizes: list[int], block_size: int) -> None:
 
 def block_size_for(backend: str, asked: int | None) -> int:
     """``asked``, or the size vLLM's config picks for ``backend``; a size its kernels refuse is a UserError."""
-    from kvconform.conformance.engine.backends import backend_class
+    from ..engine.backends import backend_class
 
     cls = backend_class(backend)
     if asked is None:
@@ -185,8 +186,8 @@ def target(args: argparse.Namespace):
 
 def connectors(args: argparse.Namespace) -> list:
     """The connectors asked for (default: every registered one); a bad name or profile file is a UserError."""
-    from kvconform.conformance.connectors.profiles import ProfileError, load_profiles
-    from kvconform.conformance.connectors.selection import ConnectorSpecError, resolve_connectors
+    from ..connectors.profiles import ProfileError, load_profiles
+    from ..connectors.selection import ConnectorSpecError, resolve_connectors
 
     try:
         for path in args.profiles:  # a malformed file fails before vLLM is imported for the registry
@@ -248,7 +249,7 @@ def _progress(message: str) -> None:
 
 def _not_benched(connector, spec, known) -> str | None:
     """Why a connector is not measured here, before anything is built: its profile, or a skip entry."""
-    from kvconform.conformance.connectors.requirements import unmet_need
+    from ..connectors.requirements import unmet_need
 
     reason = unmet_need(connector, spec, "roundtrip")
     if reason:
@@ -262,10 +263,10 @@ def _not_benched(connector, spec, known) -> str | None:
 def bench_all(args, spec, backend, block_size: int, sizes: list[int], chosen: list, known) -> Outcome:
     from vllm.config import VllmConfig
 
-    from kvconform.conformance.bench.timing import GEOMETRIES, BenchRig, measure, write_model
-    from kvconform.conformance.engine.distributed import single_rank_parallel_state
-    from kvconform.conformance.engine.kvcache import CacheShape
-    from kvconform.conformance.engine.rig import ConnectorRefused
+    from ..engine.distributed import single_rank_parallel_state
+    from ..engine.kvcache import CacheShape
+    from ..engine.rig import ConnectorRefused
+    from .timing import GEOMETRIES, BenchRig, measure, write_model
 
     outcome = Outcome([], [], [])
     geometry = GEOMETRIES[args.kv_shape]
@@ -323,8 +324,8 @@ def document(args, spec, backend, block_size, sizes, outcome: Outcome, load_befo
     import torch
     import vllm
 
-    from kvconform.conformance.bench.timing import GEOMETRIES
-    from kvconform.conformance.engine.kvcache import KV_DTYPES
+    from ..engine.kvcache import KV_DTYPES
+    from .timing import GEOMETRIES
 
     geometry = GEOMETRIES[args.kv_shape]
     return {
@@ -409,7 +410,7 @@ def write_json(doc: dict, destination: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kvconform.conformance.bench.expected import KnownResults
+    from .expected import KnownResults
 
     quiet_vllm()
     sizes = parse_sizes(args.sizes)

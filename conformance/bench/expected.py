@@ -29,7 +29,7 @@ class KnownResults:
 
     @classmethod
     def load(cls, platform: str, backend: str, dtype: str) -> KnownResults:
-        from kvconform.conformance.plugin.expectations import (
+        from ..plugin.expectations import (
             EXPECTATIONS_DIR,
             ExpectationError,
             holding_here,
@@ -44,7 +44,7 @@ class KnownResults:
 
     def entry_for(self, connector: str):
         """The expectation that decides the round-trip test the bench stands for, or None."""
-        from kvconform.conformance.plugin.expectations import decide
+        from ..plugin.expectations import decide
 
         param_id = f"{self.platform}-{self.backend}-{connector}-{self.dtype}"
         identity = ident.Identity(check=CHECK, platform=self.platform, backend=self.backend, connector=connector,

@@ -25,14 +25,14 @@ from pathlib import Path
 
 import torch
 
-from kvconform.conformance.engine import kvcache
-from kvconform.conformance.engine.model import HEAD_SIZE, NUM_KV_HEADS, NUM_LAYERS, TINY_LLAMA, attention_layer_names
-from kvconform.conformance.engine.prompts import seeded_prompt
-from kvconform.conformance.engine.rig import EngineStandIn, Rig
-from kvconform.conformance.engine.runner import ModelRunnerStandIn
-from kvconform.conformance.engine.scheduler import SchedulerDriver
-from kvconform.conformance.engine.slots import leading_blocks
-from kvconform.conformance.vllm_build import api as vllm_api
+from ..engine import kvcache
+from ..engine.model import HEAD_SIZE, NUM_KV_HEADS, NUM_LAYERS, TINY_LLAMA, attention_layer_names
+from ..engine.prompts import seeded_prompt
+from ..engine.rig import EngineStandIn, Rig
+from ..engine.runner import ModelRunnerStandIn
+from ..engine.scheduler import SchedulerDriver
+from ..engine.slots import leading_blocks
+from ..vllm_build import api as vllm_api
 
 # Blocks beyond the longest request: the null block, the decode token's block, and slack.
 SPARE_BLOCKS = 8

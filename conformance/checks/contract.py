@@ -19,16 +19,16 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kvconform.conformance.engine import kvcache
-from kvconform.conformance.engine.affinity import restore_harness_affinity
-from kvconform.conformance.engine.check_failure import CheckFailure
-from kvconform.conformance.engine.device_guard import DeviceGuard
-from kvconform.conformance.engine.model import attention_layer_names
-from kvconform.conformance.engine.requests import block_hasher, new_request
-from kvconform.conformance.engine.rig import ConnectorRefused, Rig, refusal_as
-from kvconform.conformance.engine.runner import AttentionLayerStandIn
-from kvconform.conformance.engine.step_order import connector_step
-from kvconform.conformance.vllm_build import api as vllm_api
+from ..engine import kvcache
+from ..engine.affinity import restore_harness_affinity
+from ..engine.check_failure import CheckFailure
+from ..engine.device_guard import DeviceGuard
+from ..engine.model import attention_layer_names
+from ..engine.requests import block_hasher, new_request
+from ..engine.rig import ConnectorRefused, Rig, refusal_as
+from ..engine.runner import AttentionLayerStandIn
+from ..engine.step_order import connector_step
+from ..vllm_build import api as vllm_api
 
 
 class ContractViolation(CheckFailure):

@@ -32,14 +32,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kvconform.conformance.engine import kvcache
-from kvconform.conformance.engine.block_sizes import group_block_sizes
-from kvconform.conformance.engine.check_failure import CheckFailure
-from kvconform.conformance.engine.device_guard import forked_rng
-from kvconform.conformance.engine.hybrid_cache import REGISTRATIONS, HybridCaches, hybrid_engine
-from kvconform.conformance.engine.prompts import seeded_prompt
-from kvconform.conformance.engine.rig import EngineStandIn, Rig
-from kvconform.conformance.vllm_build import api as vllm_api
+from ..engine import kvcache
+from ..engine.block_sizes import group_block_sizes
+from ..engine.check_failure import CheckFailure
+from ..engine.device_guard import forked_rng
+from ..engine.hybrid_cache import REGISTRATIONS, HybridCaches, hybrid_engine
+from ..engine.prompts import seeded_prompt
+from ..engine.rig import EngineStandIn, Rig
+from ..vllm_build import api as vllm_api
 
 RANDOM_STD = 0.5
 SIGMAS = 6.0  # statistical tolerance in standard errors (see check_statistics)

@@ -26,13 +26,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kvconform.conformance.checks.pair import CompletionWitness, check_completion, drained, open_pair
-from kvconform.conformance.checks.pair_faults import SLOW_TRANSPORT, install_transport
-from kvconform.conformance.engine import hybrid_cache as hybrid
-from kvconform.conformance.engine.block_sizes import group_block_sizes
-from kvconform.conformance.engine.check_failure import CheckFailure
-from kvconform.conformance.engine.prompts import request_prompt
-from kvconform.conformance.engine.rig import ConnectorRefused, EngineStandIn, Rig, refusal_as
+from ..engine import hybrid_cache as hybrid
+from ..engine.block_sizes import group_block_sizes
+from ..engine.check_failure import CheckFailure
+from ..engine.prompts import request_prompt
+from ..engine.rig import ConnectorRefused, EngineStandIn, Rig, refusal_as
+from .pair import CompletionWitness, check_completion, drained, open_pair
+from .pair_faults import SLOW_TRANSPORT, install_transport
 
 # A sliding window beside full attention with heads twice as wide: groups of 2b and b tokens per block.
 PAIR_KINDS = ("sliding", "wide-full")

@@ -25,12 +25,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from kvconform.conformance.engine.check_failure import CheckFailure
-from kvconform.conformance.engine.device_guard import DeviceMismatch
-from kvconform.conformance.engine.prompts import request_prompt
-from kvconform.conformance.engine.rig import EngineStandIn, Rig
-from kvconform.conformance.engine.slots import token_slot_bytes
-from kvconform.conformance.vllm_build import api as vllm_api
+from ..engine.check_failure import CheckFailure
+from ..engine.device_guard import DeviceMismatch
+from ..engine.prompts import request_prompt
+from ..engine.rig import EngineStandIn, Rig
+from ..engine.slots import token_slot_bytes
+from ..vllm_build import api as vllm_api
 
 POLICIES = ("fail", "recompute")  # vLLM's KVTransferConfig.kv_load_failure_policy values
 

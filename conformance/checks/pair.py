@@ -33,19 +33,19 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from kvconform.conformance.checks.roundtrip import (
+from ..engine.affinity import restore_harness_affinity
+from ..engine.check_failure import CheckFailure
+from ..engine.distributed import single_rank_parallel_state
+from ..engine.rig import EngineStandIn, Rig
+from ..engine.side_channel import HOST, HandshakeFailure, PortTaken, reserved_port, serve_handshake
+from ..engine.slots import token_slot_bytes
+from ..vllm_build import api as vllm_api
+from .roundtrip import (
     RoundTripResult,
     RoundTripScenario,
     scenario_prompts,
     verify_roundtrip,
 )
-from kvconform.conformance.engine.affinity import restore_harness_affinity
-from kvconform.conformance.engine.check_failure import CheckFailure
-from kvconform.conformance.engine.distributed import single_rank_parallel_state
-from kvconform.conformance.engine.rig import EngineStandIn, Rig
-from kvconform.conformance.engine.side_channel import HOST, HandshakeFailure, PortTaken, reserved_port, serve_handshake
-from kvconform.conformance.engine.slots import token_slot_bytes
-from kvconform.conformance.vllm_build import api as vllm_api
 
 # What a P/D proxy puts on the prefill request: "after this prompt, a remote engine decodes".
 PRODUCER_REQUEST_PARAMS = {"do_remote_decode": True}

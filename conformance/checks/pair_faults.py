@@ -22,7 +22,10 @@ from dataclasses import dataclass
 
 import torch
 
-from kvconform.conformance.checks.load_failure import (
+from ..engine.prompts import request_prompt
+from ..engine.rig import EngineStandIn, Rig
+from ..vllm_build import api as vllm_api
+from .load_failure import (
     LoadFailureAnswer,
     LoadFailureViolation,
     PolicyRig,
@@ -30,11 +33,8 @@ from kvconform.conformance.checks.load_failure import (
     kept_tokens,
     loading_blocks,
 )
-from kvconform.conformance.checks.pair import drained, open_pair, run_pair_roundtrip
-from kvconform.conformance.checks.roundtrip import RoundTripResult, RoundTripScenario
-from kvconform.conformance.engine.prompts import request_prompt
-from kvconform.conformance.engine.rig import EngineStandIn, Rig
-from kvconform.conformance.vllm_build import api as vllm_api
+from .pair import drained, open_pair, run_pair_roundtrip
+from .roundtrip import RoundTripResult, RoundTripScenario
 
 # Where a pair connector's worker keeps the transport it posts reads on (attribute path from the connector).
 TRANSPORT_PATHS = (

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 import torch
 
-from kvconform.conformance.engine.check_failure import CheckFailure
-from kvconform.conformance.engine.prompts import request_prompt
-from kvconform.conformance.engine.rig import EngineStandIn, Rig
-from kvconform.conformance.engine.slots import token_slots
+from ..engine.check_failure import CheckFailure
+from ..engine.prompts import request_prompt
+from ..engine.rig import EngineStandIn, Rig
+from ..engine.slots import token_slots
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ class ClaimMismatch(RoundTripFailure):
 
 def promised_hits(rig: Rig, stored: dict[str, list[int]], wanted: dict[str, list[int]]) -> dict[str, int] | None:
     """Tokens each request's hit must cover in all (local + external), per the profile's promise; None without one."""
-    from kvconform.conformance.checks.claims import PROMISED_HITS
+    from .claims import PROMISED_HITS
 
     name = rig.connector.profile.promised_hit
     if name is None:
@@ -77,7 +77,7 @@ def promised_hits(rig: Rig, stored: dict[str, list[int]], wanted: dict[str, list
 
 def check_promise(rig: Rig, consumer: EngineStandIn, claimed: dict[str, int], promised: dict[str, int] | None) -> None:
     """A connector with a promised hit claims exactly it: a short claim is lost work vLLM never notices."""
-    from kvconform.conformance.checks.claims import PROMISED_HITS
+    from .claims import PROMISED_HITS
 
     for rid, total in (promised or {}).items():
         answer = consumer.scheduler.answered_claim(rid)

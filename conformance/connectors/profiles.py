@@ -14,7 +14,7 @@ from typing import Any, Literal, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from kvconform.conformance.connectors.service_spec import ServiceSpec
+from .service_spec import ServiceSpec
 
 PROFILES_FILE = Path(__file__).resolve().parents[1] / "connectors.yaml"
 # libyaml's parser where PyYAML was built with it: ~48 ms of pure-Python parsing (connectors.yaml and the
@@ -66,7 +66,7 @@ class ConnectorProfile(BaseModel):
     @field_validator("promised_hit")
     @classmethod
     def _known_promise(cls, name: str | None) -> str | None:
-        from kvconform.conformance.checks.claims import PROMISED_HITS
+        from ..checks.claims import PROMISED_HITS
 
         if name is not None and name not in PROMISED_HITS:
             raise ValueError(f"unknown promised_hit {name!r}; known: {', '.join(PROMISED_HITS)}")

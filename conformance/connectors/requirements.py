@@ -74,7 +74,7 @@ def require(connector, platform, check: str):
 @contextmanager
 def refusals_skip():
     """A connector's own refusal of the platform (see ``refusal`` in its profile) is a skip, quoted."""
-    from kvconform.conformance.engine.rig import ConnectorRefused
+    from ..engine.rig import ConnectorRefused
 
     try:
         yield

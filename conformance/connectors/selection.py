@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from kvconform.conformance.connectors.profiles import ConnectorProfile, profile_for
-from kvconform.conformance.plugin.target import run_target
-from kvconform.conformance.vllm_build.factory import FactorySourceError, installed_factory_file, parse_registrations
+from ..plugin.target import run_target
+from ..vllm_build.factory import FactorySourceError, installed_factory_file, parse_registrations
+from .profiles import ConnectorProfile, profile_for
 
 
 class ConnectorSpecError(Exception):

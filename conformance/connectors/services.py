@@ -43,8 +43,8 @@ from pathlib import Path
 
 import pytest
 
-from kvconform.conformance.connectors.service_spec import ServiceSpec
-from kvconform.conformance.engine.distributed import free_port
+from ..engine.distributed import free_port
+from .service_spec import ServiceSpec
 
 LOG_TAIL_LINES = 40
 START_ATTEMPTS = 3  # a fresh port each time: another process may take the one we picked first
@@ -338,8 +338,8 @@ def service_timeout(connector, per_test: float | None) -> float | None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Before the per-test timeout is set: a connector with servers gets its shorter bound."""
-    from kvconform.conformance.reliability.timeouts import effective_timeout
-    from kvconform.conformance.reliability.watched import connector_of
+    from ..reliability.timeouts import effective_timeout
+    from ..reliability.watched import connector_of
 
     per_test = effective_timeout(config)
     for item in items:

@@ -22,7 +22,7 @@ of it is a no-op (LCM = GCD = that size).
 
 from __future__ import annotations
 
-from kvconform.conformance.vllm_build import api as vllm_api
+from ..vllm_build import api as vllm_api
 
 
 def engine_block_sizes(vllm_config, kv_cache_config) -> tuple[int, int]:

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 import torch
 from torch.overrides import TorchFunctionMode
 
-from kvconform.conformance.engine.check_failure import CheckFailure
+from .check_failure import CheckFailure
 
 # in-place writes -> position of the written value among the positional args
 _CACHE_WRITES = {torch.Tensor.__setitem__: 2, torch.Tensor.copy_: 1, torch.Tensor.index_put_: 2,

@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from kvconform.conformance.vllm_build import api as vllm_api
+from ..vllm_build import api as vllm_api
 
 
 def free_port() -> int:

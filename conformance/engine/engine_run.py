@@ -20,8 +20,8 @@ import json
 import os
 import sys
 
-from kvconform.conformance.engine.model import MAX_MODEL_LEN
-from kvconform.conformance.engine.prompts import request_prompt
+from .model import MAX_MODEL_LEN
+from .prompts import request_prompt
 
 ENGINE_BLOCK_SIZE = 32  # vLLM's CPU attention kernels want a multiple of 32
 PROMPT_LENGTHS = (77, 45)

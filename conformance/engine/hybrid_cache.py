@@ -26,15 +26,15 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kvconform.conformance.engine import kvcache
-from kvconform.conformance.engine.backends import metadata_instance, metadata_type_of_builder
-from kvconform.conformance.engine.block_sizes import adopt_engine_block_sizes
-from kvconform.conformance.engine.check_failure import CheckFailure
-from kvconform.conformance.engine.model import HEAD_SIZE, NUM_KV_HEADS
-from kvconform.conformance.engine.rig import ConnectorRefused, EngineStandIn, Rig, refusal_as
-from kvconform.conformance.engine.runner import ModelRunnerStandIn
-from kvconform.conformance.engine.scheduler import SchedulerDriver
-from kvconform.conformance.vllm_build import api as vllm_api
+from ..vllm_build import api as vllm_api
+from . import kvcache
+from .backends import metadata_instance, metadata_type_of_builder
+from .block_sizes import adopt_engine_block_sizes
+from .check_failure import CheckFailure
+from .model import HEAD_SIZE, NUM_KV_HEADS
+from .rig import ConnectorRefused, EngineStandIn, Rig, refusal_as
+from .runner import ModelRunnerStandIn
+from .scheduler import SchedulerDriver
 
 LAYERS_PER_KIND = 2
 SLIDING_WINDOW = 32  # tokens: two 16-token blocks, so a long prompt has null blocks below the window

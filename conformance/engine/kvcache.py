@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from kvconform.conformance.engine.model import HEAD_SIZE, MLA_HEAD_SIZE, NUM_KV_HEADS
-from kvconform.conformance.vllm_build import api as vllm_api
+from ..vllm_build import api as vllm_api
+from .model import HEAD_SIZE, MLA_HEAD_SIZE, NUM_KV_HEADS
 
 # KV dtype axis: name -> (torch dtype of the cache tensor, CacheConfig.cache_dtype, model dtype)
 KV_DTYPES: dict[str, tuple[torch.dtype, str, str]] = {

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kvconform.conformance.vllm_build import api as vllm_api
+from ..vllm_build import api as vllm_api
 
 
 def block_hasher(vllm_config, hash_block_size: int | None = None) -> Callable[[Any], list]:

@@ -15,13 +15,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from kvconform.conformance.engine import closing, kvcache
-from kvconform.conformance.engine.backends import MLA_BACKENDS, backend_class, metadata_instance
-from kvconform.conformance.engine.kvcache import CacheShape
-from kvconform.conformance.engine.model import MAX_MODEL_LEN, attention_layer_names
-from kvconform.conformance.engine.runner import ModelRunnerStandIn
-from kvconform.conformance.engine.scheduler import SchedulerDriver
-from kvconform.conformance.vllm_build import api as vllm_api
+from ..vllm_build import api as vllm_api
+from . import closing, kvcache
+from .backends import MLA_BACKENDS, backend_class, metadata_instance
+from .kvcache import CacheShape
+from .model import MAX_MODEL_LEN, attention_layer_names
+from .runner import ModelRunnerStandIn
+from .scheduler import SchedulerDriver
 
 if TYPE_CHECKING:  # types only: vLLM is imported when a config is built, never when the harness is imported
     from vllm.config import VllmConfig

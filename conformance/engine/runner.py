@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from kvconform.conformance.engine.affinity import restore_harness_affinity
-from kvconform.conformance.engine.device_guard import DeviceGuard
-from kvconform.conformance.engine.step_order import Call, connector_step
-from kvconform.conformance.vllm_build import api as vllm_api
+from ..vllm_build import api as vllm_api
+from .affinity import restore_harness_affinity
+from .device_guard import DeviceGuard
+from .step_order import Call, connector_step
 
 if TYPE_CHECKING:  # types only: vLLM is imported when a runner is built, never when the harness is imported
     from vllm.config import VllmConfig

@@ -13,9 +13,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from kvconform.conformance.engine.block_sizes import engine_block_sizes
-from kvconform.conformance.engine.requests import block_hasher, new_request
-from kvconform.conformance.vllm_build import api as vllm_api
+from ..vllm_build import api as vllm_api
+from .block_sizes import engine_block_sizes
+from .requests import block_hasher, new_request
 
 # How long a connector may take, past the step budget, to report transfers it finishes in the background.
 DRAIN_DEADLINE_S = 10.0

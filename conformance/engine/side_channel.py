@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from kvconform.conformance.engine.check_failure import CheckFailure
+from .check_failure import CheckFailure
 
 HOST = "127.0.0.1"
 # vLLM's listener: the thread's name and the function it runs (whose ``ready_event`` the caller waits on)

@@ -6,9 +6,9 @@ breaks, this lint catches it on any machine.  Rules are data (``rules.py``),
 guards are data (``guards.py``), the walk is ``checker.py``.
 """
 
-from kvconform.conformance.lint.findings import Finding, lint_file, lint_files, lint_source
-from kvconform.conformance.lint.paths import LintPathError, default_connector_dir, python_files
-from kvconform.conformance.lint.rules import RULES, Rule
+from .findings import Finding, lint_file, lint_files, lint_source
+from .paths import LintPathError, default_connector_dir, python_files
+from .rules import RULES, Rule
 
 __all__ = ["RULES", "Finding", "LintPathError", "Rule", "default_connector_dir", "lint_file",
            "lint_files", "lint_source", "python_files"]

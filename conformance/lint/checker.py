@@ -15,9 +15,9 @@ import ast
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
-from kvconform.conformance.lint.guards import Polarity, polarity
-from kvconform.conformance.lint.names import dotted, import_aliases, resolved, static_prefix
-from kvconform.conformance.lint.rules import (
+from .guards import Polarity, polarity
+from .names import dotted, import_aliases, resolved, static_prefix
+from .rules import (
     CUDA_DEVICE_STRING,
     HOST_DEVICE_STRING,
     MLA_METADATA_CLASS,

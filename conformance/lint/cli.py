@@ -13,10 +13,11 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from kvconform.conformance.lint.findings import Finding, lint_files
-from kvconform.conformance.lint.paths import LintPathError, default_connector_dir, python_files
-from kvconform.conformance.lint.rules import RULES, SEVERITIES
 from kvconform.errors import UserError
+
+from .findings import Finding, lint_files
+from .paths import LintPathError, default_connector_dir, python_files
+from .rules import RULES, SEVERITIES
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -15,8 +15,8 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
-from kvconform.conformance.lint.findings import Finding, lint_files
-from kvconform.conformance.vllm_build.import_graph import SourceTree, installed_sources, is_own_file, loaded_files
+from ..vllm_build.import_graph import SourceTree, installed_sources, is_own_file, loaded_files
+from .findings import Finding, lint_files
 
 
 @dataclass(frozen=True)

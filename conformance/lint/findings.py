@@ -14,9 +14,9 @@ import tokenize
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from kvconform.conformance.lint.checker import MODULE_SCOPE, Hit, check_tree
-from kvconform.conformance.lint.rules import RULES
-from kvconform.conformance.lint.suppressions import allowed_rules
+from .checker import MODULE_SCOPE, Hit, check_tree
+from .rules import RULES
+from .suppressions import allowed_rules
 
 UNPARSEABLE = "KVC000"
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 import ast
 import enum
 
-from kvconform.conformance.lint.names import ends_with, resolved, static_prefix
-from kvconform.conformance.lint.rules import CUDA_DEVICE_STRING
+from .names import ends_with, resolved, static_prefix
+from .rules import CUDA_DEVICE_STRING
 
 # Names that are true only on CUDA-like platforms, as called predicates
 # (``current_platform.is_cuda()``), properties (``tensor.is_cuda``) or module

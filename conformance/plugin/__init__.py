@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from kvconform import platforms
-from kvconform.conformance.plugin.target import TARGET_KEY, RunTarget, is_active, run_target, targets_conformance
-from kvconform.conformance.vllm_build import source as vllm_source
-from kvconform.conformance.vllm_build.versions import installed
-from kvconform.conformance.vllm_build.window import VLLM_DISTRIBUTIONS, installed_status
+
+from ..vllm_build import source as vllm_source
+from ..vllm_build.versions import installed
+from ..vllm_build.window import VLLM_DISTRIBUTIONS, installed_status
+from .target import TARGET_KEY, RunTarget, is_active, run_target, targets_conformance
 
 # Sibling plugin modules, each with one concern, loaded with this one (options.py registers every option).
 pytest_plugins = [
@@ -52,7 +53,7 @@ def pytest_configure(config: pytest.Config) -> None:
     worker = getattr(config, "workerinput", None)
     if worker and "kvconform_platform" in worker:
         # an xdist worker: take its own device before anything probes or initialises it
-        from kvconform.conformance.plugin.devices import pin_worker_device
+        from .devices import pin_worker_device
 
         slot = worker["kvconform_slot"]
         pin_worker_device(platforms.get(worker["kvconform_platform"]), worker["kvconform_device_count"], slot)
@@ -63,7 +64,7 @@ def pytest_configure(config: pytest.Config) -> None:
     except platforms.PlatformError as exc:
         raise pytest.UsageError(str(exc)) from None
     if targets_conformance(config):  # the harness drives vLLM internals that move between series
-        from kvconform.conformance.reliability import VllmVersionError, vllm_status
+        from ..reliability import VllmVersionError, vllm_status
 
         try:
             vllm_status(tested_only=config.getoption("kvconform_tested_vllm_only"))
@@ -73,8 +74,8 @@ def pytest_configure(config: pytest.Config) -> None:
     profiles = tuple(Path(p) for p in config.getoption("profiles"))
     config.stash[TARGET_KEY] = RunTarget(spec, found, backends, requested, profiles, mla_backends)
     if requested or profiles:  # validate before collection, so a typo is one line, not N errors
-        from kvconform.conformance.connectors.profiles import ProfileError, load_profiles
-        from kvconform.conformance.connectors.selection import ConnectorSpecError, connector_params
+        from ..connectors.profiles import ProfileError, load_profiles
+        from ..connectors.selection import ConnectorSpecError, connector_params
 
         try:
             for path in profiles:
@@ -89,7 +90,7 @@ def pytest_configure_node(node) -> None:
     """Controller side of xdist: tell each worker the platform and device count it pins from, and its slot."""
     if TARGET_KEY not in node.config.stash:
         return
-    from kvconform.conformance.plugin.devices import take_slot
+    from .devices import take_slot
 
     target = run_target(node.config)
     node.workerinput["kvconform_platform"] = target.platform.name
@@ -109,8 +110,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log) -> object | None:
     (plugin/scheduling.py)."""
     if TARGET_KEY not in config.stash or config.getoption("dist") != "load":
         return None
-    from kvconform.conformance.connectors.selection import connector_params
-    from kvconform.conformance.plugin.scheduling import ConnectorScheduling
+    from ..connectors.selection import connector_params
+    from .scheduling import ConnectorScheduling
 
     return ConnectorScheduling(config, [p.id for p in connector_params(config)], log)
 
@@ -118,7 +119,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log) -> object | None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """``-n auto``: xdist asks before ``pytest_configure``, so the platform is resolved here too."""
-    from kvconform.conformance.plugin.devices import auto_workers
+    from .devices import auto_workers
 
     if not is_active(config):
         return None
@@ -137,8 +138,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     the fixtures of the hundreds of tests a profile or a missing package rules out.
     A check marker's ``needs=`` names the profile check it depends on (default: itself).
     """
-    from kvconform.conformance.connectors.requirements import unmet_need
-    from kvconform.conformance.reliability.watched import connector_of
+    from ..connectors.requirements import unmet_need
+    from ..reliability.watched import connector_of
 
     if TARGET_KEY not in config.stash:
         return
@@ -196,7 +197,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("attn_backend", [_backend_param(metafunc.config, b) for b in backends],
                              scope="session")
     if "connector" in metafunc.fixturenames:
-        from kvconform.conformance.connectors.selection import connector_params
+        from ..connectors.selection import connector_params
 
         params = connector_params(metafunc.config, metafunc.definition)
         metafunc.parametrize("connector", params, ids=[p.id for p in params], scope="session")

@@ -38,10 +38,11 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from kvconform.conformance.connectors.profiles import load_yaml_model
-from kvconform.conformance.plugin.target import TARGET_KEY
-from kvconform.conformance.vllm_build.window import installed_status, installed_vllm
 from kvconform.reports import identity as ident
+
+from ..connectors.profiles import load_yaml_model
+from ..vllm_build.window import installed_status, installed_vllm
+from .target import TARGET_KEY
 
 EXPECTATIONS_DIR = Path(__file__).resolve().parents[1] / "expectations"
 SELECTORS = ("test", "connector", "check", "backend")

@@ -17,15 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from kvconform.conformance.plugin.private_apis import public_only
-from kvconform.conformance.plugin.target import TARGET_KEY
-from kvconform.conformance.vllm_build import source as vllm_source
-from kvconform.conformance.vllm_build.versions import installed
-from kvconform.conformance.vllm_build.window import VLLM_DISTRIBUTIONS, installed_status
 from kvconform.reports import identity as ident
 from kvconform.reports.model import CaseResult, RunInfo, build, clip, failure_cause, first_line
 from kvconform.reports.outcomes import OUTCOMES, is_failing
 from kvconform.reports.readers import expected_from_properties
+
+from ..vllm_build import source as vllm_source
+from ..vllm_build.versions import installed
+from ..vllm_build.window import VLLM_DISTRIBUTIONS, installed_status
+from .private_apis import public_only
+from .target import TARGET_KEY
 
 _WORKER_KEY = "kvconform_results"
 
@@ -111,8 +112,8 @@ class _Collector:
         return _run_platform(self.config)
 
     def run_info(self, exitstatus: int) -> RunInfo:
-        from kvconform.conformance.plugin.expectations import passing_as_dicts, stale_as_dicts
-        from kvconform.conformance.reliability.library_copies import notes
+        from ..reliability.library_copies import notes
+        from .expectations import passing_as_dicts, stale_as_dicts
 
         commits = {c for c in (_vllm_commit(), *self.worker_commits) if c}
         return RunInfo(

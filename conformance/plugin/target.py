@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from kvconform.conformance.plugin.options import DEFAULTS
 from kvconform.platforms.spec import PlatformSpec, Probe
+
+from .options import DEFAULTS
 
 
 @dataclass(frozen=True)

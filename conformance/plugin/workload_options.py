@@ -15,7 +15,7 @@ import pytest
 def pytest_configure(config: pytest.Config) -> None:
     text = config.getoption("kvconform_replay", default=None)
     if text is not None:
-        from kvconform.conformance.workload.spec import SpecError, WorkloadSpec
+        from ..workload.spec import SpecError, WorkloadSpec
 
         try:
             WorkloadSpec.from_text(text)

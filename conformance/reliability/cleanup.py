@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kvconform.conformance.reliability.watched import after_closes, call_passed, connector_of, note_call
+from .watched import after_closes, call_passed, connector_of, note_call
 
 _TMP_PATH_KEY = pytest.StashKey[Path]()
 

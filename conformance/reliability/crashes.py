@@ -22,9 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from kvconform.conformance.plugin.private_apis import public_only
-from kvconform.conformance.reliability.watched import check_of, connector_of
 from kvconform.reports.identity import connector_in_nodeid
+
+from ..plugin.private_apis import public_only
+from .watched import check_of, connector_of
 
 LEDGER_INPUT_KEY = "kvconform_ledger"  # xdist workerinput: the ledger file's path
 
@@ -158,7 +159,7 @@ class CrashReporter:
 
     def _connector_names(self) -> list[str]:
         try:
-            from kvconform.conformance.connectors.selection import connector_params
+            from ..connectors.selection import connector_params
 
             return [p.name for p in connector_params(self.config)]
         except Exception:

@@ -23,7 +23,7 @@ import gc
 
 import pytest
 
-from kvconform.conformance.reliability.watched import connector_of
+from .watched import connector_of
 
 
 def _without_collection(parse):
@@ -41,7 +41,7 @@ def _without_collection(parse):
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    from kvconform.conformance.plugin.target import is_active
+    from ..plugin.target import is_active
 
     if is_active(config) and not hasattr(ast.parse, "_kvconform_original"):  # only in kvconform's own runs
         ast.parse = _without_collection(ast.parse)

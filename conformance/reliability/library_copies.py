@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from kvconform.conformance.reliability.watched import runs_conformance_tests
+from .watched import runs_conformance_tests
 
 MAPS = "/proc/self/maps"
 # libnl-route-3-3ad497a3.so.200.26.0 (auditwheel's copy) and libnl-route-3.so.200.26.0 name one library

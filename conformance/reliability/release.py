@@ -44,7 +44,7 @@ import threading
 
 import pytest
 
-from kvconform.conformance.reliability.watched import connector_of, runs_conformance_tests
+from .watched import connector_of, runs_conformance_tests
 
 POST_MORTEM = ("last_type", "last_value", "last_traceback", "last_exc")  # pytest's record of a failed call
 

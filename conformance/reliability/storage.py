@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from kvconform.conformance.plugin.options import STORAGE_INI
-from kvconform.conformance.reliability.watched import connector_of, teardown_check
+from ..plugin.options import STORAGE_INI
+from .watched import connector_of, teardown_check
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from kvconform.conformance.reliability.watched import connector_of, teardown_check
+from .watched import connector_of, teardown_check
 
 LEAK_GRACE_S = 2.0
 

@@ -13,9 +13,9 @@ import os
 
 import pytest
 
-from kvconform.conformance.plugin.options import DEFAULT_TIMEOUT_S
-from kvconform.conformance.reliability.crashes import record_stop
-from kvconform.conformance.reliability.watched import connector_of
+from ..plugin.options import DEFAULT_TIMEOUT_S
+from .crashes import record_stop
+from .watched import connector_of
 
 
 def pytest_configure(config: pytest.Config) -> None:

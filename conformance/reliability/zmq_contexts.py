@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvconform.conformance.reliability.watched import after_closes, connector_of
+from .watched import after_closes, connector_of
 
 _CREATED_KEY = pytest.StashKey[list]()
 _PARKED: list = []  # open contexts of finished tests: never collected, so never destroyed mid-run
@@ -35,7 +35,7 @@ def _zmq_context_class():
 
 
 def pytest_configure(config: pytest.Config | None) -> None:
-    from kvconform.conformance.plugin.target import is_active
+    from ..plugin.target import is_active
 
     if config is not None and not is_active(config):  # another project's run: leave its pyzmq alone
         return

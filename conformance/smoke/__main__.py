@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 from kvconform import platforms
-from kvconform.conformance.smoke import torch_only
+
+from . import torch_only
 
 CONNECTORS = ("ExampleConnector", "DecodeBenchConnector", "NixlConnector", "MultiConnector")
 TIME_LIMIT_S = 540  # under 10 minutes with the torch-only part

@@ -39,7 +39,7 @@ def detection(spec, probe) -> Row:
 
 def pinning(spec, count: int) -> Row:
     """Each of two xdist workers, given the platform's visibility variables, sees exactly its own device."""
-    from kvconform.conformance.plugin.devices import visibility_env
+    from ..plugin.devices import visibility_env
 
     if not spec.visibility_vars:
         return Row("xdist worker pinning", "not applicable", f"{spec.name} has no device-visibility variable")
@@ -67,7 +67,7 @@ def device_guard(spec, count: int) -> list[Row]:
     """The guard on real device tensors, in a worker made faithful (cache device current)."""
     import torch
 
-    from kvconform.conformance.engine.device_guard import DeviceGuard, DeviceMismatch, make_current, worker_device_index
+    from ..engine.device_guard import DeviceGuard, DeviceMismatch, make_current, worker_device_index
 
     device = spec.device(worker_device_index(count))
     make_current(device)

@@ -136,7 +136,7 @@ PLACES: dict[str, Place] = {
 
 def vllm_version() -> str:
     """The installed vLLM's version, for messages (from package metadata; 'not installed' when absent)."""
-    from kvconform.conformance.vllm_build.window import installed_vllm
+    from .window import installed_vllm
 
     found = installed_vllm()
     return f"{found[0]} ({found[1]})" if found else "not installed"

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from kvconform.conformance.vllm_build.factory import FACTORY_FILE
+from .factory import FACTORY_FILE
 
 # Changes to these select every connector. Globs: ``*`` stays within one path
 # segment, ``**/`` spans any number of folders, a trailing ``/**`` is everything below.

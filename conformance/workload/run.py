@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kvconform.conformance.engine.rig import Rig
-from kvconform.conformance.vllm_build import api as vllm_api
-from kvconform.conformance.workload import invariants as checks
-from kvconform.conformance.workload.invariants import WorkloadFailure
-from kvconform.conformance.workload.kv import PrefixKV
-from kvconform.conformance.workload.peer import peer_rig
-from kvconform.conformance.workload.spec import OCCUPANT_LENGTH, OCCUPANT_TOKENS, RequestSpec, WorkloadSpec
+from ..engine.rig import Rig
+from ..vllm_build import api as vllm_api
+from . import invariants as checks
+from .invariants import WorkloadFailure
+from .kv import PrefixKV
+from .peer import peer_rig
+from .spec import OCCUPANT_LENGTH, OCCUPANT_TOKENS, RequestSpec, WorkloadSpec
 
 PHASE_FILL_SEEDS = {"producer": 11, "peer": 13, "consumer": 12}  # caches start with other bytes, as a busy server's do
 OCCUPANT_FAMILIES = {"producer": 10_000, "peer": 30_000, "consumer": 20_000}  # prompts of their own: no hits

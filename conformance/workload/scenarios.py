@@ -8,8 +8,8 @@ fails rather than passing on nothing.
 
 from __future__ import annotations
 
-from kvconform.conformance.workload.spec import RequestSpec as R
-from kvconform.conformance.workload.spec import WorkloadSpec
+from .spec import RequestSpec as R
+from .spec import WorkloadSpec
 
 _A = R(family=0, shared=40, length=70, tail=1)
 _B = R(family=0, shared=40, length=90, tail=2)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from kvconform.conformance.workload.spec import OCCUPANT_LENGTH, OCCUPANT_TOKENS, RequestSpec, WorkloadSpec
+from .spec import OCCUPANT_LENGTH, OCCUPANT_TOKENS, RequestSpec, WorkloadSpec
 
 MAX_PROMPT = 200
 CHUNKED_MIN_PROMPT = 70  # above the largest chunked token budget

@@ -10,10 +10,14 @@ An edge is an import that names a kvconform module; a package's own
 The layers read bottom-up: ``kvconform`` (the leaf modules beside the four
 packages), then ``platforms``, then ``reports``; ``conformance`` and
 ``pipelines`` may use those below them.
+
+And a style a tool reading the checkout can follow: a module imports its own folder's
+modules relatively; only imports across folders name ``kvconform.<folder>``.
 """
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
@@ -180,3 +184,52 @@ def test_relative_imports_resolve_and_a_leaf_that_imports_is_named():
     assert graph["kvconform.platforms.cpu"] == {"kvconform.errors"}
     assert layer_violations(graph) == ["kvconform.errors imports kvconform.platforms "
                                        "(a leaf imports nothing of kvconform)"]
+
+
+# ---- imports a tool reading the checkout can follow ----------------------------------------------
+# The folders are mapped under kvconform only by the install (pyproject's package-dir): a tool that reads the files
+# (mypy without .ci/mypy's links, an editor's go-to-definition) cannot follow ``kvconform.conformance.x`` to
+# ``conformance/x.py``. So a module reaches its own folder's modules by relative imports, and only imports that cross
+# folders go through the mapping. pytest imports the suite's test modules and conftest by path, under a name of its
+# own (``conformance.test_roundtrip``): a relative import there would load a second copy of the package, so they keep
+# absolute imports.
+MAPPED_FOLDERS = ("kvconform.conformance", "kvconform.platforms", "kvconform.pipelines", "kvconform.reports")
+
+
+def _imported_by_path(path: Path) -> bool:
+    return path.name.startswith("test_") or path.name == "conftest.py"
+
+
+def import_style_problems(module: str, path: Path, source: str) -> list[str]:
+    """``file:line: ...`` for each import that a tool reading the checkout could not follow, or that pytest would
+    load twice."""
+    own = next((folder for folder in MAPPED_FOLDERS if _within(module, folder)), None)
+    problems = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        where = f"{path.relative_to(ROOT) if path.is_absolute() else path}:{node.lineno}"
+        if _imported_by_path(path):
+            if node.level:
+                problems.append(f"{where}: a relative import in a module pytest imports by path")
+        elif own and node.level == 0 and node.module and _within(node.module, own):
+            problems.append(f"{where}: from {node.module} import ... (its own folder: import it relatively)")
+    return problems
+
+
+def test_a_folder_imports_its_own_modules_relatively():
+    problems = [problem for module, path in source_modules().items()
+                for problem in import_style_problems(module, path, path.read_text())]
+    assert problems == []
+
+
+@pytest.mark.parametrize(("name", "source", "flagged"), [
+    ("engine/rig.py", "from kvconform.conformance.engine.kvcache import CacheShape\n", True),
+    ("engine/rig.py", "def f():\n    from kvconform.conformance import cli\n", True),
+    ("engine/rig.py", "from .kvcache import CacheShape\nfrom kvconform.platforms import spec\n", False),
+    ("test_roundtrip.py", "from ..engine import rig\n", True),
+    ("test_roundtrip.py", "from kvconform.conformance.engine import rig\n", False),
+])
+def test_the_import_style_check_can_fail(name, source, flagged):
+    module = "kvconform.conformance." + name.removesuffix(".py").replace("/", ".")
+    assert bool(import_style_problems(module, Path("conformance") / name, source)) == flagged
