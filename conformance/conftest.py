@@ -12,6 +12,16 @@ import pytest
 from kvconform.conformance.engine.model import write_tiny_model
 
 
+@pytest.fixture(autouse=True)
+def prompts_of_this_test(request):
+    """Every prompt the test draws is its own (engine/prompts.py): what an earlier test stored in a connector
+    that keeps one store for the whole process is never a hit here, so the outcome does not depend on the order."""
+    from kvconform.conformance.engine.prompts import prompts_of
+
+    with prompts_of(request.node.nodeid):
+        yield
+
+
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory):
     return write_tiny_model(tmp_path_factory.mktemp("tiny-model"))

@@ -14,6 +14,8 @@ Three kinds of test, one check (``workload`` in a connector's profile):
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from kvconform.conformance.connectors.requirements import refusals_skip, require
@@ -24,20 +26,24 @@ pytestmark = pytest.mark.check("workload")
 
 
 @pytest.fixture
-def workload_rig(platform, attn_backend, connector, tiny_model, tmp_path, device, worker_process):
-    """A rig per workload, each with a fresh storage folder (a generated run builds many)."""
+def workload_rig(platform, attn_backend, connector, tiny_model, tmp_path, device, worker_process, request):
+    """A rig per workload, each with a fresh storage folder and prompts of its own (a generated run builds many:
+    none is a hit for another, even in a connector with one store for the whole process)."""
     from kvconform.conformance.workload.run import WorkloadRig
 
     count = iter(range(1_000_000))
 
     def make(spec):
-        storage = tmp_path / f"kv-storage-{next(count)}"
+        number = next(count)
+        storage = tmp_path / f"kv-storage-{number}"
         storage.mkdir()
+        if not spec.prompts:  # a replayed spec keeps the owner its failure printed
+            spec = replace(spec, prompts=f"{request.node.nodeid}#{number}")
         rig = WorkloadRig(connector, platform, attn_backend, CacheShape(block_size=spec.block_size), tiny_model,
                           storage, device, workload=spec)
         if reason := rig.block_size_refusal():
             pytest.skip(reason)
-        return rig
+        return rig, spec
 
     return make
 
@@ -46,7 +52,7 @@ def _run(workload_rig, spec):
     from kvconform.conformance.workload.run import run_workload
 
     with refusals_skip():
-        return run_workload(workload_rig(spec), spec)
+        return run_workload(*workload_rig(spec))
 
 
 @pytest.mark.parametrize("scenario", list(WORKLOAD_SCENARIOS))

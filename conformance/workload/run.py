@@ -13,8 +13,10 @@ after a hit, waiting and preemption under a small pool are vLLM's own doing.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
+from ..engine.prompts import prompts_of
 from ..engine.rig import Rig
 from ..vllm_build import api as vllm_api
 from . import invariants as checks
@@ -134,7 +136,7 @@ class EnginePhase:
         raise WorkloadFailure(
             f"{self.tested.name}: {engine}, step {self.step_index}: {problem}\n"
             f"  workload: {self.spec.to_text()}\n"
-            f"  replay: pytest --pyargs conformance --platform={self.rig.platform.name} "
+            f"  replay: pytest --pyargs kvconform.conformance --platform={self.rig.platform.name} "
             f"--connector {self.tested.name} -k test_workload_replay "
             f"--kvconform-replay '{self.spec.to_text()}'")
 
@@ -319,6 +321,11 @@ def run_workload(rig: WorkloadRig, spec: WorkloadSpec) -> WorkloadReport:
     """Producer, peer (when the spec has peer requests), consumer over one storage; raises ``WorkloadFailure``
     at the first broken invariant."""
     spec.validate()
+    with prompts_of(spec.prompts) if spec.prompts else nullcontext():
+        return _run_phases(rig, spec)
+
+
+def _run_phases(rig: WorkloadRig, spec: WorkloadSpec) -> WorkloadReport:
     report, ledger = WorkloadReport(), Ledger()
     producer_role, consumer_role = rig.roles()
     phases = [("producer", rig, producer_role)]

@@ -18,8 +18,9 @@ that line is what ``--kvconform-replay`` takes and what a failure message shows.
 from __future__ import annotations
 
 import json
-import random
 from dataclasses import asdict, dataclass, field, fields
+
+from ..engine.prompts import prompt_rng
 
 VOCAB = 997  # token ids 1..997 (the tiny model's vocabulary is 1000)
 
@@ -55,6 +56,9 @@ class WorkloadSpec:
     max_seqs: int = 16  # max_num_seqs
     block_size: int = 32  # tokens per block (CPU_ATTN runs multiples of 32; GPU backends take 32 too)
     label: str = field(default="", compare=False)  # a name for people; not part of the workload
+    # whose prompts: the token ids are drawn for this owner (engine/prompts.py), one per run, so no other
+    # workload's or test's KV is a hit; printed with the spec, so a replay draws the same tokens
+    prompts: str = ""
 
     def to_text(self) -> str:
         data = asdict(self)
@@ -117,7 +121,7 @@ OCCUPANT_TOKENS = 4  # decode steps an occupant keeps its blocks after the other
 
 
 def _tokens(key: tuple, count: int) -> list[int]:
-    rng = random.Random(repr(key))
+    rng = prompt_rng(repr(key))  # the current owner's: no other test's or workload's prompts
     return [rng.randrange(1, VOCAB + 1) for _ in range(count)]
 
 

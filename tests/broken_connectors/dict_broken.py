@@ -1,0 +1,19 @@
+"""Copies of examples/dict_connector.py's DictConnector (one store for the whole process) with a key that ignores
+part of the engine's configuration, as shared stores' keys commonly do.
+
+Within one configuration they are correct: their round-trips and workloads pass, in any order
+(tests/selftest/test_independent_tests.py), because each test's prompts are its own. Where two
+configurations share the store, they hand one engine KV that the other saved.
+"""
+
+from __future__ import annotations
+
+from examples.dict_connector import DictConnector
+
+
+class ConfigBlindDictConnector(DictConnector):
+    """Keys blocks by their tokens alone: any engine that shares the process's store finds them."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._config_key = ""
