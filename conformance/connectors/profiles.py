@@ -161,10 +161,20 @@ def load_profiles(path: Path = PROFILES_FILE) -> ProfilesFile:
     return profiles
 
 
+# What a connector that no profile names runs, beside the defaults' checks: every check that needs nothing of it but
+# a storage folder of its own (a profile adds the others and says what it promises)
+NO_PROFILE_CHECKS = ("roundtrip", "workload")
+NO_PROFILE_REASON = "no profile names it; a profile (--profiles FILE) says which checks apply"
+
+
+def has_profile(name: str, extra_files: tuple[Path, ...] = ()) -> bool:
+    return any(name in load_profiles(Path(path)).connectors for path in (*extra_files, PROFILES_FILE))
+
+
 def profile_for(name: str, extra_files: tuple[Path, ...] = ()) -> ConnectorProfile:
     """The profile of ``name``: from a user's ``--profiles`` file first, then kvconform's own.
 
-    A connector without a row gets the defaults plus the round-trip with a
+    A connector without a row gets the defaults plus the checks that need no profile, with a
     ``shared_storage_path`` of its own (the usual shape of a third-party storage connector).
     """
     for path in (*extra_files, PROFILES_FILE):
@@ -172,5 +182,5 @@ def profile_for(name: str, extra_files: tuple[Path, ...] = ()) -> ConnectorProfi
         if name in profiles.connectors:
             return profiles.connectors[name]
     defaults = load_profiles(PROFILES_FILE).defaults
-    return ConnectorProfile(roles=list(defaults.roles), checks=["roundtrip", *defaults.checks],
-                            extra_config={"shared_storage_path": "{storage}"})
+    return ConnectorProfile(roles=list(defaults.roles), checks=[*NO_PROFILE_CHECKS, *defaults.checks],
+                            extra_config={"shared_storage_path": "{storage}"}, reason=NO_PROFILE_REASON)

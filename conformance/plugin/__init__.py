@@ -176,7 +176,19 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         *([f"kvconform: {status.note} (results are labelled so)"] if status and status.note else []),
         vllm_source.header_line(),
         f"kvconform: attention backends {', '.join(target.backends)}; MLA {', '.join(target.mla_backends) or 'none'}",
+        *_no_profile_lines(target),
     ]
+
+
+def _no_profile_lines(target) -> list[str]:
+    """A line for each third-party connector that no profile names: what it runs, and how to say more."""
+    from ..connectors.profiles import has_profile, profile_for
+
+    names = [spec.rpartition(":")[2] for spec in target.connectors if ":" in spec]
+    return [f"kvconform: {name} has no profile: it runs {', '.join(profile_for(name).checks or [])} with its own "
+            f"storage folder as shared_storage_path; a profile (--profiles FILE) names its checks, extra config "
+            f"and promised hit (docs/testing-your-connector.md)"
+            for name in names if not has_profile(name, target.profiles)]
 
 
 @pytest.hookimpl(tryfirst=True)
