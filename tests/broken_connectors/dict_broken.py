@@ -8,7 +8,7 @@ configurations share the store, they hand one engine KV that the other saved.
 
 from __future__ import annotations
 
-from examples.dict_connector import DictConnector
+from examples.dict_connector import STORE, DictConnector
 
 
 class ConfigBlindDictConnector(DictConnector):
@@ -17,3 +17,14 @@ class ConfigBlindDictConnector(DictConnector):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._config_key = ""
+
+
+class NextBlockDictConnector(DictConnector):
+    """Loads each block into the block after the one vLLM allocated (a slot bug): the bytes land elsewhere."""
+
+    def start_load_kv(self, forward_context, **kwargs):
+        meta = self._get_connector_metadata()
+        for name, layer in forward_context.no_compile_layers.items():
+            kv_cache = getattr(layer, "kv_cache", None)
+            for key, block_id in meta.loads:
+                kv_cache[block_id + 1].copy_(STORE[key][name].to(kv_cache.device))
