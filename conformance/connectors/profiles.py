@@ -167,8 +167,17 @@ NO_PROFILE_CHECKS = ("roundtrip", "workload")
 NO_PROFILE_REASON = "no profile names it; a profile (--profiles FILE) says which checks apply"
 
 
+def _row(name: str, extra_files: tuple[Path, ...]) -> ConnectorProfile | None:
+    """``name``'s row: from a user's ``--profiles`` file first, then kvconform's own; None where none names it."""
+    for path in (*extra_files, PROFILES_FILE):
+        profiles = load_profiles(Path(path))
+        if name in profiles.connectors:
+            return profiles.connectors[name]
+    return None
+
+
 def has_profile(name: str, extra_files: tuple[Path, ...] = ()) -> bool:
-    return any(name in load_profiles(Path(path)).connectors for path in (*extra_files, PROFILES_FILE))
+    return _row(name, extra_files) is not None
 
 
 def profile_for(name: str, extra_files: tuple[Path, ...] = ()) -> ConnectorProfile:
@@ -177,10 +186,9 @@ def profile_for(name: str, extra_files: tuple[Path, ...] = ()) -> ConnectorProfi
     A connector without a row gets the defaults plus the checks that need no profile, with a
     ``shared_storage_path`` of its own (the usual shape of a third-party storage connector).
     """
-    for path in (*extra_files, PROFILES_FILE):
-        profiles = load_profiles(Path(path))
-        if name in profiles.connectors:
-            return profiles.connectors[name]
+    row = _row(name, extra_files)
+    if row is not None:
+        return row
     defaults = load_profiles(PROFILES_FILE).defaults
     return ConnectorProfile(roles=list(defaults.roles), checks=[*NO_PROFILE_CHECKS, *defaults.checks],
                             extra_config={"shared_storage_path": "{storage}"}, reason=NO_PROFILE_REASON)

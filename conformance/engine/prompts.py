@@ -4,10 +4,10 @@ Prompts are random but reproducible from a seed, so a failure reruns with the sa
 of different seeds differ, so no request hits another's stored KV or the prefix cache by accident.
 
 Every prompt also belongs to an owner: the test that draws it (the suite's conftest sets it around each
-test), or one generated workload of a test. Prompts of different owners share no block of tokens, so
-KV that one test stored is never a hit for another, even in a connector that keeps one store for the
-whole process (an in-memory store, a server shared by every test): a test's outcome does not depend on
-which tests ran before it in that process.
+test), or one generated workload of a test. Prompts of different owners are drawn apart (random ids: a
+shared block of tokens is vanishingly unlikely), so KV that one test stored is never a hit for another,
+even in a connector that keeps one store for the whole process (an in-memory store, a server shared by
+every test): a test's outcome does not depend on which tests ran before it in that process.
 """
 
 from __future__ import annotations
