@@ -50,44 +50,53 @@ def _as_bytes(view: torch.Tensor) -> torch.Tensor:
 class RoundTripResult:
     claimed: dict[str, int]
     stored_lengths: dict[str, int]
-    promised: dict[str, int] | None = None  # total hit the profile's ``promised_hit`` requires, when it names one
+    # (fewest, most) tokens in all each request's hit may be, per the profile's ``promised_hit``, when it names one
+    promised: dict[str, tuple[int, int]] | None = None
 
     def describe(self) -> str:
         """Claimed against stored per request, for the results (``kvconform.claim``)."""
         promised = self.promised or {}
         return "; ".join(f"{rid}: claimed {tokens} of {self.stored_lengths[rid]} stored tokens"
-                         + (f" (promised {promised[rid]})" if rid in promised else "")
+                         + (f" (promised {_span(*promised[rid])})" if rid in promised else "")
                          for rid, tokens in self.claimed.items())
 
 
+def _span(least: int, most: int) -> str:
+    return str(least) if least == most else f"{least}-{most}"
+
+
 class ClaimMismatch(RoundTripFailure):
-    """The connector's hit differs from the one its profile promises (``promised_hit``)."""
+    """The connector's hit lies outside the range its profile promises (``promised_hit``)."""
 
 
-def promised_hits(rig: Rig, stored: dict[str, list[int]], wanted: dict[str, list[int]]) -> dict[str, int] | None:
-    """Tokens each request's hit must cover in all (local + external), per the profile's promise; None without one."""
+def promised_hits(rig: Rig, stored: dict[str, list[int]],
+                  wanted: dict[str, list[int]]) -> dict[str, tuple[int, int]] | None:
+    """(fewest, most) tokens each request's hit may cover in all (local + external), per the profile's promise;
+    None without one."""
     from .claims import PROMISED_HITS
 
     name = rig.connector.profile.promised_hit
     if name is None:
         return None
-    tokens = PROMISED_HITS[name].tokens
-    return {rid: tokens(len(stored[rid]), len(wanted[rid]), rig.shape.block_size) for rid in wanted}
+    promise = PROMISED_HITS[name]
+    return {rid: promise.bounds(len(stored[rid]), len(wanted[rid]), rig.shape.block_size) for rid in wanted}
 
 
-def check_promise(rig: Rig, consumer: EngineStandIn, claimed: dict[str, int], promised: dict[str, int] | None) -> None:
-    """A connector with a promised hit claims exactly it: a short claim is lost work vLLM never notices."""
+def check_promise(rig: Rig, consumer: EngineStandIn, claimed: dict[str, int],
+                  promised: dict[str, tuple[int, int]] | None) -> None:
+    """A connector with a promised hit claims within it: a short claim is lost work vLLM never notices."""
     from .claims import PROMISED_HITS
 
-    for rid, total in (promised or {}).items():
+    for rid, (least, most) in (promised or {}).items():
         answer = consumer.scheduler.answered_claim(rid)
         computed = answer.num_computed_tokens if answer is not None else 0
-        if computed + claimed[rid] != total:
+        if not least <= computed + claimed[rid] <= most:
             name = rig.connector.profile.promised_hit
+            promise = PROMISED_HITS[name]
             raise ClaimMismatch(
                 f"{rig.connector.name} claimed {claimed[rid]} external tokens for {rid} (beyond {computed} computed "
-                f"locally), but its profile promises a hit of {total} tokens in all ({name}: "
-                f"{PROMISED_HITS[name].doc}; block size {rig.shape.block_size})")
+                f"locally), but its profile promises {promise.describe(least, most)} in all ({name}: "
+                f"{promise.doc}; block size {rig.shape.block_size})")
 
 
 def scenario_prompts(scenario: RoundTripScenario, block_size: int) -> tuple[dict[str, list[int]], dict[str, list[int]]]:

@@ -110,8 +110,9 @@ def claim_within_known(rid: str, prompt: list[int], num_computed: int, external:
 
 
 def promised_tokens(prompt: list[int], stored, promise_name: str, block_size: int) -> tuple[int, int | None]:
-    """(tokens the promise owes ``prompt``, length of the stored prompt that owes them): the most over the stored
-    prompts ``prompt`` starts with that the promise covers; (0, None) when none does."""
+    """(tokens the promise owes ``prompt`` at least, length of the stored prompt that owes them): the most over the
+    stored prompts ``prompt`` starts with that the promise covers; (0, None) when none does. What a claim may
+    reach at most, the stored prompt, ``claim_within_known`` checks for every connector."""
     from ..checks.claims import PROMISED_HITS
 
     promise = PROMISED_HITS[promise_name]
@@ -119,7 +120,7 @@ def promised_tokens(prompt: list[int], stored, promise_name: str, block_size: in
     for seq in stored:
         if len(seq) <= len(prompt) and tuple(prompt[:len(seq)]) == tuple(seq) and \
                 promise.covers(len(seq), len(prompt), block_size):
-            tokens = promise.tokens(len(seq), len(prompt), block_size)
+            tokens = promise.least(len(seq), len(prompt), block_size)
             if tokens > owed:
                 owed, source = tokens, len(seq)
     return owed, source
@@ -137,9 +138,9 @@ def claim_meets_promise(rid: str, prompt: list[int], num_computed: int, external
     offered = num_computed + max(external, 0)
     if offered < owed:
         return (f"request {rid} ({len(prompt)}-token prompt): the connector claimed {external} external tokens after "
-                f"{num_computed} computed ones, {offered} in all, but its profile promises a hit of {owed} tokens "
-                f"for it ({promise_name}: {PROMISED_HITS[promise_name].doc}; a {source}-token prompt it starts with "
-                f"was stored before this engine started; block size {block_size})")
+                f"{num_computed} computed ones, {offered} in all, but its profile promises a hit of at least {owed} "
+                f"tokens for it ({promise_name}: {PROMISED_HITS[promise_name].doc}; a {source}-token prompt it starts "
+                f"with was stored before this engine started; block size {block_size})")
     return None
 
 

@@ -3,7 +3,7 @@
 These drive kvconform's own code (the scheduler driver's claim recording, the
 round-trip's promise check) with stand-in connectors and sides; the conformance
 suite drives the real ones (``test_roundtrip_scenario`` with ExampleConnector's
-``promised_hit: whole-blocks``).
+``promised_hit: whole-blocks``), and the named ranges on data.
 """
 
 from __future__ import annotations
@@ -60,7 +60,19 @@ def test_no_decided_answer_yet_is_no_claim():
     (3 * 64 + 1, 3 * 64 + 1, 64, 3 * 64),  # one past a block: 3 whole blocks precede the last token
 ])
 def test_whole_blocks_promise(stored, wanted, block_size, tokens):
-    assert PROMISED_HITS["whole-blocks"].tokens(stored, wanted, block_size) == tokens
+    assert PROMISED_HITS["whole-blocks"].bounds(stored, wanted, block_size) == (tokens, tokens)
+
+
+@pytest.mark.parametrize(("name", "stored", "wanted", "bounds"), [
+    ("whole-blocks-or-more", 4 * 32, 4 * 32 + 1, (3 * 32, 4 * 32)),  # the last whole block may be a hit too
+    ("whole-blocks-or-more", 4 * 32 + 5, 4 * 32 + 5, (4 * 32, 4 * 32 + 4)),  # or the partial tail
+    ("whole-blocks-or-more", 70, 200, (64, 70)),  # a prompt that runs past the stored one: at most it
+    ("whole-prompt", 4 * 32 + 5, 4 * 32 + 5, (4 * 32 + 4, 4 * 32 + 4)),  # all but the consumer's last token
+    ("whole-prompt", 70, 200, (70, 70)),
+])
+def test_range_promises(name, stored, wanted, bounds):
+    assert PROMISED_HITS[name].bounds(stored, wanted, 32) == bounds
+    assert PROMISED_HITS[name].covers(stored, wanted, 32)  # they speak for every prompt that starts with the stored one
 
 
 def _rig_and_consumer(claims: dict[str, int], promise="whole-blocks"):
@@ -76,6 +88,18 @@ def test_a_claim_of_one_of_four_stored_blocks_fails_the_promise():
     rig, consumer = _rig_and_consumer({"req-0": 32})
     with pytest.raises(ClaimMismatch, match=r"claimed 32 external tokens for req-0 .* promises a hit of 128 tokens"):
         check_promise(rig, consumer, {"req-0": 32}, promised_hits(rig, stored, stored))
+
+
+def test_a_store_that_keeps_the_last_whole_block_is_in_range_but_not_whole_blocks_exactly():
+    stored, wanted = {"req-0": list(range(4 * 32))}, {"req-0": list(range(4 * 32 + 1))}
+    rig, consumer = _rig_and_consumer({"req-0": 128})
+    with pytest.raises(ClaimMismatch, match=r"claimed 128 external tokens .* promises a hit of 96 tokens in all"):
+        check_promise(rig, consumer, {"req-0": 128}, promised_hits(rig, stored, wanted))
+    rig, consumer = _rig_and_consumer({"req-0": 128}, promise="whole-blocks-or-more")
+    check_promise(rig, consumer, {"req-0": 128}, promised_hits(rig, stored, wanted))
+    rig, consumer = _rig_and_consumer({"req-0": 64}, promise="whole-blocks-or-more")
+    with pytest.raises(ClaimMismatch, match=r"promises a hit of 96 to 128 tokens in all \(whole-blocks-or-more"):
+        check_promise(rig, consumer, {"req-0": 64}, promised_hits(rig, stored, wanted))
 
 
 def test_the_promised_claim_passes_and_no_promise_checks_nothing():
