@@ -32,9 +32,10 @@ MAX_MODEL_LEN = 512
 MLA_HEAD_SIZE = 96
 
 
-def write_tiny_model(directory: Path) -> Path:
+def write_tiny_model(directory: Path, **changes: object) -> Path:
+    """The tiny model's ``config.json`` in ``directory``; ``changes`` replace some of its fields."""
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "config.json").write_text(json.dumps(TINY_LLAMA, indent=2))
+    (directory / "config.json").write_text(json.dumps({**TINY_LLAMA, **changes}, indent=2))
     return directory
 
 

@@ -1,0 +1,27 @@
+"""Stores shared between configurations (``conformance/checks/shared_store.py``): two engines of different
+configurations over one store; the second never claims the first's KV, and each still hits its own.
+
+It runs on every connector the round-trip runs on, except producer/consumer pairs: a pair's consumer
+reads the one producer it is routed to, not a store other engines write.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kvconform.conformance.checks.shared_store import OTHER_CONFIGURATIONS, run_shared_store
+from kvconform.conformance.connectors.requirements import refusals_skip, require
+from kvconform.conformance.engine.kvcache import CacheShape
+
+pytestmark = pytest.mark.check("shared_store", needs="roundtrip")
+
+
+@pytest.mark.parametrize("other", list(OTHER_CONFIGURATIONS))
+def test_shared_store(platform, attn_backend, connector, other, make_rig):
+    require(connector, platform, "roundtrip")
+    if connector.profile.is_pair():
+        pytest.skip(f"{connector.name} is a producer/consumer pair: its consumer reads the producer it is routed "
+                    f"to, not a store that engines of other configurations write")
+    rig = make_rig(CacheShape())
+    with refusals_skip():
+        run_shared_store(rig, OTHER_CONFIGURATIONS[other].make(rig))
