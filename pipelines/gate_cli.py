@@ -144,6 +144,7 @@ RUNTIME_CHECKS: dict[str, str] = {
     "fill": "the connector fills the blocks it was asked to",
     "contract": "the connector API as vLLM's scheduler and worker call it",
     "load_failure": "a failed load is reported, never silent",
+    "shared_store": "an engine of another configuration over the same store never gets this one's KV",
     "engine": "vLLM's engine end to end",
     "workload": "server-like workloads through vLLM's scheduler",
 }
