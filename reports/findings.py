@@ -10,8 +10,10 @@ them behaved as expected.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from .matrix import CHECK_ORDER
 from .model import Expected, Results
@@ -106,3 +108,27 @@ def where_text(wheres: list[str]) -> str:
             lines[path].append(line)
     parts = [f"{path}:{', '.join(sorted(nums, key=int))}" if nums else path for path, nums in lines.items()]
     return "; ".join(parts)
+
+
+_NUMBERED = re.compile(r"/(?:pull|issues)/(\d+)/?$")  # a pull request or an issue: #123
+_SOURCE_LINE = re.compile(r"^L(\d+)(?:-L\d+)?$")  # a source line's anchor: file.py:123
+
+
+def is_web_link(link: str) -> bool:
+    return link.startswith(("https://", "http://"))
+
+
+def link_text(link: str) -> str:
+    """What a finding's link reads as: ``#45080`` for a pull request or issue, ``worker.py:165`` for a source
+    line, else the last part of its path (or its host). The address itself goes in the link's target: printed
+    whole, a source URL wraps into a column a few characters wide."""
+    if not is_web_link(link):
+        return link
+    parts = urlsplit(link)
+    name = parts.path.rstrip("/").rpartition("/")[2]
+    numbered, line = _NUMBERED.search(parts.path), _SOURCE_LINE.match(parts.fragment)
+    if numbered:
+        return f"#{numbered.group(1)}"
+    if line and name:
+        return f"{name}:{line.group(1)}"
+    return name or parts.netloc

@@ -2,7 +2,10 @@
 
 No external assets (CI artifact viewers are often offline or sandboxed), so CSS
 and JS are inline. The page is rendered on the server side and works without JS;
-the script only filters. Every piece of test text goes through ``html.escape``:
+the script only filters. The page reads top down in the order a reader asks: the
+verdict, the matrix (what was tested and how it went), the failures, then the known
+findings as a compact table (a link reads ``file.py:165`` or ``#45080``, long reasons
+fold). Every piece of test text goes through ``html.escape``:
 failure messages are attacker-controllable (a connector's exception text).
 """
 
@@ -12,17 +15,21 @@ import re
 from collections import Counter
 from html import escape
 
-from .findings import findings, where_text
+from .findings import Finding, findings, is_web_link, link_text, where_text
 from .matrix import Matrix, build_matrix, cell_counts, failures, totals_line
 from .model import EXCEPTION_LINE, CaseResult, Results
 from .outcomes import ORDER, OUTCOMES
-from .skips import reasons_by_cell, skip_groups
+from .skips import StaticOnly, reasons_by_cell, skip_groups, static_only_notes
 from .verdict import caveats, verdict
 
 # pytest's long tracebacks mark the error's lines with "E   " and end on "path:line: ErrorType".
 _ERROR_LINE = re.compile(r"^E(?:\s|$)")
 _LOCATION_LINE = re.compile(r"^\S+:\d+: \S")
 ERROR_LINES_SHOWN = 12
+REASON_SHOWN = 90  # characters of a finding's reason shown before the rest is folded
+# The findings table's columns and widths (None: the rest of the page's width, the reason's)
+FINDING_COLUMNS = (("class", "4.5em"), ("expect", "4.5em"), ("connector", "14.5em"), ("checks (tests)", "8.5em"),
+                   ("outcome", "7em"), ("reason", None), ("link", "15em"), ("entries", "14em"))
 
 _CSS = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }
@@ -39,7 +46,9 @@ pre.error { border-color: #d88; background: #fff4f4; max-height: 12em; }
 details.trace > summary { color: #555; font-size: 12px; }
 p.message { margin: 0.2em 0; }
 #findings td, #skips td { max-width: 40em; }
-#findings a { word-break: break-all; }
+#findings { width: 100%; table-layout: fixed; } #findings td { overflow-wrap: anywhere; }
+#findings td.entries { font-size: 12px; }
+th .why { font-weight: normal; font-size: 12px; color: #555; max-width: 22em; }
 #filters label { margin-right: 1em; }
 ul.tests { margin: 0.3em 0 0 1em; padding: 0; }
 """
@@ -115,7 +124,7 @@ def _expected(test: CaseResult) -> str:
         return ""
     e = test.expected
     link = e.link or ""
-    anchor = (f' (<a href="{escape(link)}">{escape(link)}</a>)' if link.startswith(("http://", "https://")) else "")
+    anchor = f" ({_link(link)})" if is_web_link(link) else ""
     kind = f"{escape(e.finding_class)} finding, " if e.finding_class else ""
     return f' <small class="expected">{kind}expected {escape(e.expect)} by {escape(e.where)}{anchor}</small>'
 
@@ -156,14 +165,29 @@ def _cell(matrix: Matrix, platform: str, connector: str, check: str) -> str:
             f'{escape(cell_counts(cell))}</summary><ul class="tests">{items}</ul></details></td>')
 
 
-def _matrix(matrix: Matrix) -> str:
+def _link(link: str) -> str:
+    """A web address as a short link (``file.py:165``, ``#45080``), the address in its target and tooltip."""
+    return f'<a href="{escape(link)}" title="{escape(link)}">{escape(link_text(link))}</a>'
+
+
+def _connector_header(connector: str, note: StaticOnly | None) -> str:
+    """The row's connector, and for one that only had lint here, why (folded when long) and what runs it."""
+    if note is None:
+        return f"<th>{escape(connector)}</th>"
+    elsewhere = f"; <code>{escape(note.command)}</code> runs it" if note.command else ""
+    return (f'<th>{escape(connector)}<div class="why">{escape(note.ran)}: {_folded(note.why)}{elsewhere}</div>'
+            "</th>")
+
+
+def _matrix(matrix: Matrix, notes: dict[str, StaticOnly]) -> str:
     groups = "".join(f'<th data-group="{escape(k)}" colspan="{len(matrix.platforms)}">{escape(k)}</th>'
                      for k in matrix.checks)
     subs = "".join(f'<th data-platform="{escape(p)}" data-check="{escape(k)}">{escape(p)}</th>'
                    for k in matrix.checks for p in matrix.platforms)
     rows = "".join(
-        f'<tr><th>{escape(c)}</th>' + "".join(_cell(matrix, p, c, k) for k in matrix.checks for p in matrix.platforms)
-        + "</tr>" for c in matrix.connectors)
+        "<tr>" + _connector_header(c, notes.get(c))
+        + "".join(_cell(matrix, p, c, k) for k in matrix.checks for p in matrix.platforms) + "</tr>"
+        for c in matrix.connectors)
     return (f'<table id="matrix"><thead><tr><th rowspan="2">connector</th>{groups}</tr><tr>{subs}</tr></thead>'
             f"<tbody>{rows}</tbody></table>")
 
@@ -186,21 +210,31 @@ def _stale(results: Results) -> str:
             f"selectors.</p><ul>{items}</ul>")
 
 
+def _folded(text: str) -> str:
+    """Text longer than ``REASON_SHOWN`` characters as its start, the whole of it one click away."""
+    if len(text) <= REASON_SHOWN:
+        return escape(text)
+    start = text[:REASON_SHOWN].rsplit(" ", 1)[0]
+    return f"<details><summary>{escape(start)} …</summary>{escape(text)}</details>"
+
+
+def _finding_row(f: Finding) -> str:
+    cells = (escape(f.finding_class), escape(f.expect), escape(", ".join(f.connector_names())),
+             escape(f.checks_with_counts()), escape(f.outcome_counts()), _folded(f.reason))
+    link = _link(f.link) if is_web_link(f.link) else escape(f.link)
+    return ("<tr>" + "".join(f"<td>{cell}</td>" for cell in cells) + f'<td class="link">{link}</td>'
+            + f'<td class="entries"><code>{escape(where_text(f.wheres))}</code></td></tr>')
+
+
 def _findings(results: Results) -> str:
     found = findings(results)
     if not found:
         return ""
-    head = "".join(f"<th>{h}</th>" for h in ("class", "expect", "connector", "checks (tests)", "outcome", "reason",
-                                               "link", "entries"))
-    rows = "".join(
-        "<tr>" + "".join(f"<td>{cell}</td>" for cell in (
-            escape(f.finding_class), escape(f.expect), escape(", ".join(f.connector_names())),
-            escape(f.checks_with_counts()), escape(f.outcome_counts()), escape(f.reason),
-            (f'<a href="{escape(f.link)}">{escape(f.link)}</a>' if f.link.startswith(("http://", "https://"))
-             else escape(f.link)),
-            f"<code>{escape(where_text(f.wheres))}</code>")) + "</tr>" for f in found)
+    columns = "".join(f'<col style="width: {w}">' if w else "<col>" for _, w in FINDING_COLUMNS)
+    head = "".join(f"<th>{h}</th>" for h, _ in FINDING_COLUMNS)
+    rows = "".join(_finding_row(f) for f in found)
     return (f"<h2>Known findings ({len(found)})</h2><p>Each finding once, with the tests its expectation entries "
-            f'decided.</p><table id="findings"><tr>{head}</tr>{rows}</table>')
+            f'decided.</p><table id="findings"><colgroup>{columns}</colgroup><tr>{head}</tr>{rows}</table>')
 
 
 def _skips(results: Results, matrix: Matrix) -> str:
@@ -228,12 +262,12 @@ def render(results: Results) -> str:
 <h1>kvconform conformance results: {escape(verdict(results).headline)}</h1>
 <p id="totals">{escape(totals_line(results))}</p>
 {"".join(f'<p class="caveat"><strong>{escape(c)}</strong></p>' for c in caveats(results))}
+<h2>Matrix</h2>
+<p id="filters">{filters}</p>
+{_matrix(matrix, static_only_notes(results, matrix))}
 <h2>Failures ({len(failing)})</h2>
 {f'<ul id="failures">{failure_list}</ul>' if failing else "<p>none</p>"}
 {_findings(results)}
-<h2>Matrix</h2>
-<p id="filters">{filters}</p>
-{_matrix(matrix)}
 {_skips(results, matrix)}
 {_stale(results)}
 <h2>Runs</h2>{_runs(results)}

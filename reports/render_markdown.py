@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 import re
 
-from .findings import findings, where_text
+from .findings import findings, link_text, where_text
 from .matrix import build_matrix, cell_counts, failures, totals_line
 from .model import Results
 from .outcomes import OUTCOMES
@@ -29,9 +29,10 @@ def text(value: str) -> str:
 
 
 def _link(url: str) -> str:
-    """A tracking link as a Markdown link when it is a web address; other text stays inert."""
+    """A tracking link as a Markdown link (``[worker.py:165](...)``, ``[#45080](...)``) when it is a web address;
+    other text stays inert."""
     if url.startswith(("https://", "http://")) and not any(ch in url for ch in "()<> "):
-        return f"[link]({url})"
+        return f"[{text(link_text(url))}]({url})"
     return text(url) if url else "–"
 
 

@@ -31,6 +31,51 @@ def short_reason(test: CaseResult) -> str:
     return message[len(prefix):] if message.startswith(prefix) and len(message) > len(prefix) else message
 
 
+# Checks that read a connector's source without running it: a row with only these ran nothing of the connector.
+STATIC_CHECKS = frozenset({"lint"})
+# Connectors whose packages the main environment leaves out, and where they run for real instead: the Makefile's
+# TP_CONNECTORS (tests/reports/test_report_sections.py checks the two agree).
+RUN_ELSEWHERE = {name: "make test-thirdparty"
+                 for name in ("LMCacheMPConnector", "MooncakeStoreConnector", "MooncakeConnector")}
+
+
+@dataclass(frozen=True)
+class StaticOnly:
+    """Why a connector's row shows only lint (or nothing) run, and the command that runs it for real, if any."""
+
+    ran: str  # "only lint ran" | "no test ran"
+    why: str  # the most common skip reason of its other checks
+    command: str | None = None
+
+    def text(self, quote: str = "`") -> str:
+        elsewhere = f"; {quote}{self.command}{quote} runs it" if self.command else ""
+        return f"{self.ran}: {self.why}{elsewhere}"
+
+
+def static_only_notes(results: Results, matrix: Matrix) -> dict[str, StaticOnly]:
+    """connector -> why only its source was checked (lint), for each connector no other test ran on.
+
+    The why is the most common skip reason among its other checks (``needs package lmcache, which is not
+    installed here``), and where it runs instead when it runs elsewhere; a reader of a row of skips
+    otherwise opens every cell to learn that one package was missing.
+    """
+    ran: dict[str, set[str]] = {}
+    reasons: dict[str, Counter[str]] = defaultdict(Counter)
+    for test in results.tests:
+        if test.outcome != "skipped":
+            ran.setdefault(test.connector, set()).add(test.check)
+        elif test.check not in STATIC_CHECKS:
+            reasons[test.connector][short_reason(test).removeprefix(f"{test.connector} ")] += 1
+    notes = {}
+    for connector in matrix.connectors:
+        if not ran.get(connector, set()) <= STATIC_CHECKS or not reasons[connector]:
+            continue
+        why = min(reasons[connector].items(), key=lambda item: (-item[1], item[0]))[0]
+        notes[connector] = StaticOnly("only lint ran" if connector in ran else "no test ran", why,
+                                      RUN_ELSEWHERE.get(connector))
+    return notes
+
+
 def reasons_by_cell(tests: list[CaseResult]) -> dict[tuple[str, str, str], Counter[str]]:
     """(platform, connector, check) -> Counter of skip reasons, for the skipped tests among ``tests``."""
     cells: dict[tuple[str, str, str], Counter[str]] = defaultdict(Counter)

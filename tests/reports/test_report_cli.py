@@ -113,7 +113,7 @@ def test_summary_lists_failures_then_findings_then_a_matrix_per_platform(tmp_pat
     finding_rows = [ln for ln in summary[findings_at:summary.index("### cuda")].splitlines() if ln.startswith("| ")]
     assert finding_rows[0].startswith("| class | expect | connector | checks (tests) | outcome | reason | link |")
     assert finding_rows[1] == ("| bug | xfail | ExampleConnector | roundtrip 1 | 1 xfailed "
-                               "| loads from the wrong folder | [link](https://github.com/vllm-project/vllm/issues) "
+                               "| loads from the wrong folder | [issues](https://github.com/vllm-project/vllm/issues) "
                                "| conformance/expectations/cpu.yaml:13 |")
     # test text cannot break the table or inject HTML into the annotation
     assert "NIXL agent failed \\| &lt;b&gt;bold&lt;/b&gt;" in summary
