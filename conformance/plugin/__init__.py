@@ -17,19 +17,12 @@ from kvconform import platforms
 from ..vllm_build import source as vllm_source
 from ..vllm_build.versions import installed
 from ..vllm_build.window import VLLM_DISTRIBUTIONS, installed_status
+from .siblings import SIBLINGS
 from .target import TARGET_KEY, RunTarget, is_active, run_target, targets_conformance
 
-# Sibling plugin modules, each with one concern, loaded with this one (options.py registers every option).
-pytest_plugins = [
-    "kvconform.conformance.plugin.options",
-    "kvconform.conformance.plugin.private_apis",
-    "kvconform.conformance.plugin.expectations",
-    "kvconform.conformance.plugin.results_json",
-    "kvconform.conformance.reliability",
-    "kvconform.conformance.plugin.workload_options",
-    "kvconform.conformance.connectors.services",
-    "kvconform.conformance.reliability.release",
-]
+# Sibling plugin modules, each with one concern, loaded with this one (options.py registers every option);
+# siblings.py lists them, and marks them for assertion rewriting before any is imported.
+pytest_plugins = list(SIBLINGS)
 
 
 MARKERS = {

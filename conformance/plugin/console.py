@@ -1,0 +1,101 @@
+"""What a conformance run prints: its own findings, not other packages' noise, and each failure's cause whole.
+
+Only in a run that collects the conformance suite (``target.targets_conformance``);
+in any other pytest run of the environment this module does nothing.
+
+- Warnings: vLLM and torch deprecate their own APIs at import (14 ``torch.jit.script_method``
+  warnings before the first test), which says nothing about a connector. The suite records
+  its labels with ``record_property``, which pytest warns about once per test under its
+  default JUnit family (xunit2) while writing the properties all the same, as it writes
+  every label the plugin adds to a test, and ``kvconform report`` and the gate read them
+  from there. The filters below go after the user's own ini lines; ``-W`` still wins.
+- Causes: pytest's short summary cuts each line at the terminal's width, which leaves a
+  few characters of a conformance test's message after its long id. The section this
+  adds before it gives each failing test's whole first line of its cause
+  (``reports.model.first_line``, the same line the report and the gate show).
+- ``pytest --platform=cpu`` in kvconform's own checkout, with no test named, would collect
+  the project's tests (``testpaths``) instead of the suite: one line says how to run it.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from kvconform.reports.model import first_line
+
+from .target import CONFORMANCE_DIR, PACKAGE, is_active, targets_conformance
+
+# Warning filters for a conformance run, later ones winning: (action, message regex, category, module regex).
+WARNING_FILTERS: tuple[tuple[str, str, type[Warning], str], ...] = (
+    ("ignore", "", DeprecationWarning, ""),  # other packages' deprecations (torch.jit.script_method, ...)
+    ("ignore", "", PendingDeprecationWarning, ""),
+    ("default", "", DeprecationWarning, "kvconform"),  # kvconform's own still show
+    # pytest writes the properties under every JUnit family; the reports read them (see above)
+    ("ignore", "record_property is incompatible with junit_family", pytest.PytestWarning, ""),
+)
+
+
+def ini_line(action: str, message: str, category: type[Warning], module: str) -> str:
+    """One filter in pytest's ``filterwarnings`` syntax."""
+    return f"{action}:{message}:{category.__module__}.{category.__qualname__}:{module}"
+SECTION = "kvconform: the cause of each failure (first line)"
+_CAUSES_NAME = "kvconform-failure-causes"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    if is_active(config) and not targets_conformance(config) and _collects_this_checkout(config):
+        raise pytest.UsageError(f"kvconform: this would run the project's own tests, not the conformance suite: "
+                                f"add --pyargs {PACKAGE}")
+    if not targets_conformance(config):
+        return
+    for action, message, category, module in WARNING_FILTERS:
+        # for the tests (pytest applies its ini filters around each phase of each test) ...
+        config.addinivalue_line("filterwarnings", ini_line(action, message, category, module))
+        # ... and for the rest of configuration, where the plugin imports the connectors (and so vLLM and torch):
+        # pytest runs it in a warnings.catch_warnings() of its own, which drops this filter when it ends
+        warnings.filterwarnings(action, message, category, module)
+    if not hasattr(config, "workerinput"):  # the controller (or the only process) prints the summary
+        config.pluginmanager.register(_Causes(), _CAUSES_NAME)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    causes = config.pluginmanager.get_plugin(_CAUSES_NAME)
+    if causes is not None:
+        config.pluginmanager.unregister(causes)
+
+
+def _collects_this_checkout(config: pytest.Config) -> bool:
+    """Whether pytest chose what to collect (no test named) in kvconform's own source checkout."""
+    return (config.args_source != pytest.Config.ArgsSource.ARGS
+            and config.rootpath == CONFORMANCE_DIR.parent and (config.rootpath / "tests").is_dir())
+
+
+def _cause(report: pytest.TestReport | pytest.CollectReport) -> str:
+    crash = getattr(report.longrepr, "reprcrash", None)
+    return first_line(crash.message if crash is not None else str(report.longrepr or "")) or "no message"
+
+
+class _Causes:
+    """Each failing test's cause as it is reported, printed whole before pytest's short summary."""
+
+    def __init__(self) -> None:
+        self.causes: dict[str, tuple[str, str]] = {}  # node id -> (FAILED | ERROR, first line of the cause)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.failed:
+            self.causes.setdefault(report.nodeid, ("FAILED" if report.when == "call" else "ERROR", _cause(report)))
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self.causes.setdefault(report.nodeid, ("ERROR", _cause(report)))
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        if not self.causes:
+            return
+        terminalreporter.section(SECTION)
+        for nodeid, (word, cause) in self.causes.items():
+            terminalreporter.write_line(f"{word} {nodeid}")
+            terminalreporter.write_line(f"    {cause}")
