@@ -198,6 +198,7 @@ def read_junit(path: Path, connectors: list[str]) -> list[TestResult] | None:
     """
     from kvconform.reports.identity import from_test_name
     from kvconform.reports.junit import JunitError, read_junit_file
+    from kvconform.reports.model import first_line
 
     try:
         document = read_junit_file(path)
@@ -208,8 +209,9 @@ def read_junit(path: Path, connectors: list[str]) -> list[TestResult] | None:
         identity = from_test_name(case.name, case.properties)
         nodeid = case.junit_id
         connector = identity.connector if identity.connector in connectors else _connector_in_id(nodeid, connectors)
-        # a verdict line: the message's first line (a failure's message goes on with the assert's own lines)
-        message = one_line(next((line for line in case.message.splitlines() if line.strip()), ""), MESSAGE_LIMIT)
+        # a verdict line: the message's first line, the report's (a failure's message goes on with the assert's own
+        # lines; one that ends in a colon, "exited with status 1:", gets the line that says why, or "(no output)")
+        message = one_line(first_line(case.message), MESSAGE_LIMIT)
         results.append(TestResult(nodeid, connector, case.outcome, message, identity.check))
     return results
 

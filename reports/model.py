@@ -149,19 +149,24 @@ class Results(_Strict):
 EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Iteration)\b(?::|$)")
 
 
+NOTHING_FOLLOWS = "(no output)"  # what a line that ends in a colon says when nothing follows it
+
+
 def first_line(text: str | None, limit: int = MESSAGE_LIMIT) -> str:
     """The first non-empty line of ``text``, cut to ``limit`` characters.
 
     A first line that ends with a colon only introduces the cause (``1 lint
     error(s) in x.py:``, ``exited with status 1:``), so the cause's first line is
     added: the last exception line among the lines it introduces (a process's
-    stderr ends with its traceback's error), else the first of them.
+    stderr ends with its traceback's error), else the first of them; when it
+    introduces nothing (a process that wrote no stderr), the line says so.
     """
     lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
     line = lines[0] if lines else ""
-    if line.endswith(":") and len(lines) > 1:
-        introduced = [ln for ln in lines[1:] if not ln.startswith("assert ")] or lines[1:]
-        cause = next((ln for ln in reversed(introduced) if EXCEPTION_LINE.match(ln)), introduced[0])
+    introduced = [ln for ln in lines[1:] if not ln.startswith("assert ")] or lines[1:]
+    if line.endswith(":"):
+        cause = next((ln for ln in reversed(introduced) if EXCEPTION_LINE.match(ln)),
+                     introduced[0] if introduced else NOTHING_FOLLOWS)
         line = f"{line} {cause}"
     return line if len(line) <= limit else line[: limit - 1] + "…"
 

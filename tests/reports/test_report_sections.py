@@ -23,7 +23,10 @@ from kvconform.reports.verdict import verdict
     ("AssertionError: the engine with X exited with status 1:\nrtial log line\nTraceback (most recent call last):\n"
      '  File "x.py", line 1\nRuntimeError: no CPU kernels\nassert (1 == 0)',
      "AssertionError: the engine with X exited with status 1: RuntimeError: no CPU kernels"),
-    ("ends with a colon:", "ends with a colon:"),
+    # an introduction with nothing after it says so, never ends in a bare colon
+    ("AssertionError: the engine with X exited with status 1:\n", "AssertionError: the engine with X exited with "
+                                                                  "status 1: (no output)"),
+    ("ends with a colon:\nassert 1 == 0", "ends with a colon: assert 1 == 0"),
 ])
 def test_first_line_is_the_whole_first_line_of_the_cause(text, line):
     assert first_line(text) == line
