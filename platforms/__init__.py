@@ -7,6 +7,9 @@ plugin, the pipeline generator and the gate all read it.
 
 from __future__ import annotations
 
+import argparse
+import difflib
+
 from . import cpu, cuda, rocm, xpu
 from .spec import PlatformSpec, Probe
 
@@ -21,11 +24,26 @@ class PlatformError(Exception):
     """A platform was asked for that this machine cannot serve; the message says why."""
 
 
+def unknown_platform(name: str) -> str:
+    """``unknown platform 'cdua': did you mean cuda? (choose one of: auto, ...)``."""
+    close = difflib.get_close_matches(name.lower(), CHOICES, n=1, cutoff=0.5)
+    if close:
+        return f"unknown platform {name!r}: did you mean {close[0]}? (choose one of: {', '.join(CHOICES)})"
+    return f"unknown platform {name!r}: choose one of: {', '.join(CHOICES)}"
+
+
+def choice(name: str) -> str:
+    """An argparse ``type`` for a platform option: the name, or an error that suggests the closest one."""
+    if name not in CHOICES:
+        raise argparse.ArgumentTypeError(unknown_platform(name))
+    return name
+
+
 def get(name: str) -> PlatformSpec:
     try:
         return PLATFORMS[name]
     except KeyError:
-        raise PlatformError(f"unknown platform {name!r}; choose one of: {', '.join(CHOICES)}") from None
+        raise PlatformError(unknown_platform(name)) from None
 
 
 def probe(name: str) -> Probe:
@@ -87,4 +105,4 @@ def check_mla_backends(spec: PlatformSpec, requested: list[str] | None) -> tuple
 
 
 __all__ = ["PLATFORMS", "CHOICES", "AUTO_ORDER", "PlatformSpec", "Probe", "PlatformError",
-           "get", "probe", "resolve", "check_backends", "check_mla_backends"]
+           "choice", "unknown_platform", "get", "probe", "resolve", "check_backends", "check_mla_backends"]

@@ -7,6 +7,7 @@ loads one (``KVTransferConfig.kv_connector_module_path``).
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
 from dataclasses import dataclass, replace
@@ -97,6 +98,15 @@ def registered_names() -> list[str]:
     return list(registry_modules())
 
 
+def unknown_connector(name: str, known: list[str]) -> str:
+    """``unknown connector 'ExampleConector': did you mean ExampleConnector?``; every name only without a guess."""
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.8) or [
+        k for k in known if name.lower() in k.lower() or k.lower() in name.lower()][:3]
+    if close:
+        return f"unknown connector {name!r}: did you mean {' or '.join(close)}?"
+    return f"unknown connector {name!r}; known connectors: {', '.join(known)}"
+
+
 def _third_party(spec: str, extra_profiles: tuple[Path, ...]) -> ConnectorParam:
     module, _, class_name = spec.partition(":")
     if not module or not class_name:
@@ -132,7 +142,7 @@ def resolve_connectors(requested: tuple[str, ...] | list[str],
         elif spec in known:
             params.append(ConnectorParam(spec, spec, None, profile_for(spec, extra_profiles)))
         else:
-            raise ConnectorSpecError(f"unknown connector {spec!r}; known connectors: {', '.join(known)}")
+            raise ConnectorSpecError(unknown_connector(spec, known))
     return params
 
 

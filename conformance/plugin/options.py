@@ -52,7 +52,7 @@ def _repeated(flag: str, metavar: str, help: str) -> Option:
 OPTIONS: tuple[Option, ...] = (
     # what the run tests
     Option("--platform", "platform to test on (default: auto, the first accelerator found, else cpu)",
-           default="auto", extra={"choices": platforms.CHOICES}),
+           default="auto", extra={"choices": platforms.CHOICES, "type": platforms.choice}),
     _repeated("--attn-backend", "NAME",
               "attention backend to test (repeatable; default: every backend the platform can use)"),
     _repeated("--connector", "NAME|module:Class",

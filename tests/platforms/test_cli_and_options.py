@@ -49,8 +49,22 @@ def test_platform_option_in_header(tmp_path):
 def test_bogus_platform_is_a_usage_error_listing_choices(tmp_path):
     result = _pytest(tmp_path, "--platform=bogus")
     assert result.returncode == 4
-    assert "invalid choice: 'bogus'" in result.stderr and "cpu" in result.stderr and "xpu" in result.stderr
+    assert "unknown platform 'bogus': choose one of: auto, cuda, rocm, xpu, cpu" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_misspelt_platform_gets_a_suggestion(tmp_path):
+    result = _pytest(tmp_path, "--platform=cdua")
+    assert result.returncode == 4
+    assert "argument --platform: unknown platform 'cdua': did you mean cuda? (choose one of:" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_misspelt_connector_gets_a_suggestion_not_every_name(tmp_path):
+    result = _pytest(tmp_path, "--platform=cpu", "--connector", "ExampleConector")
+    assert result.returncode == 4
+    assert "ERROR: unknown connector 'ExampleConector': did you mean ExampleConnector?" in result.stderr
+    assert "LMCacheMPConnector" not in result.stderr and "Traceback" not in result.stderr
 
 
 def test_absent_xpu_fails_fast_with_one_line(tmp_path):
