@@ -26,7 +26,7 @@ from ..engine.device_guard import DeviceGuard
 from ..engine.model import attention_layer_names
 from ..engine.requests import block_hasher, new_request
 from ..engine.rig import ConnectorRefused, Rig, refusal_as
-from ..engine.runner import AttentionLayerStandIn
+from ..engine.runner import AttentionLayerStandIn, with_modules_without_kv_cache
 from ..engine.step_order import connector_step
 from ..vllm_build import api as vllm_api
 
@@ -386,9 +386,8 @@ class ContractRig:
         label, connector, config, kv_cache_config = self._construct(kv_role, "worker")
         caches = kvcache.allocate(kv_cache_config, config, self.rig.device) if register else {}
         guard = DeviceGuard(self.name, caches, torch.device(self.rig.device))
-        static = config.compilation_config.static_forward_context
-        for layer_name, cache in caches.items():
-            static[layer_name] = AttentionLayerStandIn(layer_name, cache, guard)
+        config.compilation_config.static_forward_context.update(with_modules_without_kv_cache(
+            {layer_name: AttentionLayerStandIn(layer_name, cache, guard) for layer_name, cache in caches.items()}))
         worker = ContractWorker(label, connector, config, kv_cache_config, caches, guard)
         if register:
             try:

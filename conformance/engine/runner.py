@@ -3,7 +3,8 @@
 Per step, as vLLM's ``KVConnectorModelRunnerMixin`` and the attention layers'
 ``maybe_transfer_kv_layer`` do it: ``handle_preemptions``; bind metadata; ``start_load_kv`` before the
 layers when the step has synchronous loads, after them otherwise; per attention
-layer ``wait_for_layer_load`` then ``save_kv_layer``; ``wait_for_save``;
+layer ``wait_for_layer_load`` then ``save_kv_layer``, only while the connector
+``has_connector_metadata()``; ``wait_for_save``;
 ``get_finished`` (through ``get_transfer_results`` where vLLM has it);
 ``get_block_ids_with_load_errors``; clear metadata. All of it
 inside vLLM's own ``set_forward_context`` and under a ``DeviceGuard``. The order
@@ -96,6 +97,30 @@ def layer_stand_ins(vllm_config, kv_cache_config, caches: dict, guard: DeviceGua
     return out
 
 
+class ModuleWithoutKVCache:
+    """A module vLLM registers in the forward context that holds no KV cache.
+
+    A model's forward context holds more than attention: vLLM registers each MoE layer's runner
+    (``fused_moe/runner/moe_runner.py``: ``register_layer_for_moe_forward_op``) and each LoRA linear's
+    async copy (``lora/layers/base_linear.py``) in ``static_forward_context`` too, and none has a
+    ``kv_cache``. A connector that reads ``kv_cache`` from every entry of
+    ``forward_context.no_compile_layers`` crashes on such a model (ExampleConnector and LMCache skip them).
+    """
+
+    def __init__(self, layer_name: str):
+        self.layer_name = layer_name
+
+
+def with_modules_without_kv_cache(layers: dict[str, object]) -> dict[str, object]:
+    """``layers`` in a decoder model's order, each decoder layer's MoE runner (``<layer>.mlp.experts``) after it."""
+    out: dict[str, object] = {}
+    for name, layer in layers.items():
+        out[name] = layer
+        decoder_layer = ".".join(name.split(".")[:3])  # model.layers.<i>
+        out.setdefault(f"{decoder_layer}.mlp.experts", ModuleWithoutKVCache(f"{decoder_layer}.mlp.experts"))
+    return out
+
+
 def finished_transfers(connector, finished_req_ids: set[str]) -> tuple[set | None, set | None, set]:
     """Completed sends, receives and failed receives, asked the way the installed vLLM's runner asks.
 
@@ -149,8 +174,8 @@ class ModelRunnerStandIn:
 
         self.guard = DeviceGuard(self.connector_name, self.caches, torch.device(self.device))
         # the layers first, as vLLM loads the model before it builds the connector
-        self.vllm_config.compilation_config.static_forward_context.update(
-            layer_stand_ins(self.vllm_config, self.kv_cache_config, self.caches, self.guard))
+        self.vllm_config.compilation_config.static_forward_context.update(with_modules_without_kv_cache(
+            layer_stand_ins(self.vllm_config, self.kv_cache_config, self.caches, self.guard)))
         with restore_harness_affinity():  # NIXL's worker side pins the building thread
             self.connector = KVConnectorFactory.create_connector(self.vllm_config, KVConnectorRole.WORKER,
                                                                  self.kv_cache_config)
@@ -170,10 +195,15 @@ class ModelRunnerStandIn:
         def layers() -> None:  # the model's forward: per attention layer, wait for its load, write, save
             for name in self.attention_layers:
                 self.guard.enter_layer(name)
-                connector.wait_for_layer_load(name)
+                # vLLM's attention layers (kv_transfer_utils.maybe_transfer_kv_layer) call the connector only
+                # while it has this step's metadata bound: a bind that leaves the flag unset saves nothing
+                transfers = attn_metadata[name] is not None and connector.has_connector_metadata()
+                if transfers:
+                    connector.wait_for_layer_load(name)
                 if self.forward is not None:
                     self.forward(name, scheduler_output)
-                connector.save_kv_layer(name, self.caches[name], attn_metadata[name])
+                if transfers:
+                    connector.save_kv_layer(name, self.caches[name], attn_metadata[name])
 
         def report() -> tuple:
             sending, recving, failed = finished_transfers(connector, scheduler_output.finished_req_ids)

@@ -13,6 +13,8 @@ class CudaLoadDictConnector(DictConnector):
         meta = self._get_connector_metadata()
         for name, layer in forward_context.no_compile_layers.items():
             kv_cache = getattr(layer, "kv_cache", None)
+            if kv_cache is None:  # a module without KV (a MoE runner)
+                continue
             for key, block_id in meta.loads:
                 kv_cache[block_id].copy_(STORE[key][name].to("cuda"))
 

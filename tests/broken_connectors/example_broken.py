@@ -13,7 +13,10 @@ from vllm.distributed.kv_transfer.kv_connector.v1.example_connector import Examp
 
 
 class _LoadLoop(ExampleConnector):
-    """ExampleConnector's load path with the device move and the inject as hooks."""
+    """ExampleConnector's load path with the layer's cache, the device move and the inject as hooks."""
+
+    def _kv_cache_of(self, layer) -> torch.Tensor | None:
+        return getattr(layer, "kv_cache", None)  # None: a module without KV (a MoE runner, a LoRA linear)
 
     def _to_device(self, tensor: torch.Tensor, layer: torch.Tensor) -> torch.Tensor:
         return tensor.to(layer.device)
@@ -28,7 +31,7 @@ class _LoadLoop(ExampleConnector):
             if request.is_store:
                 continue
             for name, layer in forward_context.no_compile_layers.items():
-                kv_layer = getattr(layer, "kv_cache", None)
+                kv_layer = self._kv_cache_of(layer)
                 if kv_layer is None:
                     continue
                 path = self._generate_filename_debug(name, request.token_ids, request.mm_hashes)
@@ -62,3 +65,11 @@ class WrongBlockSaveConnector(ExampleConnector):
 
     def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs) -> None:
         super().save_kv_layer(layer_name, kv_layer.roll(shifts=-1, dims=0), attn_metadata, **kwargs)
+
+
+class EveryLayerKVCacheConnector(_LoadLoop):
+    """Reads ``kv_cache`` from every module of the forward context, as ExampleConnector's load did before vLLM
+    skipped the modules without one (a MoE model's runners): AttributeError on any MoE model."""
+
+    def _kv_cache_of(self, layer):
+        return layer.kv_cache

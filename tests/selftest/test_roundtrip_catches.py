@@ -13,6 +13,7 @@ BROKEN_ROUNDTRIP = {
     "HardcodedCudaStringConnector": ["device mismatch", "HardcodedCudaStringConnector", "cuda"],
     "OffByOneInjectConnector": ["OffByOneInjectConnector"],
     "WrongBlockSaveConnector": ["WrongBlockSaveConnector", "loaded wrong bytes"],
+    "EveryLayerKVCacheConnector": ["AttributeError", "'ModuleWithoutKVCache' object has no attribute 'kv_cache'"],
 }
 
 

@@ -1,0 +1,25 @@
+"""A deliberately broken copy of vLLM's MultiConnector: a wrapper whose bind leaves its own flag unset.
+
+vLLM's attention layers call ``wait_for_layer_load`` and ``save_kv_layer`` only while the connector
+``has_connector_metadata()`` (``kv_transfer_utils.maybe_transfer_kv_layer``). A wrapper that binds its
+children's metadata but not its own answers False, so under vLLM no layer is ever saved through it.
+"""
+
+from __future__ import annotations
+
+from vllm.distributed.kv_transfer.kv_connector.v1.multi_connector import MultiConnector
+
+
+class UnflaggedMultiConnector(MultiConnector):
+    """Binds each child's metadata, never its own: ``has_connector_metadata()`` stays False."""
+
+    def __init__(self, vllm_config, role, kv_cache_config=None):
+        # vLLM's config knows MultiConnector's children decide its HMA support only by the registered name
+        # (KVConnectorFactory.supports_hma_config); a copy under its own name gets what vLLM decides for the
+        # original over ExampleConnector children: no hybrid KV cache manager
+        vllm_config.scheduler_config.disable_hybrid_kv_cache_manager = True
+        super().__init__(vllm_config, role, kv_cache_config)
+
+    def bind_connector_metadata(self, connector_metadata) -> None:
+        for child, metadata in zip(self._connectors, connector_metadata.metadata, strict=True):
+            child.bind_connector_metadata(metadata)
