@@ -22,6 +22,13 @@ drain bound, and expiry is also recognised from the connector's own stats, so
 a finish that is really a timeout fails whatever the lease.
 
 The byte checks after draining are the store-then-load round-trip's own (``verify_roundtrip``).
+
+Pairs deployed behind a router see more than one shape of request (``ROUTINGS``): the consumer's
+request ids are the router's own (the producer's travels in ``kv_transfer_params`` as
+``remote_request_id``); the consumer may already hold part or all of the prompt in its own prefix
+cache, so it pulls only the rest; the producer's prefill may end on a stop token
+(``FINISHED_STOPPED``) rather than by length. In each the producer is released by the consumer's
+notification and the bytes must be right.
 """
 
 from __future__ import annotations
@@ -37,12 +44,14 @@ from ..engine.affinity import restore_harness_affinity
 from ..engine.check_failure import CheckFailure
 from ..engine.distributed import single_rank_parallel_state
 from ..engine.rig import EngineStandIn, Rig
+from ..engine.scheduler import next_token
 from ..engine.side_channel import HOST, HandshakeFailure, PortTaken, reserved_port, serve_handshake
 from ..engine.slots import token_slot_bytes
 from ..vllm_build import api as vllm_api
 from .roundtrip import (
     RoundTripResult,
     RoundTripScenario,
+    computed_locally,
     scenario_prompts,
     verify_roundtrip,
 )
@@ -80,6 +89,32 @@ class PairFailure(CheckFailure):
     """The pair did not complete a transfer; the message says which side stalled."""
 
 
+@dataclass(frozen=True)
+class Routing:
+    """How a P/D router hands one request to the pair."""
+
+    doc: str
+    consumer_ids: bool = False  # the consumer's request id is the router's own, not the producer's
+    # whole blocks of the prompt the consumer computed itself before the request arrives:
+    # (prompt length, block size) -> blocks; None: none
+    local_blocks: Callable[[int, int], int] | None = None
+    producer_stops: bool = False  # the producer's prefill ends on a stop token (FINISHED_STOPPED), not by length
+
+
+ROUTINGS: dict[str, Routing] = {
+    "same-ids": Routing("the consumer's request has the producer's id; nothing cached on the consumer"),
+    "routed-ids": Routing("the consumer's request id is the router's own; the producer's travels in "
+                          "kv_transfer_params (remote_request_id)", consumer_ids=True),
+    "local-prefix": Routing("the consumer's prefix cache already holds the first half of the prompt's whole blocks",
+                            local_blocks=lambda length, block_size: max(1, length // block_size // 2)),
+    "local-whole": Routing("the consumer's prefix cache already holds every whole block before the prompt's last "
+                           "token", local_blocks=lambda length, block_size: (length - 1) // block_size),
+    "stop-token": Routing("the producer's prefill samples a stop token (FINISHED_STOPPED), not its last allowed "
+                          "token (FINISHED_LENGTH_CAPPED)", producer_stops=True),
+}
+SAME_ROUTE = ROUTINGS["same-ids"]
+
+
 @contextmanager
 def _environ(values: dict[str, str]) -> Iterator[None]:
     saved = {name: os.environ.get(name) for name in values}
@@ -99,6 +134,7 @@ class TransferParamsLog:
 
     def __init__(self, side: EngineStandIn):
         self.params: dict[str, dict] = {}
+        self.finish_reasons: dict[str, str] = {}  # request -> how it finished (FinishReason's name: STOP, LENGTH)
         scheduler = side.scheduler.scheduler
         update = scheduler.update_from_output
 
@@ -108,15 +144,23 @@ class TransferParamsLog:
                 for output in engine_outputs.outputs:
                     if output.kv_transfer_params is not None:
                         self.params[output.request_id] = output.kv_transfer_params
+                    if output.finish_reason is not None:
+                        self.finish_reasons[output.request_id] = getattr(output.finish_reason, "name",
+                                                                         str(output.finish_reason))
             return outputs
 
         scheduler.update_from_output = recorded
 
 
-def add_request(side: EngineStandIn, request_id: str, prompt: list[int], kv_transfer_params: dict) -> None:
+def add_request(side: EngineStandIn, request_id: str, prompt: list[int], kv_transfer_params: dict,
+                stops: bool = False) -> None:
     """A request carrying ``kv_transfer_params`` in its sampling params' ``extra_args``, as vLLM's API server
-    passes them through."""
-    side.scheduler.add(request_id, prompt, kv_transfer_params=kv_transfer_params)
+    passes them through; with ``stops``, the first token it samples is a stop token (two tokens allowed)."""
+    if stops:
+        side.scheduler.add(request_id, prompt, max_tokens=2, kv_transfer_params=kv_transfer_params,
+                           stop_token_ids=[next_token(prompt)])
+    else:
+        side.scheduler.add(request_id, prompt, kv_transfer_params=kv_transfer_params)
 
 
 def publish_handshake(side: EngineStandIn) -> None:
@@ -195,10 +239,24 @@ class LivePair:
     consumer: EngineStandIn
     params: dict[str, dict]
     logs: dict[str, SideLog]
+    producer_ids: dict[str, str] = field(default_factory=dict)  # consumer request id -> the producer's
 
-    def add_consumer_requests(self, prompts: dict[str, list[int]]) -> None:
+    def add_consumer_requests(self, prompts: dict[str, list[int]], routing: Routing = SAME_ROUTE) -> None:
+        """The router's requests to the consumer: each with its producer request's params, under the router's
+        id where ``routing`` says so."""
         for request_id, prompt in prompts.items():
-            add_request(self.consumer, request_id, prompt, self.params[request_id])
+            consumer_id = f"decode-{request_id}" if routing.consumer_ids else request_id
+            self.producer_ids[consumer_id] = request_id
+            add_request(self.consumer, consumer_id, prompt, self.params[request_id])
+
+    def compute_locally(self, prompts: dict[str, list[int]], blocks: Callable[[int, int], int]) -> None:
+        """The consumer computes the first ``blocks`` whole blocks of each prompt as requests of its own, so its
+        prefix cache holds them when the router's requests arrive."""
+        block_size = self.rig.shape.block_size
+        for request_id, prompt in prompts.items():
+            self.consumer.scheduler.add(f"local-{request_id}", prompt[:blocks(len(prompt), block_size) * block_size])
+        self.step_until(lambda: drained(self.consumer), f"{self.rig.connector.name}'s consumer did not finish the "
+                        f"requests it computed locally", roles=("consumer",))
 
     def _held(self) -> str:
         """Which requests each side still holds, e.g. ``consumer holds req-0; producer holds nothing``."""
@@ -236,7 +294,7 @@ def _serving_producer(rig: Rig, role: str) -> EngineStandIn:
 
 
 @contextmanager
-def open_pair(rig: Rig, stored: dict[str, list[int]]) -> Iterator[LivePair]:
+def open_pair(rig: Rig, stored: dict[str, list[int]], routing: Routing = SAME_ROUTE) -> Iterator[LivePair]:
     """The producer prefills ``stored`` and keeps its pages; the consumer is built, with no requests yet.
 
     Both sides stay open (and the one-rank parallel state with them) until the context closes.
@@ -251,7 +309,7 @@ def open_pair(rig: Rig, stored: dict[str, list[int]]) -> Iterator[LivePair]:
             producer = _serving_producer(rig, producer_role)
             handed_over = TransferParamsLog(producer)
             for request_id, prompt in stored.items():
-                add_request(producer, request_id, prompt, PRODUCER_REQUEST_PARAMS)
+                add_request(producer, request_id, prompt, PRODUCER_REQUEST_PARAMS, stops=routing.producer_stops)
             producer_log = SideLog(producer)
             consumer = rig.engine(consumer_role)
             pair = LivePair(rig, producer, consumer, handed_over.params,
@@ -259,6 +317,10 @@ def open_pair(rig: Rig, stored: dict[str, list[int]]) -> Iterator[LivePair]:
             pair.step_until(lambda: set(handed_over.params) >= set(stored),
                             f"{name}'s producer did not return kv_transfer_params for every request",
                             roles=("producer",))
+            expected = "STOP" if routing.producer_stops else "LENGTH"
+            assert all(handed_over.finish_reasons.get(rid) == expected for rid in stored), (
+                f"the harness meant the producer's prefills to finish by {expected}, but they finished "
+                f"{handed_over.finish_reasons}")
             yield pair
         finally:
             for side in (consumer, producer):
@@ -285,22 +347,26 @@ class CompletionWitness:
         if tokens <= 0 or not consumer_blocks or not consumer_blocks[0]:
             return  # no claim: verify_roundtrip reports it
         block_size = rig.shape.block_size
+        local = computed_locally(consumer, request_id)  # the tokens before the loaded ones: the consumer's own
+        producer_blocks = producer.scheduler.block_ids[self.pair.producer_ids.get(request_id, request_id)][0]
         for name, view in consumer.caches.items():
-            producer_blocks = producer.scheduler.block_ids[request_id][0]
-            saved = token_slot_bytes(producer.caches[name], producer_blocks, tokens, block_size)
-            now = token_slot_bytes(view, consumer_blocks[0], tokens, block_size)
+            saved = token_slot_bytes(producer.caches[name], producer_blocks, local + tokens, block_size)[local:]
+            now = token_slot_bytes(view, consumer_blocks[0], local + tokens, block_size)[local:]
             same = (saved.to(now.device) == now).all(dim=1)
             if not bool(same.all()):
                 self.wrong.append(
                     f"{rig.connector.name}: the consumer reported {request_id} received (finished_recving) at its "
-                    f"step {step}, when vLLM schedules its compute, but token {int((~same).nonzero()[0])} of "
-                    f"{tokens} (layer {name}) did not yet hold the producer's bytes ({int((~same).sum())} token "
-                    f"slot(s) wrong): it reported the read done before it completed")
+                    f"step {step}, when vLLM schedules its compute, but token {local + int((~same).nonzero()[0])} "
+                    f"of {local + tokens} (layer {name}) did not yet hold the producer's bytes "
+                    f"({int((~same).sum())} token slot(s) wrong): it reported the read done before it completed")
                 return
 
 
-def check_completion(pair: LivePair, witness: CompletionWitness) -> None:
-    """A healthy pair: no failed receive, no finish by expiry, the bytes in place when reported."""
+def check_completion(pair: LivePair, witness: CompletionWitness, settled: Callable[[], None] | None = None) -> None:
+    """A healthy pair: no failed receive, no finish by expiry, the bytes in place when reported.
+
+    ``settled`` checks the bytes after draining, before the witness is heard: bytes still wrong then went to
+    the wrong slots (its failure names them), bytes right then but not when reported arrived late."""
     name = pair.rig.connector.name
     consumer = pair.logs["consumer"]
     if consumer.failed_requests or consumer.invalid_blocks:
@@ -314,26 +380,47 @@ def check_completion(pair: LivePair, witness: CompletionWitness) -> None:
         raise PairFailure(f"{name}: {counts} when its lease expired, not on the other side's notification "
                           f"(the connector's stats count them in {', '.join(EXPIRY_COUNTERS)}): the transfer "
                           f"finished by a timeout")
+    if settled is not None:
+        settled()
     if witness.wrong:
         raise PairFailure(witness.wrong[0])
 
 
-def run_pair_roundtrip(rig: Rig, scenario: RoundTripScenario,
-                       prepare: Callable[[LivePair], None] | None = None) -> RoundTripResult:
+def _check_local_hits(pair: LivePair, wanted: dict[str, list[int]], blocks: Callable[[int, int], int]) -> None:
+    """The routing really happened: each request found its locally computed blocks in the consumer's cache."""
+    block_size = pair.rig.shape.block_size
+    for consumer_id, producer_id in pair.producer_ids.items():
+        expected = blocks(len(wanted[producer_id]), block_size) * block_size
+        assert computed_locally(pair.consumer, consumer_id) == expected, (
+            f"the harness meant {consumer_id} to find {expected} tokens in the consumer's prefix cache, but vLLM's "
+            f"scheduler found {computed_locally(pair.consumer, consumer_id)}")
+
+
+def run_pair_roundtrip(rig: Rig, scenario: RoundTripScenario, prepare: Callable[[LivePair], None] | None = None,
+                       routing: Routing = SAME_ROUTE) -> RoundTripResult:
     """The producer prefills and keeps its pages; the consumer pulls them; the bytes are compared.
 
-    ``prepare`` runs on the open pair before the consumer gets its requests (a slow transport goes in there).
+    ``prepare`` runs on the open pair before the consumer gets its requests (a slow transport goes in there);
+    ``routing`` is how the router hands the requests to the pair (``ROUTINGS``).
     """
     stored, wanted = scenario_prompts(scenario, rig.shape.block_size)
     name = rig.connector.name
-    with open_pair(rig, stored) as pair:
+    with open_pair(rig, stored, routing) as pair:
         if prepare is not None:
             prepare(pair)
+        if routing.local_blocks is not None:
+            pair.compute_locally(wanted, routing.local_blocks)
         witness = CompletionWitness(pair)
         pair.logs["consumer"].on_received = witness
-        pair.add_consumer_requests(wanted)
+        pair.add_consumer_requests(wanted, routing)
         pair.step_until(lambda: drained(pair.consumer) and drained(pair.producer),
                         f"{name}: the consumer did not finish receiving, or the producer did not release "
                         f"its pages (finished_sending),")
-        check_completion(pair, witness)
-    return verify_roundtrip(rig, pair.producer, pair.consumer, stored, wanted, whole_blocks=True)
+        if routing.local_blocks is not None:
+            _check_local_hits(pair, wanted, routing.local_blocks)
+        consumer_wanted = {consumer_id: wanted[producer_id] for consumer_id, producer_id in pair.producer_ids.items()}
+        result: list[RoundTripResult] = []
+        check_completion(pair, witness, lambda: result.append(verify_roundtrip(
+            rig, pair.producer, pair.consumer, stored, consumer_wanted, whole_blocks=True,
+            producer_ids=pair.producer_ids)))
+    return result[0]

@@ -121,20 +121,34 @@ def run_roundtrip(rig: Rig, scenario: RoundTripScenario) -> RoundTripResult:
     return verify_roundtrip(rig, producer, consumer, stored, wanted)
 
 
+def computed_locally(consumer: EngineStandIn, request_id: str) -> int:
+    """Tokens of the request the consumer's own prefix cache held when the connector was asked (0: none)."""
+    answer = consumer.scheduler.answered_claim(request_id)
+    return answer.num_computed_tokens if answer is not None else 0
+
+
 def verify_roundtrip(rig: Rig, producer: EngineStandIn, consumer: EngineStandIn, stored: dict[str, list[int]],
-                     wanted: dict[str, list[int]], whole_blocks: bool = False) -> RoundTripResult:
+                     wanted: dict[str, list[int]], whole_blocks: bool = False,
+                     producer_ids: dict[str, str] | None = None) -> RoundTripResult:
     """The claim is within what was stored, the loaded slots hold the saved bytes, nothing else changed.
 
+    The loaded slots are those the claim covers: after the tokens the consumer's own prefix cache held.
     ``whole_blocks``: the connector moves whole blocks (NIXL reads pages), so the unused tail of a
     request's last block may change too; writes outside the request's own blocks still fail.
+    ``producer_ids``: the producer's request id of each consumer request, where a router gave the consumer
+    ids of its own (``stored`` is keyed by the producer's, ``wanted`` by the consumer's); the same by default.
     """
     block_size = rig.shape.block_size
+    source = producer_ids or {rid: rid for rid in wanted}
+    stored = {rid: stored[source[rid]] for rid in wanted}
     claimed = {rid: consumer.scheduler.external_tokens(rid) for rid in wanted}
+    local = {rid: computed_locally(consumer, rid) for rid in wanted}
     for rid, tokens in claimed.items():
-        if tokens > len(stored[rid]):
+        if local[rid] + tokens > len(stored[rid]):
             raise RoundTripFailure(
-                f"{rig.connector.name} claimed {tokens} external tokens for {rid}, but the producer stored a "
-                f"prompt of only {len(stored[rid])} tokens (vLLM guards this with a bare assert only)")
+                f"{rig.connector.name} claimed {tokens} external tokens for {rid} beyond {local[rid]} computed "
+                f"locally, but the producer stored a prompt of only {len(stored[rid])} tokens (vLLM guards this "
+                f"with a bare assert only)")
         if tokens <= 0:
             raise RoundTripFailure(
                 f"{rig.connector.name} reported no cache hit for {rid} ({len(wanted[rid])} tokens) after the "
@@ -147,9 +161,10 @@ def verify_roundtrip(rig: Rig, producer: EngineStandIn, consumer: EngineStandIn,
         view_a = producer.caches[name]
         touched = torch.zeros(view_b.shape[0], view_b.shape[2], dtype=torch.bool, device=view_b.device)
         for rid, tokens in claimed.items():
-            blocks_a, offsets_a = token_slots(producer.scheduler.block_ids[rid][0], range(tokens), block_size,
+            span = range(local[rid], local[rid] + tokens)
+            blocks_a, offsets_a = token_slots(producer.scheduler.block_ids[source[rid]][0], span, block_size,
                                               view_a.device)
-            blocks_b, offsets_b = token_slots(consumer.scheduler.block_ids[rid][0], range(tokens), block_size,
+            blocks_b, offsets_b = token_slots(consumer.scheduler.block_ids[rid][0], span, block_size,
                                               view_b.device)
             saved = _as_bytes(view_a[blocks_a, :, offsets_a])
             loaded = _as_bytes(view_b[blocks_b, :, offsets_b])
@@ -157,7 +172,7 @@ def verify_roundtrip(rig: Rig, producer: EngineStandIn, consumer: EngineStandIn,
             if not bool(same.all()):
                 first = int((~same).nonzero()[0])
                 raise RoundTripFailure(
-                    f"{rig.connector.name}: {rid}, layer {name}: token {first} of {tokens} loaded wrong bytes "
+                    f"{rig.connector.name}: {rid}, layer {name}: token {span[first]} of {span.stop} loaded wrong bytes "
                     f"(block {int(blocks_b[first])} slot {int(offsets_b[first])} of the consumer's cache differs "
                     f"from block {int(blocks_a[first])} slot {int(offsets_a[first])} the producer saved)")
             if whole_blocks:

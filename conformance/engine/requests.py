@@ -31,12 +31,14 @@ def block_hasher(vllm_config, hash_block_size: int | None = None) -> Callable[[A
 
 
 def new_request(request_id: str, prompt: list[int], hasher: Callable[[Any], list], max_tokens: int = 1,
-                kv_transfer_params: dict | None = None):
+                kv_transfer_params: dict | None = None, stop_token_ids: list[int] | None = None):
     """A greedy ``Request`` for ``prompt``; ``kv_transfer_params`` ride in the sampling params' ``extra_args``,
-    as vLLM's API server passes them through to the connector."""
+    as vLLM's API server passes them through to the connector; a sampled ``stop_token_ids`` token ends it
+    (``FINISHED_STOPPED``) before ``max_tokens`` would (``FINISHED_LENGTH_CAPPED``)."""
     from vllm.sampling_params import SamplingParams
 
     Request = vllm_api.find("Request")
     extra = {"kv_transfer_params": dict(kv_transfer_params)} if kv_transfer_params is not None else None
-    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, extra_args=extra)
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, extra_args=extra,
+                            stop_token_ids=stop_token_ids)
     return Request(request_id, list(prompt), params, None, block_hasher=hasher)

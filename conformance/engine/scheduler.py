@@ -22,6 +22,11 @@ DRAIN_DEADLINE_S = 10.0
 DRAIN_PACE_S = 0.02  # between steps past the step budget: lets a server's threads run
 
 
+def next_token(tokens: list[int]) -> int:
+    """The token the model stand-in samples after ``tokens``: fixed by the last one, so a check can name it ahead."""
+    return (tokens[-1] + 1) % 997 + 1
+
+
 @dataclass
 class Claim:
     request_id: str
@@ -71,8 +76,9 @@ class SchedulerDriver:
         connector.get_num_new_matched_tokens = recorded
 
     def add(self, request_id: str, prompt: list[int], max_tokens: int = 1,
-            kv_transfer_params: dict | None = None) -> None:
-        self.scheduler.add_request(new_request(request_id, prompt, self._block_hasher, max_tokens, kv_transfer_params))
+            kv_transfer_params: dict | None = None, stop_token_ids: list[int] | None = None) -> None:
+        self.scheduler.add_request(new_request(request_id, prompt, self._block_hasher, max_tokens, kv_transfer_params,
+                                               stop_token_ids))
 
     def step(self, worker) -> object:
         """One engine step: schedule, run the worker side, feed the result back."""
@@ -96,8 +102,7 @@ class SchedulerDriver:
         return request is not None and request.num_computed_tokens >= request.num_prompt_tokens
 
     def _next_token(self, req_id: str) -> int:
-        request = self.scheduler.requests[req_id]
-        return (request.all_token_ids[-1] + 1) % 997 + 1
+        return next_token(self.scheduler.requests[req_id].all_token_ids)
 
     def run(self, worker, max_steps: int = 32, drain_s: float = DRAIN_DEADLINE_S) -> int:
         """Step until every request finished and the connector has nothing in flight.

@@ -114,3 +114,59 @@ class ShutdownCrashesConnector(NixlConnector):
         if self.connector_scheduler is not None:
             time.sleep(0.2)  # past the test's own teardown: the crash lands while its result is held
             os.kill(os.getpid(), signal.SIGSEGV)
+
+
+# ---- pairs behind a router (conformance/test_pair_routing.py) ------------------------------------------------
+
+
+class OwnIdNotifyConnector(NixlConnector):
+    """Tells the producer it is done under the consumer's own request id, not the producer's (``remote_request_id``):
+    harmless while a router keeps the ids equal; behind one that renames them, the producer never recognises the
+    notification and holds its pages until the lease runs out."""
+
+    def update_state_after_alloc(self, request, blocks, num_external_tokens: int) -> None:
+        params = request.kv_transfer_params
+        if params and params.get("remote_request_id"):
+            params["remote_request_id"] = request.request_id
+        super().update_state_after_alloc(request, blocks, num_external_tokens)
+
+
+class FrontTrimConnector(NixlConnector):
+    """On a partial hit in the consumer's prefix cache, pairs the consumer's blocks with the producer's *first*
+    blocks instead of its last (vLLM's worker end-trims them, ``_apply_prefix_caching``): the tokens the consumer
+    already holds are read again, into the blocks meant for the rest of the prompt."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        worker = self.connector_worker
+        if worker is not None:
+            end_trimmed = worker._apply_prefix_caching
+
+            def front_trimmed(decode_block_ids, prefill_block_ids, *rest, **named):
+                decode, _ = end_trimmed(decode_block_ids, prefill_block_ids, *rest, **named)
+                return decode, [list(p[:len(d)]) for d, p in zip(decode, prefill_block_ids, strict=True)]
+
+            worker._apply_prefix_caching = front_trimmed
+
+
+class LengthOnlyFinishConnector(NixlConnector):
+    """Hands the KV of a prefill over only when it ended by length (FINISHED_LENGTH_CAPPED), as NIXL did before it
+    took FINISHED_STOPPED too: a prefill whose one token is a stop token is treated as aborted, and the consumer
+    never gets its params."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        scheduler = self.connector_scheduler
+        if scheduler is not None:  # vLLM's scheduler reaches it through request_finished_all_groups too
+            any_status = scheduler.request_finished
+
+            def length_only(request, block_ids):
+                from vllm.v1.request import RequestStatus
+
+                if request.status == RequestStatus.FINISHED_STOPPED and (request.kv_transfer_params or {}).get(
+                        "do_remote_decode"):
+                    scheduler._reqs_not_processed.add(request.request_id)
+                    return False, None
+                return any_status(request, block_ids)
+
+            scheduler.request_finished = length_only
