@@ -55,6 +55,9 @@ class ConnectorProfile(BaseModel):
     reason: str | None = None
     refusal: str | None = None  # regex: an error at construction matching it is the connector refusing this platform
     variants: dict[str, Variant] = Field(default_factory=dict)
+    # its scheduler half runs in vLLM's Scheduler with its worker half played by a worker-results feeder
+    # (checks/scheduler_half.py): for a connector whose worker half refuses a platform (OffloadingConnector on CPU)
+    scheduler_half: bool = False
 
     def as_variant(self, name: str) -> ConnectorProfile:
         """This profile with variant ``name``'s settings (and no variants of its own)."""

@@ -1,0 +1,383 @@
+"""The scheduler half of a connector whose worker half cannot run here, driven through vLLM's real Scheduler.
+
+OffloadingConnector's worker half refuses CPU, so on CPU every other check skips it before its scheduler
+half does anything that matters. Here the scheduler half runs inside vLLM's ``Scheduler``
+(``SchedulerDriver``) over a small block pool, under a workload with preemption, requests finishing
+and aborted while their stores are in flight, blocks handed on to new requests, and a prompt that comes
+back after vLLM's prefix cache lost it (a load); the worker half is played by ``OffloadingWorkerFeeder``
+(engine/scheduler_half.py), which finishes every transfer the metadata asks for on a chosen ``Timing``
+and reports it as vLLM's runner does. Per step the check holds the scheduler half to vLLM's contract
+with its worker half (how OffloadingConnectorScheduler and vLLM's Scheduler define it):
+
+* a job id is asked for once (a second ask would have the worker run it twice and report it twice, and
+  ``update_connector_output`` count it twice);
+* a store reads only blocks of its request, a load writes only blocks vLLM allocated to its request, each
+  at the position its spec says (``GPULoadStoreSpec.block_indices``);
+* a block a store has not read yet is not written with other content, by the forward or a load, before the
+  store reads it. vLLM frees a finished or preempted request's blocks at once (OffloadingConnector's
+  ``request_finished`` returns False), so the scheduler half must flush a store whose blocks are handed out
+  (``jobs_to_flush``: the worker submits and waits for those in ``handle_preemptions``, before the forward):
+  a preempted request's stores in the step that preempts it (``build_connector_meta``: "Flush jobs for
+  preempted requests"), a finished request's in the step that reallocates its blocks;
+* after the last request, once every transfer asked for was reported finished, the scheduler half has no
+  pending work (``has_pending_push_work``, which keeps vLLM's engine stepping) and every block is back in
+  vLLM's pool: a job it waits for but never asked of the worker would keep the engine alive forever.
+
+Which half ran is said in the result: the property ``kvconform.half``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..engine import kvcache
+from ..engine.check_failure import CheckFailure
+from ..engine.prompts import request_prompt
+from ..engine.rig import ConnectorRefused, Rig, refusal_as
+from ..engine.scheduler import SchedulerDriver
+from ..engine.scheduler_half import OffloadingWorkerFeeder, Timing, Transfer, gpu_block_ids, offloading_jobs
+from ..vllm_build import api as vllm_api
+from ..workload import invariants as checks
+
+BLOCK_SIZE = 32  # tokens per block: CPU_ATTN runs multiples of 32, GPU backends take 32 too
+IDLE_STEPS = 8  # steps an engine with nothing in flight may keep stepping for the scheduler half's pending work
+
+
+class SchedulerHalfFailure(CheckFailure):
+    """The scheduler half broke vLLM's contract with its worker half; the message names step, job and blocks."""
+
+
+@dataclass(frozen=True)
+class Arrival:
+    rid: str
+    step: int
+    prompt: int  # request_prompt's index: arrivals with one index share a prompt (the later one may load it)
+    length: int
+    max_tokens: int
+    # aborted this many steps after its first scheduled step (a prefill chunk's store in flight), if at all
+    abort_after: int | None = None
+
+
+@dataclass(frozen=True)
+class HalfWorkload:
+    doc: str
+    num_blocks: int
+    max_seqs: int
+    token_budget: int
+    arrivals: tuple[Arrival, ...]
+
+
+LIFECYCLE = HalfWorkload(
+    doc="two requests decoding in a pool of 11 blocks, a third prefilled in chunks beside them until a decoder "
+        "needs a block and vLLM preempts it (its last chunk's store in flight; it comes back and loads its "
+        "prefix); then a long request holding most of the pool while one-token requests go through the rest one "
+        "after another, each finishing with its store in flight as the next takes its blocks, one aborted after "
+        "its first chunk; and the preempted prompt again at the end (a load)",
+    num_blocks=12,
+    max_seqs=4,
+    token_budget=64,
+    arrivals=(
+        Arrival("d0", 0, 0, 90, 40), Arrival("d1", 0, 1, 90, 40),
+        Arrival("n0", 5, 2, 160, 4),
+        Arrival("h0", 44, 3, 250, 24),
+        Arrival("s0", 45, 4, 64, 1), Arrival("s1", 45, 5, 64, 1), Arrival("x0", 45, 6, 64, 8, abort_after=1),
+        Arrival("s2", 45, 7, 64, 1), Arrival("s3", 45, 8, 64, 1),
+        Arrival("r0", 64, 2, 160, 2),
+    ),
+)
+
+
+@dataclass
+class HalfReport:
+    """What the workload exercised, so a test can refuse to pass on nothing."""
+
+    steps: int = 0
+    stores: int = 0
+    loads: int = 0
+    flushes: int = 0
+    preempted_in_flight: int = 0  # preemptions of a request with a store not done
+    finished_in_flight: int = 0  # requests finished (or aborted) with a store not done
+    # blocks written with other content right after a flush protected their store: a preempted request's, a
+    # finished (or aborted) request's
+    reused_after_preemption: int = 0
+    reused_after_finish: int = 0
+    out_of_order: int = 0  # stores reported before one submitted earlier
+    aborts: int = 0
+
+    def describe(self) -> str:
+        return ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in vars(self).items())
+
+
+@dataclass
+class SchedulerHalfRig(Rig):
+    """A Rig sized by the workload: its pool and scheduler limits."""
+
+    half: HalfWorkload = LIFECYCLE
+
+    @property
+    def num_blocks(self) -> int:
+        return self.half.num_blocks
+
+    def scheduler_limits(self) -> tuple[int, int]:
+        return self.half.max_seqs, self.half.token_budget
+
+
+def worker_half_refusal(rig: Rig) -> str | None:
+    """The worker half's refusal of this platform, in its own words; None when it builds here.
+
+    Built the way every other check builds it (``Rig.engine``: the worker half first, as vLLM's worker
+    builds it), so the words are what those checks' skips quote.
+    """
+    try:
+        engine = rig.engine()
+    except ConnectorRefused as exc:
+        return str(exc.__cause__ or exc)
+    engine.close()
+    return None
+
+
+def half_label(platform: str, refusal: str | None) -> str:
+    """The ``kvconform.half`` property: which half the check exercised, and why not the other."""
+    if refusal is not None:
+        return f"scheduler half; the worker half refuses {platform}: {refusal}"
+    return (f"scheduler half, its worker half played by the feeder for the timing; the worker half runs on "
+            f"{platform} too (the round-trip and contract checks drive it)")
+
+
+class HalfRun:
+    """One workload through vLLM's Scheduler with the feeder as the worker half, checked every step."""
+
+    def __init__(self, name: str, driver: SchedulerDriver, timing: Timing, workload: HalfWorkload):
+        self.name, self.driver, self.workload = name, driver, workload
+        self.scheduler = driver.scheduler
+        self.feeder = OffloadingWorkerFeeder(timing, forward=self._forward)
+        self.report = HalfReport()
+        self.step_index = -1
+        self.tables: dict[str, tuple[list[int], list[int]]] = {}  # last known (block table, tokens) per request
+        self.reads: dict[int, dict[int, tuple[int, ...]]] = {}  # store job -> block -> prefix it reads there
+        self.load_writes: dict[int, dict[int, tuple[str, int, tuple[int, ...]]]] = {}  # load job -> its writes
+        self.preempted_at: dict[str, int] = {}
+        self.first_scheduled: dict[str, int] = {}
+        self.finished_at: dict[str, int] = {}
+        self._watch_request_finished()
+
+    # -- failure --------------------------------------------------------------------------------------
+
+    def fail(self, problem: str) -> None:
+        __tracebackhide__ = True
+        raise SchedulerHalfFailure(
+            f"{self.name} (scheduler half in vLLM's Scheduler, worker played by the feeder, timing "
+            f"{self.feeder.timing.name}: {self.feeder.timing.doc}), step {self.step_index}: {problem}\n"
+            f"  workload: {self.workload.doc}")
+
+    def _check(self, problem: str | None) -> None:
+        __tracebackhide__ = True
+        if problem:
+            self.fail(problem)
+
+    # -- the engine loop ------------------------------------------------------------------------------
+
+    def run(self, max_steps: int = 400) -> HalfReport:
+        RequestStatus = vllm_api.find("RequestStatus")
+
+        last_event = max(a.step for a in self.workload.arrivals)
+        idle = 0
+        for step in range(max_steps):
+            for a in self.workload.arrivals:
+                if a.step == step:
+                    self.driver.add(a.rid, request_prompt(a.prompt, a.length), a.max_tokens)
+                first = self.first_scheduled.get(a.rid)
+                if a.abort_after is not None and first is not None and step == first + a.abort_after \
+                        and a.rid in self.scheduler.requests:
+                    self.scheduler.finish_requests([a.rid], RequestStatus.FINISHED_ABORTED)
+                    self.report.aborts += 1
+            try:
+                self.driver.step(self)
+            except (SchedulerHalfFailure, vllm_api.VllmApiError):  # the latter: kvconform cannot play this vLLM
+                raise
+            except Exception as exc:  # the scheduler half (or vLLM's scheduler asserting on its answers) raised
+                self.fail(f"{type(exc).__name__} raised while stepping: {exc}")
+            if step < last_event:
+                continue
+            unfinished = self.scheduler.get_num_unfinished_requests()
+            if not unfinished and self.feeder.idle():
+                if not self.scheduler.has_requests():
+                    self.report.steps = step + 1
+                    self._check_drained()
+                    return self.report
+                idle += 1
+                if idle > IDLE_STEPS:
+                    self.fail(f"the scheduler half still has pending work (has_pending_push_work() is "
+                              f"{self.scheduler.connector.has_pending_push_work()}, which keeps vLLM's engine "
+                              f"stepping) {idle} steps after the last request finished and every transfer its "
+                              f"metadata asked for was reported finished ({self.report.stores} stores, "
+                              f"{self.report.loads} loads): it waits for a job it never asked the worker for")
+        held = {rid: f"{req.status.name}, {req.num_computed_tokens}/{req.num_tokens} tokens computed"
+                for rid, req in self.scheduler.requests.items()}
+        in_flight = [t.describe() for t in self.feeder.in_flight()]
+        self.fail(f"not drained after {max_steps} steps: requests still held {held}; transfers in flight "
+                  f"{in_flight}")
+
+    def _check_drained(self) -> None:
+        pool = self.scheduler.kv_cache_manager.block_pool
+        free, usable = pool.get_num_free_blocks(), self.workload.num_blocks - 1  # block 0 is vLLM's null block
+        if free != usable:
+            self.fail(f"every request finished and every transfer was reported, but only {free} of vLLM's "
+                      f"{usable} usable blocks are back in its pool")
+
+    # -- one step of the worker half (SchedulerDriver.step calls this) --------------------------------
+
+    def step(self, scheduler_output):
+        self.step_index = self.feeder.step_index + 1
+        self._record_tables()
+        for rid in scheduler_output.num_scheduled_tokens:
+            self.first_scheduled.setdefault(rid, self.step_index)
+        loads, stores, flush = offloading_jobs(scheduler_output.kv_connector_metadata)
+        self._check_asks(loads, stores)
+        self.report.flushes += len(flush)
+        for rid in scheduler_output.preempted_req_ids or ():
+            self.preempted_at[rid] = self.step_index
+            if any(t.req_id == rid and t.kind == "store" and not t.done for t in self.feeder.transfers.values()):
+                self.report.preempted_in_flight += 1
+        output = self.feeder.step(scheduler_output)
+        self._note_reports()
+        return output
+
+    def _record_tables(self) -> None:
+        for rid, req in self.scheduler.requests.items():
+            ids = self._live_table(rid)
+            if ids:
+                self.tables[rid] = (ids, list(req.all_token_ids))
+
+    def _live_table(self, rid: str) -> list[int]:
+        try:
+            return list(self.scheduler.kv_cache_manager.get_block_ids(rid)[0])
+        except (KeyError, IndexError):
+            return []
+
+    def _check_asks(self, loads: dict, stores: dict) -> None:
+        """The step's jobs: each asked for once; a store reads its request's blocks, a load writes its own."""
+        for job_id in (*loads, *stores):
+            first = self.feeder.transfers.get(job_id)
+            if first is not None:
+                again = "store" if job_id in stores else "load"
+                self.fail(f"the metadata asks for {again} job {job_id} again, already asked for as "
+                          f"{first.describe()}: the worker would run it twice and report it finished twice")
+        for job_id, job in stores.items():
+            blocks = gpu_block_ids(job.src_spec, "store")
+            ids, tokens = self.tables.get(job.req_id, (None, []))
+            self._check(checks.blocks_outside_table(f"store job {job_id}", blocks, job.req_id, ids))
+            self.reads[job_id] = {b: tuple(tokens[:(ids.index(b) + 1) * BLOCK_SIZE]) for b in blocks}
+            self.report.stores += 1
+        for job_id, job in loads.items():
+            blocks = gpu_block_ids(job.dst_spec, "load")
+            ids = self._live_table(job.req_id) or None
+            self._check(checks.blocks_outside_table(f"load job {job_id}", blocks, job.req_id, ids))
+            indices = list(getattr(job.dst_spec, "block_indices", None) or [])
+            if len(indices) == 1:  # one KV cache group: its blocks are the request's, from that index on
+                self._check(checks.load_out_of_place(f"load job {job_id}", blocks, int(indices[0]), job.req_id, ids))
+            tokens = list(self.scheduler.requests[job.req_id].all_token_ids)
+            self.load_writes[job_id] = {b: (job.req_id, k, tuple(tokens[:(k + 1) * BLOCK_SIZE]))
+                                        for b in blocks for k in [ids.index(b)]}
+            self.report.loads += 1
+
+    def _forward(self, scheduler_output) -> None:
+        """After the step's flushes: what the forward and the step's loads write, against unread stores."""
+        step = self.step_index
+        writes: dict[int, tuple[str, int, tuple[int, ...]]] = {}
+        for rid, count in scheduler_output.num_scheduled_tokens.items():
+            req = self.scheduler.requests[rid]
+            ids, tokens, end = self._live_table(rid), list(req.all_token_ids), req.num_computed_tokens
+            for k in range((end - count) // BLOCK_SIZE, (end - 1) // BLOCK_SIZE + 1):
+                writes[ids[k]] = (rid, k, tuple(tokens[:(k + 1) * BLOCK_SIZE]))
+        for job_id, transfer in self.feeder.transfers.items():
+            if transfer.kind == "load" and transfer.issued == step:
+                writes.update(self.load_writes[job_id])
+        for job_id, transfer in self.feeder.transfers.items():
+            if transfer.kind != "store":
+                continue
+            reads = self.reads[job_id]
+            if not transfer.done:
+                self._check(checks.overwritten_store_source(transfer.describe(), reads, writes, self._why(transfer)))
+            elif transfer.flushed == step:
+                reused = sum(1 for b, p in reads.items() if b in writes and writes[b][2] != p)
+                if transfer.req_id in self.preempted_at and self.preempted_at[transfer.req_id] >= transfer.issued:
+                    self.report.reused_after_preemption += reused
+                else:
+                    self.report.reused_after_finish += reused
+
+    def _why(self, transfer: Transfer) -> str:
+        rid, step = transfer.req_id, self.step_index
+        tail = (f"; step {step}'s metadata did not flush it (jobs_to_flush: the worker waits for those in "
+                f"handle_preemptions, before the forward), so the worker would store the other request's KV "
+                f"under request {rid}'s keys")
+        if rid in self.preempted_at and self.preempted_at[rid] >= transfer.issued:
+            return (f": request {rid} was preempted at step {self.preempted_at[rid]} with this store in flight, "
+                    f"and vLLM handed its blocks to another request{tail}")
+        if rid in self.finished_at:
+            return (f": request {rid} finished at step {self.finished_at[rid]} with this store in flight (or asked "
+                    f"for after), and its blocks went back to vLLM's pool at once (request_finished did not "
+                    f"delay the free){tail}")
+        return tail
+
+    def _note_reports(self) -> None:
+        step = self.step_index
+        unread = [t for t in self.feeder.transfers.values() if t.kind == "store" and t.reported is None]
+        for t in self.feeder.transfers.values():
+            if t.kind == "store" and t.reported == step and any(u.submitted is not None and
+                                                                u.submitted < t.submitted for u in unread):
+                self.report.out_of_order += 1
+
+    def _watch_request_finished(self) -> None:
+        """Record each finished request's blocks as vLLM hands them to the connector, and whether it kept them."""
+        connector = self.scheduler.connector
+        for method in ("request_finished", "request_finished_all_groups"):
+            answer = getattr(connector, method, None)
+            if answer is None:
+                continue
+
+            def watched(request, block_ids, _answer=answer):
+                delay, params = _answer(request, block_ids)
+                rid = request.request_id
+                table = block_ids[0] if block_ids and isinstance(block_ids[0], (list, tuple)) else block_ids
+                self.tables[rid] = (list(table), list(request.all_token_ids))
+                if not delay:
+                    self.finished_at[rid] = self.step_index
+                if any(t.req_id == rid and t.kind == "store" and not t.done for t in self.feeder.transfers.values()):
+                    self.report.finished_in_flight += 1
+                return delay, params
+
+            setattr(connector, method, watched)
+
+
+def build_driver(rig: Rig) -> SchedulerDriver:
+    """vLLM's Scheduler over the rig's config and pool; it builds the connector's scheduler half itself."""
+    with refusal_as(ConnectorRefused, rig.connector):  # vLLM's config validation or the scheduler half may refuse
+        config = rig.vllm_config("kv_both")
+        kv_cache_config = kvcache.build_kv_cache_config(config, [(rig.layer_names(), rig.attention_spec())],
+                                                        rig.num_blocks)
+        return SchedulerDriver(config, kv_cache_config)
+
+
+@dataclass
+class HalfResult:
+    report: HalfReport
+    label: str  # which half ran (the ``kvconform.half`` property)
+
+
+def run_scheduler_half(rig: SchedulerHalfRig, timing: Timing) -> HalfResult:
+    """The workload through the scheduler half, the feeder playing the worker; raises ``SchedulerHalfFailure``.
+
+    A scheduler half that refuses the platform too is ``ConnectorRefused`` (a skip quoting it): no half ran."""
+    refusal = worker_half_refusal(rig)
+    label = half_label(rig.platform.name, refusal)
+    try:
+        driver = build_driver(rig)
+    except ConnectorRefused as exc:
+        raise ConnectorRefused(f"{exc} (its scheduler half; the worker half refuses too: {refusal})"
+                               if refusal else f"{exc} (its scheduler half)") from exc
+    try:
+        report = HalfRun(rig.connector.name, driver, timing, rig.half).run()
+    finally:
+        driver.scheduler.shutdown()
+    return HalfResult(report, label)

@@ -1,0 +1,204 @@
+"""A connector's scheduler half in vLLM's real Scheduler, its worker half played by a worker-results feeder.
+
+For connectors whose worker half refuses the platform (OffloadingConnector on CPU: its
+``CPUOffloadingSpec.get_worker`` raises "CPU Offloading is currently only supported on CUDA-alike and
+XPU GPUs"), so that the scheduler half's lifecycle still runs here.
+
+What is real: vLLM's ``Scheduler`` stepped as the engine core steps it (``SchedulerDriver``: ``schedule()``,
+the step, ``update_from_output()``), its KV cache manager and block pool (preemption, prefix caching, frees),
+and the connector's scheduler half, which vLLM's Scheduler builds itself through ``KVConnectorFactory``
+with the SCHEDULER role. Nothing of vLLM is mocked or patched.
+
+What plays the worker: ``OffloadingWorkerFeeder``, which does per step what OffloadingConnector's worker
+half does (vllm/distributed/kv_transfer/kv_connector/v1/offloading/worker.py, ``OffloadingConnectorWorker``,
+called in the model runner's order: gpu_model_runner.py calls ``handle_preemptions`` first, then
+kv_connector_model_runner_mixin.py's ``_get_kv_connector_output``: ``start_load_kv`` (after the forward when
+the step has no synchronous loads), ``wait_for_save``, ``get_finished``, ``build_connector_worker_meta``),
+except that it moves no bytes and finishes each transfer when its ``Timing`` says:
+
+* ``handle_preemptions``: the step's ``jobs_to_flush`` that are this step's store jobs are taken out of
+  ``store_jobs``; those and the stores deferred from the previous step are submitted; then the flushed
+  jobs are waited for (``OffloadingWorker.wait``), so they are done before the forward;
+* ``start_kv_transfers``: the stores deferred from the previous step (if still unsubmitted) and the
+  step's ``load_jobs`` are submitted;
+* (the forward: a callback, so a check can see what it writes)
+* ``prepare_store_kv`` (``wait_for_save``): the step's remaining ``store_jobs`` are deferred to the next
+  step's start ("so that offloading starts AFTER transfers related to token sampling");
+* ``get_finished`` + ``build_connector_worker_meta``: each transfer due by this step (its delay counted
+  from its submission; a flushed one is due at once) is reported once, as ``completed_jobs {job_id: 1}``
+  of an ``OffloadingWorkerMetadata`` in ``KVConnectorOutput.kv_connector_worker_meta``; a load's request id
+  also in ``finished_recving``; stores never in ``finished_sending`` (the worker returns ``set()`` there:
+  the scheduler half tracks stores by job id). One worker: vLLM counts a job done when ``world_size``
+  (here 1) workers reported it.
+
+The delays may finish transfers out of submission order: vLLM's CPU worker reports each direction in
+submission order, but ``OffloadingWorker.get_finished`` (v1/kv_offload/base.py) promises no order, and
+other offloading backends (tiering, file system) finish as their I/O does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..vllm_build import api as vllm_api
+
+
+@dataclass(frozen=True)
+class Timing:
+    """When the feeder finishes transfers: the steps from submission to the report, cycled over transfers
+    in submission order (0: reported at the end of the step that submitted it, after its forward)."""
+
+    name: str
+    store_delays: tuple[int, ...]
+    load_delays: tuple[int, ...]
+    doc: str
+
+    def delay(self, kind: str, index: int) -> int:
+        delays = self.store_delays if kind == "store" else self.load_delays
+        return delays[index % len(delays)]
+
+
+TIMINGS = {t.name: t for t in (
+    Timing("immediate", (0,), (0,), "every transfer reported at the end of the step that submitted it"),
+    Timing("next-step", (1,), (1,), "every transfer reported one step after its submission"),
+    Timing("late-out-of-order", (4, 0, 2, 1), (2, 0, 3), "stores reported 0 to 4 steps after submission, "
+           "later ones before earlier ones; loads 0 to 3 steps"),
+)}
+
+
+@dataclass
+class Transfer:
+    """One job of the scheduler half's metadata, as the feeder (the worker) runs it."""
+
+    job_id: int
+    kind: str  # "store" (reads GPU blocks) or "load" (writes GPU blocks)
+    req_id: str
+    blocks: list[int]  # the GPU block ids it reads (a store) or writes (a load)
+    issued: int  # the step whose metadata asked for it
+    submitted: int | None = None
+    due: int | None = None  # the step at whose end it is reported
+    flushed: int | None = None  # the step whose jobs_to_flush waited for it
+    reported: int | None = None
+
+    @property
+    def done(self) -> bool:
+        """Whether it has read (a store) or written (a load) its GPU blocks in full."""
+        return self.flushed is not None or self.reported is not None
+
+    def describe(self) -> str:
+        what = f"{self.kind} job {self.job_id} of request {self.req_id} (GPU blocks {self.blocks}; asked for at step " \
+               f"{self.issued}"
+        if self.submitted is not None:
+            what += f", submitted at step {self.submitted}, due at step {self.due}"
+        return what + ")"
+
+
+class FeederMismatch(vllm_api.VllmApiError):
+    """The scheduler half's metadata is not the shape the feeder plays the worker of (vLLM 0.32's
+    OffloadingConnectorMetadata): kvconform cannot play this worker, which is no finding about the connector."""
+
+
+def gpu_block_ids(spec, what: str) -> list[int]:
+    """The GPU block ids of a ``GPULoadStoreSpec`` (a store's source, a load's destination)."""
+    ids = getattr(spec, "block_ids", None)
+    if ids is None:
+        raise FeederMismatch(f"the worker-results feeder reads the GPU block ids of a {what} from its spec's "
+                             f"block_ids (vLLM 0.32's GPULoadStoreSpec); this vLLM's is a {type(spec).__name__} "
+                             f"without them")
+    return [int(b) for b in ids]
+
+
+def offloading_jobs(metadata) -> tuple[dict, dict, set[int]]:
+    """(load_jobs, store_jobs, jobs_to_flush) of an OffloadingConnectorMetadata, checked for the fields the
+    feeder reads; a metadata of another shape is ``FeederMismatch``."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import OffloadingConnectorMetadata
+
+    if not isinstance(metadata, OffloadingConnectorMetadata):
+        raise FeederMismatch(f"the worker-results feeder plays OffloadingConnector's worker half, whose metadata is "
+                             f"an OffloadingConnectorMetadata; the scheduler half sent a {type(metadata).__name__}")
+    for jobs in (metadata.load_jobs, metadata.store_jobs):
+        for job in jobs.values():
+            if not (hasattr(job, "req_id") and hasattr(job, "src_spec") and hasattr(job, "dst_spec")):
+                raise FeederMismatch(f"the worker-results feeder reads vLLM 0.32's TransferJob (req_id, src_spec, "
+                                     f"dst_spec); this vLLM's {type(job).__name__} has "
+                                     f"{sorted(vars(job)) if hasattr(job, '__dict__') else type(job).__name__}")
+    return dict(metadata.load_jobs), dict(metadata.store_jobs), set(metadata.jobs_to_flush or ())
+
+
+@dataclass
+class OffloadingWorkerFeeder:
+    """OffloadingConnector's worker half as its scheduler half sees it: the step's jobs run, finished on a
+    ``Timing``, reported in a ``KVConnectorOutput`` as vLLM's runner reports them. Moves no bytes."""
+
+    timing: Timing
+    # The model's forward, after the flushes and before the step's loads start and its stores are deferred: a
+    # check passes a callback that sees what the forward (and the step's loads) write while the feeder's
+    # transfers are, or are not, done.
+    forward: Callable[[object], None] | None = None
+    transfers: dict[int, Transfer] = field(default_factory=dict)  # every job ever asked for, by job id
+    step_index: int = -1
+    _deferred: list[int] = field(default_factory=list)  # stores to submit at the next step's start
+    _submitted: dict[str, int] = field(default_factory=lambda: {"store": 0, "load": 0})
+
+    def in_flight(self) -> list[Transfer]:
+        """Transfers asked for and not reported yet."""
+        return [t for t in self.transfers.values() if t.reported is None]
+
+    def idle(self) -> bool:
+        return not self.in_flight()
+
+    def step(self, scheduler_output):
+        """One model-runner step of the worker half; returns the step's ``KVConnectorOutput``."""
+        KVConnectorOutput = vllm_api.find("KVConnectorOutput")
+        from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import OffloadingWorkerMetadata
+
+        self.step_index += 1
+        step = self.step_index
+        load_jobs, store_jobs, flush = offloading_jobs(scheduler_output.kv_connector_metadata)
+        for job_id, job in store_jobs.items():
+            self.transfers[job_id] = Transfer(job_id, "store", job.req_id, gpu_block_ids(job.src_spec, "store"), step)
+        for job_id, job in load_jobs.items():
+            self.transfers[job_id] = Transfer(job_id, "load", job.req_id, gpu_block_ids(job.dst_spec, "load"), step)
+
+        # handle_preemptions: flushed store jobs of this step join the deferred ones; all are submitted;
+        # the flushed ones are waited for
+        for job_id in flush:
+            if store_jobs.pop(job_id, None) is not None:
+                self._deferred.append(job_id)
+        self._submit_deferred(step)
+        for job_id in flush:
+            transfer = self.transfers.get(job_id)
+            if transfer is not None and transfer.submitted is not None and not transfer.done:
+                transfer.flushed, transfer.due = step, step  # OffloadingWorker.wait(): done before the forward
+        # start_kv_transfers (Offloading's loads are asynchronous: started after the forward; the deferred
+        # stores were submitted above)
+        if self.forward is not None:  # called on every step, so a check sees a step's loads without tokens too
+            self.forward(scheduler_output)
+        for job_id in load_jobs:
+            self._submit(self.transfers[job_id], step)
+        # wait_for_save -> prepare_store_kv: the step's stores start at the next step
+        self._deferred.extend(store_jobs)
+
+        # get_finished + build_connector_worker_meta
+        meta = OffloadingWorkerMetadata()
+        finished_recving: set[str] = set()
+        for transfer in sorted(self.in_flight(), key=lambda t: (t.due if t.due is not None else step + 1, t.job_id)):
+            if transfer.due is None or transfer.due > step:
+                continue
+            transfer.reported = step
+            meta.mark_completed(transfer.job_id)
+            if transfer.kind == "load":
+                finished_recving.add(transfer.req_id)
+        return KVConnectorOutput(finished_sending=set(), finished_recving=finished_recving,
+                                 kv_connector_worker_meta=meta if meta.completed_jobs else None)
+
+    def _submit_deferred(self, step: int) -> None:
+        for job_id in self._deferred:
+            self._submit(self.transfers[job_id], step)
+        self._deferred.clear()
+
+    def _submit(self, transfer: Transfer, step: int) -> None:
+        transfer.submitted = step
+        transfer.due = step + self.timing.delay(transfer.kind, self._submitted[transfer.kind])
+        self._submitted[transfer.kind] += 1

@@ -1,0 +1,53 @@
+"""Scheduler halves whose worker half cannot run here, through vLLM's real Scheduler (checks/scheduler_half.py).
+
+One test per ``Timing`` of the worker-results feeder that plays the worker half: transfers reported in the
+step that submitted them, one step later, and late and out of order. Each runs the same lifecycle workload
+(preemption under a small pool, an abort, finishes with stores in flight, blocks handed on, a reload) and
+must have exercised what it is about: a pass on a workload that preempted nothing in flight, flushed
+nothing or loaded nothing would prove nothing.
+
+It applies to connectors whose profile sets ``scheduler_half`` (OffloadingConnector); it runs wherever their
+contract check does, and says in the ``kvconform.half`` property which half ran and why not the other (the
+worker half's refusal, quoted). Connectors whose worker half runs here are driven whole by the round-trip,
+contract and workload checks, with real bytes; the feeder plays one connector family's worker contract
+(OffloadingConnector's metadata), so it is not a stand-in for theirs.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kvconform.conformance.connectors.requirements import refusals_skip, require
+from kvconform.conformance.engine.kvcache import CacheShape
+from kvconform.conformance.engine.scheduler_half import TIMINGS
+
+pytestmark = pytest.mark.check("scheduler_half", needs="contract")
+
+# report fields each timing's run must have exercised (HalfReport in checks/scheduler_half.py)
+EXERCISED = ("stores", "loads", "flushes", "aborts", "preempted_in_flight", "finished_in_flight",
+             "reused_after_preemption", "reused_after_finish")
+
+
+@pytest.mark.parametrize("timing", list(TIMINGS))
+def test_scheduler_half(platform, attn_backend, connector, timing, request, record_property):
+    """The scheduler half's lifecycle against vLLM's contract with its worker half, every step."""
+    require(connector, platform, "contract")
+    if not connector.profile.scheduler_half:
+        pytest.skip(f"{connector.name}: its profile does not set scheduler_half (the feeder plays "
+                    f"OffloadingConnector's worker half only; a connector whose worker half runs here is driven "
+                    f"whole by the round-trip, contract and workload checks)")
+    from kvconform.conformance.checks.scheduler_half import BLOCK_SIZE, SchedulerHalfRig, run_scheduler_half
+
+    rig = request.getfixturevalue("make_rig")(CacheShape(block_size=BLOCK_SIZE), SchedulerHalfRig)
+    if reason := rig.block_size_refusal():
+        pytest.skip(reason)
+    with refusals_skip():
+        result = run_scheduler_half(rig, TIMINGS[timing])
+    record_property("kvconform.half", result.label)
+    report = result.report
+    record_property("kvconform.scheduler_half", report.describe())
+    missing = [name for name in EXERCISED if not getattr(report, name)]
+    if timing == "late-out-of-order" and not report.out_of_order:
+        missing.append("out_of_order")
+    assert not missing, (f"{connector.name}: the scheduler-half workload (timing {timing}) ran without "
+                         f"{', '.join(m.replace('_', ' ') for m in missing)}: not exercised ({report.describe()})")
