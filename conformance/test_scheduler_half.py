@@ -33,9 +33,9 @@ def test_scheduler_half(platform, attn_backend, connector, timing, request, reco
     """The scheduler half's lifecycle against vLLM's contract with its worker half, every step."""
     require(connector, platform, "contract")
     if not connector.profile.scheduler_half:
-        pytest.skip(f"{connector.name}: its profile does not set scheduler_half (the feeder plays "
-                    f"OffloadingConnector's worker half only; a connector whose worker half runs here is driven "
-                    f"whole by the round-trip, contract and workload checks)")
+        pytest.skip(f"{connector.name}: its profile does not set scheduler_half (the check's feeder plays "
+                    f"OffloadingConnector's worker half, the only worker contract it knows; the other checks "
+                    f"drive this connector's own worker half)")
     from kvconform.conformance.checks.scheduler_half import BLOCK_SIZE, SchedulerHalfRig, run_scheduler_half
 
     rig = request.getfixturevalue("make_rig")(CacheShape(block_size=BLOCK_SIZE), SchedulerHalfRig)

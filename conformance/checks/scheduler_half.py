@@ -24,6 +24,11 @@ with its worker half (how OffloadingConnectorScheduler and vLLM's Scheduler defi
   vLLM's pool: a job it waits for but never asked of the worker would keep the engine alive forever.
 
 Which half ran is said in the result: the property ``kvconform.half``.
+
+The rules are functions here, not in workload/invariants.py: those judge bytes a worker half moved, and
+no bytes move here; none of them fits (``no_reuse_before_release`` guards frees a connector delays with
+``request_finished``, which OffloadingConnector never does), and checks/ may not import workload/
+(tests/install/test_import_graph.py).
 """
 
 from __future__ import annotations
@@ -37,7 +42,6 @@ from ..engine.rig import ConnectorRefused, Rig, refusal_as
 from ..engine.scheduler import SchedulerDriver
 from ..engine.scheduler_half import OffloadingWorkerFeeder, Timing, Transfer, gpu_block_ids, offloading_jobs
 from ..vllm_build import api as vllm_api
-from ..workload import invariants as checks
 
 BLOCK_SIZE = 32  # tokens per block: CPU_ATTN runs multiples of 32, GPU backends take 32 too
 IDLE_STEPS = 8  # steps an engine with nothing in flight may keep stepping for the scheduler half's pending work
@@ -142,6 +146,51 @@ def half_label(platform: str, refusal: str | None) -> str:
         return f"scheduler half; the worker half refuses {platform}: {refusal}"
     return (f"scheduler half, its worker half played by the feeder for the timing; the worker half runs on "
             f"{platform} too (the round-trip and contract checks drive it)")
+
+
+# -- the rules, one function each (None, or what is wrong in words) ----------------------------------------
+
+def overwritten_store_source(store: str, reads: dict[int, tuple[int, ...]],
+                             writes: dict[int, tuple[str, int, tuple[int, ...]]], why: str) -> str | None:
+    """None when no block a store still reads is written with other content; else the first such block, in words.
+
+    ``reads``: block id -> the prefix whose KV the store reads there (its request's tokens up to the block's
+    end); ``writes``: block id -> (writing request, block index in its table, the prefix it writes there). A
+    write of the same prefix (the store's own request computing the tokens it is about to store) is no
+    conflict; any other write means the store would save another request's KV under this one's keys.
+    """
+    for block, prefix in reads.items():
+        write = writes.get(block)
+        if write is None or write[2] == prefix:
+            continue
+        writer, index, _ = write
+        return (f"{store} had not read block {block} yet when request {writer} wrote it (its block {index}, other "
+                f"tokens than the store's){why}")
+    return None
+
+
+def blocks_outside_table(what: str, blocks: list[int], rid: str, table: list[int] | None) -> str | None:
+    """None when every block is in request ``rid``'s block table; else which are not, in words."""
+    if table is None:
+        return f"{what} names request {rid}, which holds no blocks in vLLM's scheduler"
+    outside = [b for b in blocks if b not in table]
+    if outside:
+        return (f"{what} names GPU block(s) {outside}, which vLLM's KV cache manager has not allocated to request "
+                f"{rid} (its blocks: {table})")
+    return None
+
+
+def load_out_of_place(what: str, blocks: list[int], first_index: int, rid: str, table: list[int]) -> str | None:
+    """None when a load's destination blocks are request ``rid``'s blocks ``first_index``, ``first_index + 1``, ...
+    in order (a ``GPULoadStoreSpec``'s block ids and ``block_indices``); else the first misplaced one, in words."""
+    for i, block in enumerate(blocks):
+        k = first_index + i
+        want = table[k] if k < len(table) else None
+        if block != want:
+            return (f"{what} writes the KV of request {rid}'s block {k} into GPU block {block}, but vLLM allocated "
+                    f"{'block ' + str(want) if want is not None else 'no block'} there (its blocks: {table}): "
+                    f"the loaded tokens would land at other positions")
+    return None
 
 
 class HalfRun:
@@ -266,16 +315,16 @@ class HalfRun:
         for job_id, job in stores.items():
             blocks = gpu_block_ids(job.src_spec, "store")
             ids, tokens = self.tables.get(job.req_id, (None, []))
-            self._check(checks.blocks_outside_table(f"store job {job_id}", blocks, job.req_id, ids))
+            self._check(blocks_outside_table(f"store job {job_id}", blocks, job.req_id, ids))
             self.reads[job_id] = {b: tuple(tokens[:(ids.index(b) + 1) * BLOCK_SIZE]) for b in blocks}
             self.report.stores += 1
         for job_id, job in loads.items():
             blocks = gpu_block_ids(job.dst_spec, "load")
             ids = self._live_table(job.req_id) or None
-            self._check(checks.blocks_outside_table(f"load job {job_id}", blocks, job.req_id, ids))
+            self._check(blocks_outside_table(f"load job {job_id}", blocks, job.req_id, ids))
             indices = list(getattr(job.dst_spec, "block_indices", None) or [])
             if len(indices) == 1:  # one KV cache group: its blocks are the request's, from that index on
-                self._check(checks.load_out_of_place(f"load job {job_id}", blocks, int(indices[0]), job.req_id, ids))
+                self._check(load_out_of_place(f"load job {job_id}", blocks, int(indices[0]), job.req_id, ids))
             tokens = list(self.scheduler.requests[job.req_id].all_token_ids)
             self.load_writes[job_id] = {b: (job.req_id, k, tuple(tokens[:(k + 1) * BLOCK_SIZE]))
                                         for b in blocks for k in [ids.index(b)]}
@@ -298,7 +347,7 @@ class HalfRun:
                 continue
             reads = self.reads[job_id]
             if not transfer.done:
-                self._check(checks.overwritten_store_source(transfer.describe(), reads, writes, self._why(transfer)))
+                self._check(overwritten_store_source(transfer.describe(), reads, writes, self._why(transfer)))
             elif transfer.flushed == step:
                 reused = sum(1 for b, p in reads.items() if b in writes and writes[b][2] != p)
                 if transfer.req_id in self.preempted_at and self.preempted_at[transfer.req_id] >= transfer.issued:

@@ -19,15 +19,6 @@ workload, so a generated workload needs no expected result of its own:
   async load, every id reported as sent was kept by ``request_finished``;
 * ``no_reuse_before_release``: blocks a connector still holds are not handed
   to another request.
-
-The scheduler-half check (checks/scheduler_half.py) adds, per step of its worker-results feeder:
-
-* ``overwritten_store_source``: no block a store has not read yet is written
-  with other content (by the forward or a load) before the store reads it;
-* ``blocks_outside_table``: a transfer reads or writes only blocks vLLM
-  allocated to its request;
-* ``load_out_of_place``: a load writes each block at the position of the
-  request's block table its spec names.
 """
 
 from __future__ import annotations
@@ -180,47 +171,4 @@ def no_reuse_before_release(held: dict[str, dict[int, tuple[int, ...]]],
                 return (f"block(s) {sorted(reused)} were handed to request {rid} for other tokens while the "
                         f"connector still held them for finished request {owner} (request_finished kept "
                         f"them; finished_sending not yet reported)")
-    return None
-
-
-def overwritten_store_source(store: str, reads: dict[int, tuple[int, ...]],
-                             writes: dict[int, tuple[str, int, tuple[int, ...]]], why: str) -> str | None:
-    """None when no block a store still reads is written with other content; else the first such block, in words.
-
-    ``reads``: block id -> the prefix whose KV the store reads there (its request's tokens up to the block's
-    end); ``writes``: block id -> (writing request, block index in its table, the prefix it writes there). A
-    write of the same prefix (the store's own request computing the tokens it is about to store) is no
-    conflict; any other write means the store would save another request's KV under this one's keys.
-    """
-    for block, prefix in reads.items():
-        write = writes.get(block)
-        if write is None or write[2] == prefix:
-            continue
-        writer, index, _ = write
-        return (f"{store} had not read block {block} yet when request {writer} wrote it (its block {index}, other "
-                f"tokens than the store's){why}")
-    return None
-
-
-def blocks_outside_table(what: str, blocks: list[int], rid: str, table: list[int] | None) -> str | None:
-    """None when every block is in request ``rid``'s block table; else which are not, in words."""
-    if table is None:
-        return f"{what} names request {rid}, which holds no blocks in vLLM's scheduler"
-    outside = [b for b in blocks if b not in table]
-    if outside:
-        return (f"{what} names GPU block(s) {outside}, which vLLM's KV cache manager has not allocated to request "
-                f"{rid} (its blocks: {table})")
-    return None
-
-
-def load_out_of_place(what: str, blocks: list[int], first_index: int, rid: str, table: list[int]) -> str | None:
-    """None when a load's destination blocks are request ``rid``'s blocks ``first_index``, ``first_index + 1``, ...
-    in order (a ``GPULoadStoreSpec``'s block ids and ``block_indices``); else the first misplaced one, in words."""
-    for i, block in enumerate(blocks):
-        k = first_index + i
-        want = table[k] if k < len(table) else None
-        if block != want:
-            return (f"{what} writes the KV of request {rid}'s block {k} into GPU block {block}, but vLLM allocated "
-                    f"{'block ' + str(want) if want is not None else 'no block'} there (its blocks: {table}): "
-                    f"the loaded tokens would land at other positions")
     return None
