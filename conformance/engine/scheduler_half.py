@@ -109,10 +109,21 @@ def gpu_block_ids(spec, what: str) -> list[int]:
     return [int(b) for b in ids]
 
 
+def offloading_common():
+    """vLLM's offloading/common.py (the connector's metadata both ways), where this vLLM keeps it."""
+    try:
+        from vllm.distributed.kv_transfer.kv_connector.v1.offloading import common
+    except ImportError as exc:
+        raise FeederMismatch(f"the worker-results feeder reads OffloadingConnector's metadata from vLLM 0.32's "
+                             f"vllm/distributed/kv_transfer/kv_connector/v1/offloading/common.py, which this "
+                             f"vLLM lacks ({exc})") from None
+    return common
+
+
 def offloading_jobs(metadata) -> tuple[dict, dict, set[int]]:
     """(load_jobs, store_jobs, jobs_to_flush) of an OffloadingConnectorMetadata, checked for the fields the
     feeder reads; a metadata of another shape is ``FeederMismatch``."""
-    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import OffloadingConnectorMetadata
+    OffloadingConnectorMetadata = offloading_common().OffloadingConnectorMetadata
 
     if not isinstance(metadata, OffloadingConnectorMetadata):
         raise FeederMismatch(f"the worker-results feeder plays OffloadingConnector's worker half, whose metadata is "
@@ -151,7 +162,7 @@ class OffloadingWorkerFeeder:
     def step(self, scheduler_output):
         """One model-runner step of the worker half; returns the step's ``KVConnectorOutput``."""
         KVConnectorOutput = vllm_api.find("KVConnectorOutput")
-        from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import OffloadingWorkerMetadata
+        OffloadingWorkerMetadata = offloading_common().OffloadingWorkerMetadata
 
         self.step_index += 1
         step = self.step_index
