@@ -36,11 +36,14 @@ class Requires(BaseModel):
 
 
 class Variant(BaseModel):
-    """A second way to run a connector, on the platforms where it applies (NIXL with a device-memory buffer)."""
+    """A second way to run a connector: what it changes in the profile (a key left out keeps the profile's), and
+    the platforms where it applies (NIXL with a device-memory buffer; MultiConnector over busier children)."""
 
     model_config = ConfigDict(extra="forbid")
-    kv_buffer_device: str
-    platforms: list[str]  # where the variant runs; elsewhere it is not a parameter at all
+    kv_buffer_device: str | None = None
+    extra_config: dict[str, Any] | None = None
+    checks: list[Check] | None = None
+    platforms: list[str] | None = None  # where the variant runs (default: everywhere); elsewhere not a parameter
 
 
 class ConnectorProfile(BaseModel):
@@ -61,8 +64,8 @@ class ConnectorProfile(BaseModel):
 
     def as_variant(self, name: str) -> ConnectorProfile:
         """This profile with variant ``name``'s settings (and no variants of its own)."""
-        variant = self.variants[name]
-        return self.model_copy(update={"kv_buffer_device": variant.kv_buffer_device, "variants": {}})
+        changes = self.variants[name].model_dump(exclude={"platforms"}, exclude_none=True)
+        return self.model_copy(update={**changes, "variants": {}})
     promised_hit: str | None = None  # a name from checks/claims.py's PROMISED_HITS: the round-trip checks it exactly
     services: dict[str, ServiceSpec] = Field(default_factory=dict)  # servers it needs (connectors/services.py)
 

@@ -155,7 +155,8 @@ def with_variants(params: list[ConnectorParam], platform: str) -> list[Connector
     for param in params:
         out.append(param)
         out += [replace(param, profile=param.profile.as_variant(name), variant=name)
-                for name, variant in param.profile.variants.items() if platform in variant.platforms]
+                for name, variant in param.profile.variants.items()
+                if variant.platforms is None or platform in variant.platforms]
     return out
 
 

@@ -23,3 +23,16 @@ class UnflaggedMultiConnector(MultiConnector):
     def bind_connector_metadata(self, connector_metadata) -> None:
         for child, metadata in zip(self._connectors, connector_metadata.metadata, strict=True):
             child.bind_connector_metadata(metadata)
+
+
+class FirstChildFinishMultiConnector(MultiConnector):
+    """Reports a request's saves finished when its first child does, ignoring the saves other children still have
+    in flight (``_extra_async_saves``): vLLM frees the blocks while a slower child has yet to read them."""
+
+    def __init__(self, vllm_config, role, kv_cache_config=None):
+        vllm_config.scheduler_config.disable_hybrid_kv_cache_manager = True  # as UnflaggedMultiConnector's
+        super().__init__(vllm_config, role, kv_cache_config)
+
+    def get_transfer_results(self, finished_req_ids):
+        self._extra_async_saves.clear()
+        return super().get_transfer_results(finished_req_ids)

@@ -1,24 +1,46 @@
-"""Wrappers as vLLM runs them: the round-trip fails a MultiConnector copy whose bind leaves its own flag unset.
+"""Wrappers as vLLM runs them, over children that do real work; each broken MultiConnector copy fails.
 
-vLLM's attention layers save through the connector only while it ``has_connector_metadata()``; the runner
-stand-in gates them the same way, so the copy in tests/broken_connectors/multi_broken.py saves nothing and
-the consumer finds nothing, while the unmodified MultiConnector passes the same tests.
+* vLLM's attention layers save through the connector only while it ``has_connector_metadata()``; the
+  runner stand-in gates them the same way, so UnflaggedMultiConnector (binds its children, not itself)
+  saves nothing and its round-trip finds nothing.
+* MultiConnector's ``late-saves`` variant runs it over two children whose saves finish steps apart
+  (conformance/connectors/late_save.py); FirstChildFinishMultiConnector reports a request finished when
+  the first child does, so the second child's finish reports it again, and vLLM frees blocks a child
+  has yet to read.
+
+The unmodified MultiConnector, and its late-saves variant, pass the same tests. Copies in
+tests/broken_connectors/multi_broken.py, given their profiles by the YAML beside it.
 """
 
 from __future__ import annotations
 
 from tests.selftest.suite_run import REPO, of_connector, run_broken
 
-SELECTION = ("test_roundtrip and float16 and not bfloat16 and not mla and not layout and not scenario"
+PROFILES = ("--profiles", str(REPO / "tests" / "broken_connectors" / "multi_broken.yaml"))
+ROUNDTRIP = ("test_roundtrip and float16 and not bfloat16 and not mla and not layout and not scenario"
              " and not other_device")
+WORKLOAD = "test_workload_scenario and (shared-prefix or abort-mid-save)"
 
 
 def test_a_wrapper_that_leaves_its_flag_unset_saves_nothing(tmp_path):
-    returncode, outcomes, output = run_broken(
-        tmp_path, SELECTION, "MultiConnector", "multi_broken", ["UnflaggedMultiConnector"],
-        extra=("--profiles", str(REPO / "tests" / "broken_connectors" / "multi_broken.yaml")))
+    returncode, outcomes, output = run_broken(tmp_path, ROUNDTRIP, "MultiConnector", "multi_broken",
+                                              ["UnflaggedMultiConnector"], PROFILES)
     assert returncode == 1, output[-3000:]
     original, broken = of_connector(outcomes, "MultiConnector"), of_connector(outcomes, "UnflaggedMultiConnector")
     assert len(original) == 1 and original[0].outcome == "passed", [(o.nodeid, o.message[:800]) for o in original]
     assert len(broken) == 1 and broken[0].outcome == "failed", [(o.nodeid, o.message[:800]) for o in broken]
     assert "UnflaggedMultiConnector reported no cache hit for req-0" in broken[0].message, broken[0].message[:1500]
+
+
+def test_a_wrapper_that_reports_a_save_finished_before_its_last_child_fails(tmp_path):
+    returncode, outcomes, output = run_broken(tmp_path, WORKLOAD, "MultiConnector", "multi_broken",
+                                              ["FirstChildFinishMultiConnector"], PROFILES)
+    assert returncode == 1, output[-3000:]
+    original = [o for o in outcomes if "-MultiConnector" in o.nodeid]  # the plain one and its late-saves variant
+    assert len(original) == 4 and sum("@late-saves" in o.nodeid for o in original) == 2, output[-3000:]
+    assert all(o.outcome == "passed" for o in original), [(o.nodeid, o.message[:800]) for o in original]
+    broken = of_connector(outcomes, "FirstChildFinishMultiConnector")
+    assert len(broken) == 2, output[-3000:]
+    for outcome in broken:
+        assert outcome.outcome == "failed", (outcome.nodeid, outcome.message[:800])
+        assert "as finished sending, but no such transfer was in flight" in outcome.message, outcome.message[:1500]

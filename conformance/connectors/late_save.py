@@ -1,0 +1,119 @@
+"""A child for wrappers that does real work: vLLM's ExampleConnector, its saves finishing steps late.
+
+A wrapper such as MultiConnector is only as well tested as its children are busy.
+ExampleConnector saves within the step, so under it a wrapper never holds a request
+whose children save asynchronously side by side and finish at different steps, which
+is where a wrapper must report a request finished only after its last child
+(``extra_async_saves``) and forward each child's preemptions. This connector is
+ExampleConnector with one change: each save is read from the KV cache and written
+``save_delay_steps`` worker steps after vLLM's layers hand it over, as an
+asynchronous saver copies off the GPU, so:
+
+* ``request_finished`` keeps the request's blocks (True) while it has saves in flight,
+  and the worker reports it in ``finished_sending`` once they are written;
+* ``handle_preemptions`` writes a preempted request's pending saves at once, before
+  vLLM hands its blocks to another request (vLLM frees a preempted request's blocks
+  without asking the connector);
+* a block freed early by a wrapper is read after vLLM reused it: the store then holds
+  another request's KV, and a later load of it fails the byte checks.
+
+Its profile row lives under MultiConnector's ``late-saves`` variant (``connectors.yaml``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import safetensors.torch
+import torch
+from vllm.distributed.kv_transfer.kv_connector.v1.example_connector import (
+    ExampleConnector,
+    ExampleConnectorMetadata,
+)
+
+
+@dataclass
+class _PendingSave:
+    request_id: str
+    due_step: int
+    layer_name: str
+    kv_layer: torch.Tensor
+    token_ids: torch.Tensor
+    slot_mapping: torch.Tensor
+    mm_hashes: list[str]
+
+
+@dataclass
+class LateSaveMetadata(ExampleConnectorMetadata):
+    store_ids: list[str | None] = field(default_factory=list)  # per entry of ``requests``: the storing request
+    preempted: set[str] = field(default_factory=set)
+
+
+class LateSaveExampleConnector(ExampleConnector):
+    def __init__(self, vllm_config, role, kv_cache_config=None):
+        super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
+        extra = vllm_config.kv_transfer_config.kv_connector_extra_config
+        self._delay = int(extra.get("save_delay_steps", 1))
+        self._storing: set[str] = set()  # scheduler side: requests with saves handed to the worker
+        self._step = 0  # worker side: steps seen
+        self._pending: list[_PendingSave] = []
+        self._written: set[str] = set()  # requests with saves written and not yet reported
+        self._finished: set[str] = set()  # finished by vLLM, reported once their saves are written
+
+    # ---- scheduler side -------------------------------------------------------------------------------------
+
+    def build_connector_meta(self, scheduler_output) -> LateSaveMetadata:
+        need_load = set(self._requests_need_load)
+        meta = super().build_connector_meta(scheduler_output)
+        # which request each entry is: the new requests in order (a load, or a store of a prompt not yet on
+        # disk), then the resumed ones (loads); ExampleConnector's entries do not carry it
+        ids: list[str | None] = []
+        for new in scheduler_output.scheduled_new_reqs:
+            if new.req_id in need_load:
+                ids.append(None)
+            elif len(ids) < len(meta.requests) and meta.requests[len(ids)].is_store:
+                ids.append(new.req_id)
+                self._storing.add(new.req_id)
+        ids += [None] * (len(meta.requests) - len(ids))
+        return LateSaveMetadata(requests=meta.requests, store_ids=ids,
+                                preempted=set(getattr(scheduler_output, "preempted_req_ids", None) or ()))
+
+    def request_finished(self, request, block_ids) -> tuple[bool, dict[str, Any] | None]:
+        if request.request_id in self._storing:
+            self._storing.discard(request.request_id)
+            return True, None  # its saves may still be in flight: vLLM keeps the blocks until finished_sending
+        return False, None
+
+    # ---- worker side ----------------------------------------------------------------------------------------
+
+    def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor, attn_metadata, **kwargs: Any) -> None:
+        meta = self._get_connector_metadata()
+        for request, request_id in zip(meta.requests, meta.store_ids, strict=True):
+            if request.is_store and request_id is not None:
+                self._pending.append(_PendingSave(request_id, self._step + self._delay, layer_name, kv_layer,
+                                                  request.token_ids, request.slot_mapping, request.mm_hashes))
+
+    def handle_preemptions(self, kv_connector_metadata) -> None:
+        preempted = getattr(kv_connector_metadata, "preempted", set())
+        self._write(lambda save: save.request_id in preempted)
+
+    def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
+        self._step += 1
+        self._write(lambda save: save.due_step <= self._step)
+        self._finished |= finished_req_ids & ({s.request_id for s in self._pending} | self._written)
+        done = {rid for rid in self._finished if all(s.request_id != rid for s in self._pending)}
+        self._finished -= done
+        self._written -= done
+        return done or None, None
+
+    def _write(self, due) -> None:
+        """Read each due save from the cache now, and write it as ExampleConnector does."""
+        now = [s for s in self._pending if due(s)]
+        self._pending = [s for s in self._pending if not due(s)]
+        for save in now:
+            blocks, offsets = save.slot_mapping // self._block_size, save.slot_mapping % self._block_size
+            kv = save.kv_layer[blocks.to(save.kv_layer.device), :, offsets.to(save.kv_layer.device)]
+            path = self._generate_filename_debug(save.layer_name, save.token_ids, save.mm_hashes)
+            safetensors.torch.save_file({"kv_cache": kv.detach().cpu()}, path)
+            self._written.add(save.request_id)
