@@ -145,6 +145,7 @@ RUNTIME_CHECKS: dict[str, str] = {
     "contract": "the connector API as vLLM's scheduler and worker call it",
     "load_failure": "a failed load is reported, never silent",
     "shared_store": "an engine of another configuration over the same store never gets this one's KV",
+    "scheduler_half": "the scheduler half in vLLM's Scheduler, its worker's reports fed back as vLLM's runner does",
     "engine": "vLLM's engine end to end",
     "workload": "server-like workloads through vLLM's scheduler",
 }

@@ -16,7 +16,7 @@ from .model import CaseResult, Cell, Results
 from .outcomes import ORDER, OUTCOMES, is_failing
 
 # Checks in the order a connector meets them; others follow alphabetically, collection errors last.
-CHECK_ORDER = ("roundtrip", "load_failure", "fill", "contract", "lint", "engine")
+CHECK_ORDER = ("roundtrip", "load_failure", "shared_store", "fill", "contract", "scheduler_half", "lint", "engine")
 LAST_CHECKS = ("collection",)
 
 

@@ -111,7 +111,8 @@ def _expect_no_hit(rig: Rig, other: Rig, role: str, prompts: dict[str, list[int]
             f"{rig.connector.name} claimed {tokens} external tokens of {rid} for an engine of {_describe(other)}, but "
             f"only an engine of {_describe(rig)} had stored that prompt: its keys ignore what differs, so one "
             f"configuration's KV is offered to another"
-            + (f"; loading it then raised {type(crash).__name__}: {crash}" if crash is not None else "")) from crash
+            + (f"; loading it then raised {type(crash).__name__}" + (f": {crash}" if str(crash) else " (no message)")
+               if crash is not None else "")) from crash
     if crash is not None:
         raise crash
     for name, view in consumer.caches.items():
