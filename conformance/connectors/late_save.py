@@ -6,8 +6,8 @@ whose children save asynchronously side by side and finish at different steps, w
 is where a wrapper must report a request finished only after its last child
 (``extra_async_saves``) and forward each child's preemptions. This connector is
 ExampleConnector with one change: each save is read from the KV cache and written
-``save_delay_steps`` worker steps after vLLM's layers hand it over, as an
-asynchronous saver copies off the GPU, so:
+``save_delay_steps`` worker steps after the step whose layers handed it over (after
+that later step's forward), as an asynchronous saver copies off the GPU, so:
 
 * ``request_finished`` keeps the request's blocks (True) while it has saves in flight,
   and the worker reports it in ``finished_sending`` once they are written;
@@ -91,7 +91,8 @@ class LateSaveExampleConnector(ExampleConnector):
         meta = self._get_connector_metadata()
         for request, request_id in zip(meta.requests, meta.store_ids, strict=True):
             if request.is_store and request_id is not None:
-                self._pending.append(_PendingSave(request_id, self._step + self._delay, layer_name, kv_layer,
+                # this is step ``self._step + 1``; its get_finished writes saves due then
+                self._pending.append(_PendingSave(request_id, self._step + 1 + self._delay, layer_name, kv_layer,
                                                   request.token_ids, request.slot_mapping, request.mm_hashes))
 
     def handle_preemptions(self, kv_connector_metadata) -> None:
@@ -106,6 +107,10 @@ class LateSaveExampleConnector(ExampleConnector):
         self._finished -= done
         self._written -= done
         return done or None, None
+
+    def shutdown(self) -> None:
+        self._write(lambda save: True)  # a queue drains before its engine goes
+        super().shutdown()
 
     def _write(self, due) -> None:
         """Read each due save from the cache now, and write it as ExampleConnector does."""

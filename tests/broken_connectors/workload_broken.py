@@ -13,6 +13,8 @@ import torch
 from vllm.distributed.kv_transfer.kv_connector.v1.example_connector import ExampleConnector
 from vllm.distributed.kv_transfer.kv_connector.v1.multi_connector import MultiConnector
 
+from kvconform.conformance.connectors.late_save import LateSaveExampleConnector
+
 
 class _Loader(ExampleConnector):
     """ExampleConnector's load, into the registered caches, at slots a hook picks."""
@@ -175,52 +177,12 @@ class ForgetsAbortedLoadConnector(AsyncLoadConnector):
         return sent, received or None
 
 
-class AsyncSaveConnector(ExampleConnector):
-    """ExampleConnector whose saves copy the KV one step late, as a transfer queue does: ``save_kv_layer``
-    queues the request's slots and the copy reads them at the next step's ``wait_for_save``. Correct because
-    nothing overwrites what it has queued: ``request_finished`` keeps a finished request's blocks until the
-    send is reported (after the copy ran), and when the scheduler preempted requests (whose blocks vLLM frees
-    at once) ``handle_preemptions`` runs the queued copies before the forward may write those blocks."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._queued: list = []  # (layer name, cache view, ReqMeta) queued in this step
-        self._in_flight: list = []  # queued in the step before: copied at this step's wait_for_save
-
-    def build_connector_meta(self, scheduler_output):
-        meta = super().build_connector_meta(scheduler_output)
-        meta.preempted_req_ids = set(scheduler_output.preempted_req_ids or ())
-        return meta
-
-    def request_finished(self, request, block_ids):
-        return True, None
-
-    def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs) -> None:
-        self._queued += [(layer_name, kv_layer, r) for r in self._get_connector_metadata().requests if r.is_store]
-
-    def handle_preemptions(self, kv_connector_metadata) -> None:
-        if getattr(kv_connector_metadata, "preempted_req_ids", None):
-            self._copy(self._in_flight)
-            self._in_flight = []
-
-    def wait_for_save(self) -> None:
-        self._copy(self._in_flight)
-        self._in_flight, self._queued = self._queued, []
-
-    def _copy(self, copies) -> None:
-        for layer_name, kv_layer, request in copies:
-            path = self._generate_filename_debug(layer_name, request.token_ids, request.mm_hashes)
-            slots = request.slot_mapping.to(kv_layer.device)
-            kv = kv_layer[slots // self._block_size, :, slots % self._block_size]
-            safetensors.torch.save_file({"kv_cache": kv.detach().cpu()}, path)
-
-    def get_finished(self, finished_req_ids):
-        return set(finished_req_ids) or None, None  # their copies ran at this step's wait_for_save
-
-    def shutdown(self) -> None:
-        self._copy(self._in_flight + self._queued)  # a queue drains before its engine goes
-        self._in_flight, self._queued = [], []
-        super().shutdown()
+class AsyncSaveConnector(LateSaveExampleConnector):
+    """ExampleConnector whose saves copy the KV one step late, as a transfer queue does (kvconform's own
+    LateSaveExampleConnector, conformance/connectors/late_save.py, at its default delay of one step). Correct
+    because nothing overwrites what it has queued: ``request_finished`` keeps a finished request's blocks until
+    the send is reported (after the copy ran), and when the scheduler preempted requests (whose blocks vLLM
+    frees at once) ``handle_preemptions`` runs their queued copies before the forward may write those blocks."""
 
 
 class PreemptionBlindSaveConnector(AsyncSaveConnector):
@@ -239,4 +201,5 @@ class EarlyFreeSaveConnector(AsyncSaveConnector):
         return False, None
 
     def get_finished(self, finished_req_ids):
+        super().get_finished(finished_req_ids)  # the due copies run; nothing is reported, as nothing was kept
         return None, None

@@ -19,7 +19,7 @@ from tests.selftest.suite_run import REPO, of_connector, run_broken
 PROFILES = ("--profiles", str(REPO / "tests" / "broken_connectors" / "multi_broken.yaml"))
 ROUNDTRIP = ("test_roundtrip and float16 and not bfloat16 and not mla and not layout and not scenario"
              " and not other_device")
-WORKLOAD = "test_workload_scenario and (shared-prefix or abort-mid-save)"
+WORKLOAD = "test_workload_scenario and (occupied-pools or abort-mid-save)"
 
 
 def test_a_wrapper_that_leaves_its_flag_unset_saves_nothing(tmp_path):
