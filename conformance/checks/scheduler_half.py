@@ -39,7 +39,7 @@ from ..engine import kvcache
 from ..engine.check_failure import CheckFailure
 from ..engine.prompts import request_prompt
 from ..engine.rig import ConnectorRefused, Rig, refusal_as
-from ..engine.scheduler import SchedulerDriver
+from ..engine.scheduler import SchedulerDriver, watch_request_finished
 from ..engine.scheduler_half import OffloadingWorkerFeeder, Timing, Transfer, gpu_block_ids, offloading_jobs
 from ..vllm_build import api as vllm_api
 
@@ -379,24 +379,15 @@ class HalfRun:
 
     def _watch_request_finished(self) -> None:
         """Record each finished request's blocks as vLLM hands them to the connector, and whether it kept them."""
-        connector = self.scheduler.connector
-        for method in ("request_finished", "request_finished_all_groups"):
-            answer = getattr(connector, method, None)
-            if answer is None:
-                continue
+        def note(request, table: list[int], kept: bool) -> None:
+            rid = request.request_id
+            self.tables[rid] = (table, list(request.all_token_ids))
+            if not kept:
+                self.finished_at[rid] = self.step_index
+            if any(t.req_id == rid and t.kind == "store" and not t.done for t in self.feeder.transfers.values()):
+                self.report.finished_in_flight += 1
 
-            def watched(request, block_ids, _answer=answer):
-                delay, params = _answer(request, block_ids)
-                rid = request.request_id
-                table = block_ids[0] if block_ids and isinstance(block_ids[0], (list, tuple)) else block_ids
-                self.tables[rid] = (list(table), list(request.all_token_ids))
-                if not delay:
-                    self.finished_at[rid] = self.step_index
-                if any(t.req_id == rid and t.kind == "store" and not t.done for t in self.feeder.transfers.values()):
-                    self.report.finished_in_flight += 1
-                return delay, params
-
-            setattr(connector, method, watched)
+        watch_request_finished(self.scheduler.connector, note)
 
 
 def build_driver(rig: Rig) -> SchedulerDriver:

@@ -11,7 +11,9 @@ guards that with a bare ``assert``.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..vllm_build import api as vllm_api
 from .block_sizes import engine_block_sizes
@@ -20,6 +22,24 @@ from .requests import block_hasher, new_request
 # How long a connector may take, past the step budget, to report transfers it finishes in the background.
 DRAIN_DEADLINE_S = 10.0
 DRAIN_PACE_S = 0.02  # between steps past the step budget: lets a server's threads run
+
+
+def watch_request_finished(connector, note: Callable[[Any, list[int], bool], None]) -> None:
+    """Call ``note(request, its first group's block ids, whether the connector kept them)`` after each answer of
+    the connector's ``request_finished`` (and ``request_finished_all_groups``, which vLLM's scheduler calls for
+    SupportsHMA connectors); the answer goes back to vLLM unchanged."""
+    for method in ("request_finished", "request_finished_all_groups"):
+        answer = getattr(connector, method, None)
+        if answer is None:
+            continue
+
+        def watched(request, block_ids, _answer=answer):
+            delay, params = _answer(request, block_ids)
+            table = block_ids[0] if block_ids and isinstance(block_ids[0], (list, tuple)) else block_ids
+            note(request, list(table), bool(delay))
+            return delay, params
+
+        setattr(connector, method, watched)
 
 
 def next_token(tokens: list[int]) -> int:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from ..engine.prompts import prompts_of
 from ..engine.rig import Rig
+from ..engine.scheduler import watch_request_finished
 from ..vllm_build import api as vllm_api
 from . import invariants as checks
 from .invariants import WorkloadFailure
@@ -111,21 +112,12 @@ class EnginePhase:
 
     def _watch_request_finished(self) -> None:
         """Record which finished requests the connector keeps blocks for (delayed frees)."""
-        connector = self.scheduler.connector
-        for method in ("request_finished", "request_finished_all_groups"):
-            answer = getattr(connector, method, None)
-            if answer is None:
-                continue
+        def note(request, table: list[int], kept: bool) -> None:
+            if kept:
+                tokens = list(request.all_token_ids[:request.num_computed_tokens])
+                self.held[request.request_id] = checks.held_blocks(table, tokens, self.block_size)
 
-            def watched(request, block_ids, _answer=answer):
-                delay, params = _answer(request, block_ids)
-                if delay:
-                    table = block_ids[0] if block_ids and isinstance(block_ids[0], (list, tuple)) else block_ids
-                    tokens = list(request.all_token_ids[:request.num_computed_tokens])
-                    self.held[request.request_id] = checks.held_blocks(table, tokens, self.block_size)
-                return delay, params
-
-            setattr(connector, method, watched)
+        watch_request_finished(self.scheduler.connector, note)
 
     # -- failure --------------------------------------------------------------------------------------
 
