@@ -5,9 +5,12 @@ ExampleConnector saves within the step, so under it a wrapper never holds a requ
 whose children save asynchronously side by side and finish at different steps, which
 is where a wrapper must report a request finished only after its last child
 (``extra_async_saves``) and forward each child's preemptions. This connector is
-ExampleConnector with one change: each save is read from the KV cache and written
-``save_delay_steps`` worker steps after the step whose layers handed it over (after
-that later step's forward), as an asynchronous saver copies off the GPU, so:
+ExampleConnector with two changes. It stores from the blocks vLLM's scheduler hands it in
+``update_state_after_alloc`` (as stores that track allocations do), so a wrapper must hand
+every child the request's real blocks, not only the child it loads from. And each save is
+read from the KV cache and written ``save_delay_steps`` worker steps after the step whose
+layers handed it over (after that later step's forward), as an asynchronous saver copies
+off the GPU, so:
 
 * ``request_finished`` keeps the request's blocks (True) while it has saves in flight,
   and the worker reports it in ``finished_sending`` once they are written;
@@ -30,6 +33,7 @@ import torch
 from vllm.distributed.kv_transfer.kv_connector.v1.example_connector import (
     ExampleConnector,
     ExampleConnectorMetadata,
+    ReqMeta,
 )
 
 
@@ -56,6 +60,7 @@ class LateSaveExampleConnector(ExampleConnector):
         extra = vllm_config.kv_transfer_config.kv_connector_extra_config
         self._delay = int(extra.get("save_delay_steps", 1))
         self._storing: set[str] = set()  # scheduler side: requests with saves handed to the worker
+        self._allocated: dict[str, list[int]] = {}  # scheduler side: the blocks update_state_after_alloc handed it
         self._step = 0  # worker side: steps seen
         self._pending: list[_PendingSave] = []
         self._written: set[str] = set()  # requests with saves written and not yet reported
@@ -63,23 +68,41 @@ class LateSaveExampleConnector(ExampleConnector):
 
     # ---- scheduler side -------------------------------------------------------------------------------------
 
+    def update_state_after_alloc(self, request, blocks, num_external_tokens: int) -> None:
+        super().update_state_after_alloc(request, blocks, num_external_tokens)
+        block_ids = blocks.get_block_ids()
+        self._allocated[request.request_id] = list(block_ids[0]) if block_ids else []
+
     def build_connector_meta(self, scheduler_output) -> LateSaveMetadata:
         need_load = set(self._requests_need_load)
         meta = super().build_connector_meta(scheduler_output)
         # which request each entry is: the new requests in order (a load, or a store of a prompt not yet on
-        # disk), then the resumed ones (loads); ExampleConnector's entries do not carry it
+        # disk), then the resumed ones (loads); ExampleConnector's entries do not carry it. A store takes its
+        # slots from the blocks update_state_after_alloc handed over, and is dropped where none were.
+        requests: list[ReqMeta] = []
         ids: list[str | None] = []
+        taken = 0  # entries of meta.requests accounted for
         for new in scheduler_output.scheduled_new_reqs:
             if new.req_id in need_load:
+                requests.append(meta.requests[taken])
                 ids.append(None)
-            elif len(ids) < len(meta.requests) and meta.requests[len(ids)].is_store:
-                ids.append(new.req_id)
-                self._storing.add(new.req_id)
-        ids += [None] * (len(meta.requests) - len(ids))
-        return LateSaveMetadata(requests=meta.requests, store_ids=ids,
+                taken += 1
+            elif taken < len(meta.requests) and meta.requests[taken].is_store:
+                entry = meta.requests[taken]
+                taken += 1
+                blocks = self._allocated.get(new.req_id)
+                if blocks:
+                    requests.append(ReqMeta.make_meta(list(new.prompt_token_ids or []), blocks, self._block_size,
+                                                      True, entry.mm_hashes))
+                    ids.append(new.req_id)
+                    self._storing.add(new.req_id)
+        requests += meta.requests[taken:]  # resumed requests' loads
+        ids += [None] * (len(requests) - len(ids))
+        return LateSaveMetadata(requests=requests, store_ids=ids,
                                 preempted=set(getattr(scheduler_output, "preempted_req_ids", None) or ()))
 
     def request_finished(self, request, block_ids) -> tuple[bool, dict[str, Any] | None]:
+        self._allocated.pop(request.request_id, None)
         if request.request_id in self._storing:
             self._storing.discard(request.request_id)
             return True, None  # its saves may still be in flight: vLLM keeps the blocks until finished_sending

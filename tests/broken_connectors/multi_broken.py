@@ -36,3 +36,18 @@ class FirstChildFinishMultiConnector(MultiConnector):
     def get_transfer_results(self, finished_req_ids):
         self._extra_async_saves.clear()
         return super().get_transfer_results(finished_req_ids)
+
+
+class EmptyBlocksMultiConnector(MultiConnector):
+    """Hands the children it does not load from empty blocks, as MultiConnector did before it passed every child
+    the request's real blocks: a child that stores from the blocks it is handed stores nothing."""
+
+    def __init__(self, vllm_config, role, kv_cache_config=None):
+        vllm_config.scheduler_config.disable_hybrid_kv_cache_manager = True  # as UnflaggedMultiConnector's
+        super().__init__(vllm_config, role, kv_cache_config)
+
+    def update_state_after_alloc(self, request, blocks, num_external_tokens: int) -> None:
+        chosen = self._requests_to_connector.get(request.request_id, -1)
+        for i, child in enumerate(self._connectors):
+            child.update_state_after_alloc(request, blocks if i == chosen else blocks.new_empty(),
+                                           num_external_tokens if i == chosen else 0)
