@@ -40,6 +40,8 @@ WARNING_FILTERS: tuple[tuple[str, str, type[Warning], str], ...] = (
 def ini_line(action: str, message: str, category: type[Warning], module: str) -> str:
     """One filter in pytest's ``filterwarnings`` syntax."""
     return f"{action}:{message}:{category.__module__}.{category.__qualname__}:{module}"
+
+
 SECTION = "kvconform: the cause of each failure (first line)"
 _CAUSES_NAME = "kvconform-failure-causes"
 
