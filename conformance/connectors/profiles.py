@@ -61,13 +61,13 @@ class ConnectorProfile(BaseModel):
     # its scheduler half runs in vLLM's Scheduler with its worker half played by a worker-results feeder
     # (checks/scheduler_half.py): for a connector whose worker half refuses a platform (OffloadingConnector on CPU)
     scheduler_half: bool = False
+    promised_hit: str | None = None  # a name from checks/claims.py's PROMISED_HITS: the range of hits it promises
+    services: dict[str, ServiceSpec] = Field(default_factory=dict)  # servers it needs (connectors/services.py)
 
     def as_variant(self, name: str) -> ConnectorProfile:
         """This profile with variant ``name``'s settings (and no variants of its own)."""
         changes = self.variants[name].model_dump(exclude={"platforms"}, exclude_none=True)
         return self.model_copy(update={**changes, "variants": {}})
-    promised_hit: str | None = None  # a name from checks/claims.py's PROMISED_HITS: the round-trip checks it exactly
-    services: dict[str, ServiceSpec] = Field(default_factory=dict)  # servers it needs (connectors/services.py)
 
     @field_validator("promised_hit")
     @classmethod

@@ -19,8 +19,15 @@ class ConfigBlindDictConnector(DictConnector):
         self._config_key = ""
 
 
-class NextBlockDictConnector(DictConnector):
-    """Loads each block into the block after the one vLLM allocated (a slot bug): the bytes land elsewhere."""
+class BlockByBlockLoadDictConnector(DictConnector):
+    """DictConnector's load one block at a time, with where a block goes and how it moves as hooks (for the copies
+    with a load bug); unchanged, it loads as DictConnector does."""
+
+    def _destination(self, block_id: int) -> int:
+        return block_id
+
+    def _moved(self, tensor, kv_cache):
+        return tensor.to(kv_cache.device)
 
     def start_load_kv(self, forward_context, **kwargs):
         meta = self._get_connector_metadata()
@@ -29,4 +36,11 @@ class NextBlockDictConnector(DictConnector):
             if kv_cache is None:  # a module without KV (a MoE runner)
                 continue
             for key, block_id in meta.loads:
-                kv_cache[block_id + 1].copy_(STORE[key][name].to(kv_cache.device))
+                kv_cache[self._destination(block_id)].copy_(self._moved(STORE[key][name], kv_cache))
+
+
+class NextBlockDictConnector(BlockByBlockLoadDictConnector):
+    """Loads each block into the block after the one vLLM allocated (a slot bug): the bytes land elsewhere."""
+
+    def _destination(self, block_id: int) -> int:
+        return block_id + 1
