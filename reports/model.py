@@ -49,13 +49,19 @@ CauseName = Literal["harness"]
 CAUSES: Final[dict[str, str]] = {"harness": "kvconform cannot drive this vLLM"}
 # The failure line pytest records for a VllmApiError (JUnit's message too): the exception's qualified name first.
 _HARNESS_FAILURE = re.compile(r"^(?:\w+\.)*VllmApiError: ")
+# The skip reason of a test the session did not run because kvconform no longer fits this vLLM's internals
+# (conformance/plugin/preflight.py), as pytest records it (JUnit's message: "path:line: reason" or the reason).
+_HARNESS_NOT_RUN = re.compile(r"^(?:\S+:\d+: )?not run: kvconform cannot drive this vLLM: ")
 
 
 def failure_cause(outcome: str, message: str) -> tuple[CauseName | None, str]:
     """(cause, message) of a test result: "harness" and the error's own text for a failed or errored test
-    whose exception was kvconform's VllmApiError; (None, message unchanged) otherwise."""
+    whose exception was kvconform's VllmApiError, or for a test not run because kvconform cannot drive this
+    vLLM; (None, message unchanged) otherwise."""
     if is_failing(outcome) and _HARNESS_FAILURE.match(message):
         return "harness", _HARNESS_FAILURE.sub("", message, count=1)
+    if outcome == "skipped" and _HARNESS_NOT_RUN.match(message):
+        return "harness", "not run: " + _HARNESS_NOT_RUN.sub("", message, count=1)
     return None, message
 
 
@@ -123,6 +129,8 @@ class RunInfo(_Strict):
     stale_expectations: list[StaleExpectation] = Field(default_factory=list)
     passing_expectations: list[PassingExpectation] = Field(default_factory=list)  # only on an untested vLLM
     environment_notes: list[str] = Field(default_factory=list)  # e.g. a library loaded from two files
+    # what of the installed vLLM's internals kvconform no longer fits (conformance/vllm_build/shapes.py), one line each
+    vllm_mismatches: list[str] = Field(default_factory=list)
 
 
 class Cell(_Strict):

@@ -28,6 +28,10 @@ def _is_empty(results: Results) -> bool:
     return not results.tests
 
 
+def _cannot_drive_vllm(results: Results) -> bool:
+    return any(run.vllm_mismatches for run in results.runs)
+
+
 def _has_stale_expectations(results: Results) -> bool:
     return any(run.stale_expectations for run in results.runs)
 
@@ -37,6 +41,8 @@ def _has_stale_expectations(results: Results) -> bool:
 RULES: tuple[tuple[Callable[[Results], bool], Verdict], ...] = (
     (_has_failures, Verdict("FAILING", 1)),
     (_is_empty, Verdict("no tests ran", 1)),
+    # not the connectors' result: the checks that need what kvconform cannot drive did not run (caveats say what)
+    (_cannot_drive_vllm, Verdict("not tested: kvconform cannot drive this vLLM", 1)),
     (_has_stale_expectations, Verdict("passing, but expectations matched no test", 1)),
 )
 PASSING = Verdict("passing", 0)
@@ -47,7 +53,8 @@ def caveats(results: Results) -> list[str]:
     the expected failures that passed there (an entry to remove or narrow), and what the run found about its
     environment."""
     notes = [note for run in results.runs
-             for note in (run.vllm_note, *(p.note for p in run.passing_expectations), *run.environment_notes)]
+             for note in (run.vllm_note, *(f"kvconform cannot drive vLLM {run.vllm}: {m}" for m in run.vllm_mismatches),
+                          *(p.note for p in run.passing_expectations), *run.environment_notes)]
     return list(dict.fromkeys(filter(None, notes)))
 
 

@@ -15,6 +15,7 @@ import pytest
 
 SIBLINGS = (
     "kvconform.conformance.plugin.options",
+    "kvconform.conformance.plugin.preflight",
     "kvconform.conformance.plugin.private_apis",
     "kvconform.conformance.plugin.expectations",
     "kvconform.conformance.plugin.results_json",

