@@ -10,7 +10,7 @@ modules that act on an option read it by its ``dest`` with ``config.getoption``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -19,7 +19,7 @@ from kvconform import platforms
 GROUP = "kvconform"
 GROUP_TITLE = "kvconform: vLLM KV connector conformance"
 DEFAULT_TIMEOUT_S = 300.0  # a conformance test's limit where neither --kvconform-timeout nor pytest-timeout's is set
-NORMAL_EXAMPLES = 4  # generated workloads per connector and prefill mode in a normal run (fixed, derandomized)
+NORMAL_EXAMPLES = 4  # generated workloads per connector and prefill mode in a normal run (seeded by the test's id)
 
 
 @dataclass(frozen=True)
@@ -86,13 +86,15 @@ OPTIONS: tuple[Option, ...] = (
            "run test_workload_replay on this workload spec (the JSON line a workload failure prints)",
            extra={"metavar": "SPEC"}),
     Option("--kvconform-explore",
-           "generated workloads: search N random workloads per connector and shrink a failure "
-           f"(default: {NORMAL_EXAMPLES} fixed, derandomized ones, no shrinking)",
+           "generated workloads: search N random workloads per connector with Hypothesis and shrink a failure "
+           f"(default: {NORMAL_EXAMPLES} fixed ones seeded by the test's id, the first anchored to a hit, "
+           "no shrinking)",
            default=0, extra={"type": int, "metavar": "N"}),
 )
 
 STORAGE_INI = "kvconform_default_storage"
-INI: dict[str, tuple[str, str]] = {  # name -> (type, help)
+IniType = Literal["string", "paths", "pathlist", "args", "linelist", "bool", "int", "float"]  # Parser.addini's
+INI: dict[str, tuple[IniType, str]] = {  # name -> (type, help)
     STORAGE_INI: ("linelist", "more default storage locations to watch, one per line: CONNECTOR FOLDER REGEX"),
 }
 

@@ -1,10 +1,10 @@
 """Validates the workload check's command-line options (declared in ``options.py``) before collection.
 
 ``--kvconform-replay SPEC`` runs one workload exactly (the line a failure
-prints); ``--kvconform-explore N`` turns the generated workloads from a small,
-derandomized budget into a deep random search of N workloads per connector,
-with shrinking. A malformed spec is one line and a non-zero exit, before
-collection.
+prints); ``--kvconform-explore N`` turns the generated workloads from a small
+budget seeded by each test's id into a deep Hypothesis search of N workloads
+per connector, with shrinking. A malformed spec is one line and a non-zero
+exit, before collection.
 """
 
 from __future__ import annotations
