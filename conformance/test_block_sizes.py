@@ -25,11 +25,18 @@ block sizes the groups have, so it would add no per-group arithmetic here.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from kvconform.conformance.checks.fill import FillFailure, run_fill
 from kvconform.conformance.connectors.requirements import refusals_skip, require
 from kvconform.conformance.engine.kvcache import CacheShape
+
+if TYPE_CHECKING:
+    from kvconform.conformance.connectors.selection import ConnectorParam
+    from kvconform.conformance.engine.rig import MakeRig
+    from kvconform.platforms.spec import PlatformSpec
 
 pytestmark = pytest.mark.check("fill")
 
@@ -40,7 +47,8 @@ SCENARIOS = {"two-requests": False, "prefix-hit-block-sizes": True}  # scenario 
 
 @pytest.mark.parametrize("registration", REGISTRATIONS)
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
-def test_block_sizes_fill(platform, attn_backend, connector, scenario, registration, make_rig):
+def test_block_sizes_fill(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, scenario: str,
+                          registration: str, make_rig: MakeRig) -> None:
     """Constant fill, exactly the request's blocks in each group, groups of different block sizes."""
     require(connector, platform, "fill")
     if not connector.profile.hybrid:

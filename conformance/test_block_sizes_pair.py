@@ -9,15 +9,25 @@ host memory on CPU. What must hold: ``conformance/checks/hybrid_pair.py``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from kvconform.conformance.connectors.requirements import refusals_skip, require
 from kvconform.conformance.engine.kvcache import CacheShape
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from kvconform.conformance.connectors.selection import ConnectorParam
+    from kvconform.conformance.engine.rig import MakeRig
+    from kvconform.platforms.spec import PlatformSpec
+
 pytestmark = pytest.mark.check("roundtrip")
 
 
-def test_block_sizes_pair(platform, attn_backend, connector, make_rig, record_property):
+def test_block_sizes_pair(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, make_rig: MakeRig,
+                          record_property: Callable[[str, object], None]) -> None:
     require(connector, platform, "roundtrip")
     from vllm.distributed.kv_transfer.kv_connector.v1.base import supports_hma
 

@@ -16,16 +16,23 @@ message says why; any other exception is a crash and fails.
 Skips follow the round-trip's rules: ``require`` names the profile, package or
 platform claim that rules a connector out, and a connector's own refusal of the
 platform (its profile's ``refusal`` pattern) is a skip that quotes it. Anything
-else a connector raises fails the check.
+else a connector raises fails the check. A connector that no profile names and
+that cannot be built here fails once, in ``test_contract_scheduler``, with its
+error; its other checks read "not run: the connector could not be constructed here".
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from kvconform.conformance.checks.contract import (
+    ContractConnector,
     ContractRig,
     ContractViolation,
+    ContractWorker,
+    FinishedIds,
     check_answer,
     check_reported_ids,
     install_checks,
@@ -39,6 +46,11 @@ from kvconform.conformance.engine.kvcache import CacheShape
 from kvconform.conformance.engine.prompts import request_prompt
 from kvconform.conformance.engine.rig import ConnectorRefused, refusal_as
 
+if TYPE_CHECKING:
+    from kvconform.conformance.connectors.selection import ConnectorParam
+    from kvconform.conformance.engine.rig import EngineStandIn, MakeRig
+    from kvconform.platforms.spec import PlatformSpec
+
 pytestmark = pytest.mark.check("contract")
 
 SHAPE = CacheShape()  # the backend's preferred block size
@@ -51,14 +63,20 @@ def _prompt(block_size: int, index: int = 0) -> list[int]:
     return request_prompt(index, 3 * block_size + 5)
 
 
-def _subject(connector, platform, make_rig) -> ContractRig:
+def _subject(connector: ConnectorParam, platform: PlatformSpec, make_rig: MakeRig,
+             reports_construction: bool = False) -> ContractRig:
     """The connector under test, or a skip naming why the contract check cannot run it here."""
-    return ContractRig(make_rig(SHAPE), require(connector, platform, "contract"))
+    return ContractRig(make_rig(SHAPE), require(connector, platform, "contract", reports_construction))
 
 
-def test_contract_scheduler(platform, attn_backend, connector, make_rig):
-    """Constructible with the SCHEDULER role; the claim, metadata, finish hooks and events are typed."""
-    subject = _subject(connector, platform, make_rig)
+def test_contract_scheduler(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam,
+                            make_rig: MakeRig) -> None:
+    """Constructible with the SCHEDULER role; the claim, metadata, finish hooks and events are typed.
+
+    For a connector that no profile names it is the construction test too: both halves of it, built through
+    vLLM's factory once per process (connectors/construction.py); where one raises, this test fails with
+    the connector's error and its other checks are not run."""
+    subject = _subject(connector, platform, make_rig, reports_construction=True)
     with refusals_skip():
         for kv_role in subject.kv_roles():
             with subject.scheduler(kv_role) as half:
@@ -74,7 +92,8 @@ def test_contract_scheduler(platform, attn_backend, connector, make_rig):
                 half.ask("take_events", shown_args="")
 
 
-def test_contract_worker(platform, attn_backend, connector, make_rig):
+def test_contract_worker(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam,
+                         make_rig: MakeRig) -> None:
     """Constructible with the WORKER role; registers vLLM's caches; a step's reports are typed."""
     subject = _subject(connector, platform, make_rig)
     with refusals_skip():
@@ -85,7 +104,8 @@ def test_contract_worker(platform, attn_backend, connector, make_rig):
                 worker.idle_step(metadata)
 
 
-def test_contract_driven(platform, attn_backend, connector, make_rig):
+def test_contract_driven(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam,
+                         make_rig: MakeRig) -> None:
     """Answers given to vLLM's own Scheduler and to the runner's call order, end to end.
 
     A producer side runs a request, then a fresh consumer side over the same storage
@@ -101,7 +121,7 @@ def test_contract_driven(platform, attn_backend, connector, make_rig):
                 side.close()
 
 
-def _drive_one_request(subject, side, role: str, index: int) -> None:
+def _drive_one_request(subject: ContractRig, side: EngineStandIn, role: str, index: int) -> None:
     label = f"{subject.name} ({role} side, driven by vLLM's Scheduler)"
     scheduler_connector = side.scheduler.connector
     scheduler_calls = install_checks(scheduler_connector, label)
@@ -128,7 +148,8 @@ def _drive_one_request(subject, side, role: str, index: int) -> None:
     assert side.scheduler.claims.get(request_id), f"{label}: no claim was recorded for {request_id}"
 
 
-def test_contract_no_load(platform, attn_backend, connector, make_rig):
+def test_contract_no_load(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam,
+                          make_rig: MakeRig) -> None:
     """A request with nothing to load: the claim, an allocation of 0 external tokens and no blocks, a step."""
     subject = _subject(connector, platform, make_rig)
     with refusals_skip():
@@ -144,14 +165,15 @@ def test_contract_no_load(platform, attn_backend, connector, make_rig):
                 scheduler.finish(request, scheduler.no_block_ids(), "the 1-token request")
 
 
-def _step_finishing(scheduler, worker, request_id: str):
+def _step_finishing(scheduler: ContractConnector, worker: ContractWorker, request_id: str) -> FinishedIds:
     """A step whose SchedulerOutput finishes ``request_id``: its metadata, then the worker's (sending, loading)."""
     metadata = scheduler.ask("build_connector_meta", scheduler_output([request_id]),
                              shown_args=f"a SchedulerOutput finishing {request_id!r}")
     return worker.idle_step(metadata, [request_id])
 
 
-def test_contract_finished_before_load(platform, attn_backend, connector, make_rig):
+def test_contract_finished_before_load(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam,
+                                       make_rig: MakeRig) -> None:
     """A request aborted while waiting: claimed, finished with no blocks, never reported as loaded."""
     subject = _subject(connector, platform, make_rig)
     with refusals_skip():
@@ -172,7 +194,8 @@ def test_contract_finished_before_load(platform, attn_backend, connector, make_r
                         f"it (its scheduler asserts every reported id is a request it holds)")
 
 
-def test_contract_unknown_requests(platform, attn_backend, connector, make_rig):
+def test_contract_unknown_requests(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam,
+                                   make_rig: MakeRig) -> None:
     """Ids a connector never saw: a finish hook for an unseen request, finished ids it never handled."""
     subject = _subject(connector, platform, make_rig)
     with refusals_skip():
@@ -189,7 +212,8 @@ def test_contract_unknown_requests(platform, attn_backend, connector, make_rig):
                             f"id is a request it holds)")
 
 
-def test_contract_empty_registration(platform, attn_backend, connector, make_rig):
+def test_contract_empty_registration(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam,
+                                     make_rig: MakeRig) -> None:
     """``register_kv_caches({})`` on a fresh worker returns, or refuses with a ValueError that says why."""
     subject = _subject(connector, platform, make_rig)
     with refusals_skip():

@@ -13,11 +13,18 @@ import json
 import os
 import subprocess
 import sys
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from kvconform.conformance.connectors.requirements import require
 from kvconform.conformance.engine.engine_run import CANNOT_RUN, GO, HELD_ENV
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from kvconform.conformance.connectors.selection import ConnectorParam
+    from kvconform.platforms.spec import PlatformSpec
 
 pytestmark = [pytest.mark.check("engine"), pytest.mark.engine]
 
@@ -28,7 +35,7 @@ ENGINE_TIMEOUT_S = 300
 ENGINE_DTYPES = ("float32", "bfloat16", "float16")
 
 
-def engine_options(attn_backend: str) -> dict:
+def engine_options(attn_backend: str) -> dict[str, Any]:
     """The engine's dtype, block size and backend: the backend under test, with what it takes.
 
     FlashAttention refuses float32, so the dtype is the first of ``ENGINE_DTYPES`` the backend
@@ -43,7 +50,8 @@ def engine_options(attn_backend: str) -> dict:
     return {"dtype": dtype, "block_size": backend.get_preferred_block_size(16), "attention_backend": attn_backend}
 
 
-def _start_engine(tiny_model, transfer: dict, engine: dict, held: bool = False) -> subprocess.Popen[str]:
+def _start_engine(tiny_model: Path, transfer: dict[str, Any], engine: dict[str, Any],
+                  held: bool = False) -> subprocess.Popen[str]:
     """An engine's process; a held one imports vLLM and waits for GO before building its engine."""
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", HELD_ENV: "1" if held else "0"}
     return subprocess.Popen(
@@ -53,7 +61,7 @@ def _start_engine(tiny_model, transfer: dict, engine: dict, held: bool = False) 
         text=True, env=env)
 
 
-def _engine_result(proc: subprocess.Popen[str], name: str, told: str | None = None) -> list[dict]:
+def _engine_result(proc: subprocess.Popen[str], name: str, told: str | None = None) -> list[dict[str, Any]]:
     """What the engine generated (``told``: what a held one reads first), within ENGINE_TIMEOUT_S from now."""
     try:
         stdout, stderr = proc.communicate(told, timeout=ENGINE_TIMEOUT_S)
@@ -67,7 +75,8 @@ def _engine_result(proc: subprocess.Popen[str], name: str, told: str | None = No
     lines = [line for line in stdout.splitlines() if line.startswith("KVCONFORM-RESULT ")]
     assert proc.returncode == 0 and lines, (
         f"the engine with {name} exited with status {proc.returncode}:\n{stderr[-4000:]}")
-    return json.loads(lines[-1].split(" ", 1)[1])
+    outputs: list[dict[str, Any]] = json.loads(lines[-1].split(" ", 1)[1])
+    return outputs
 
 
 # Two engines, one after the other, each bounded by ENGINE_TIMEOUT_S once it may run: the test's own limit covers
@@ -75,7 +84,8 @@ def _engine_result(proc: subprocess.Popen[str], name: str, told: str | None = No
 # worker took 190-300 s on 2 cores, so that default failed a working connector at random). The second engine's
 # process starts with the first and imports vLLM meanwhile; it builds its engine only once the first has ended.
 @pytest.mark.timeout(2 * ENGINE_TIMEOUT_S + 60)
-def test_engine_external_hit(platform, attn_backend, connector, tiny_model, storage):
+def test_engine_external_hit(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, tiny_model: Path,
+                             storage: Path) -> None:
     require(connector, platform, "engine")
     engine = engine_options(attn_backend)
     transfer = {"kv_role": "kv_both", "kv_connector_extra_config": connector.profile.render_extra_config(storage),

@@ -18,9 +18,11 @@ and 8*10^2 state values (~0.1), plus the largest rounding the cache dtype can ad
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import pytest
 
-from kvconform.conformance.checks.fill import run_fill
+from kvconform.conformance.checks.fill import FillResult, run_fill
 from kvconform.conformance.connectors.requirements import refusals_skip, require
 from kvconform.conformance.engine.hybrid_cache import (
     ATTENTION_ONLY_KINDS,
@@ -31,12 +33,17 @@ from kvconform.conformance.engine.hybrid_cache import (
 )
 from kvconform.conformance.engine.kvcache import KV_DTYPES, CacheShape
 
+if TYPE_CHECKING:
+    from kvconform.conformance.connectors.selection import ConnectorParam
+    from kvconform.conformance.engine.rig import MakeRig
+    from kvconform.platforms.spec import PlatformSpec
+
 pytestmark = pytest.mark.check("fill")
 
 DTYPES = list(KV_DTYPES)
 
 
-def _kinds(connector, registration: str) -> tuple[str, ...]:
+def _kinds(connector: ConnectorParam, registration: str) -> tuple[str, ...]:
     """The layer kinds a connector is checked on: hybrid ones when its profile claims hybrid models."""
     if connector.profile.hybrid:
         return HYBRID_KINDS
@@ -46,7 +53,8 @@ def _kinds(connector, registration: str) -> tuple[str, ...]:
     return ATTENTION_ONLY_KINDS
 
 
-def _fill(make_rig, connector, platform, dtype, registration, **kwargs):
+def _fill(make_rig: MakeRig, connector: ConnectorParam, platform: PlatformSpec, dtype: str, registration: str,
+          **kwargs: Any) -> FillResult:
     require(connector, platform, "fill")
     kinds = _kinds(connector, registration)
     with refusals_skip():
@@ -55,14 +63,16 @@ def _fill(make_rig, connector, platform, dtype, registration, **kwargs):
 
 @pytest.mark.parametrize("registration", list(REGISTRATIONS))
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_fill(platform, attn_backend, connector, dtype, registration, make_rig):
+def test_fill(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, dtype: str, registration: str,
+              make_rig: MakeRig) -> None:
     """Constant fill (fill_std 0), two requests in one step: exactly their blocks, exactly fill_mean."""
     result = _fill(make_rig, connector, platform, dtype, registration)
     assert result.regions > 0
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_fill_random(platform, attn_backend, connector, dtype, make_rig):
+def test_fill_random(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, dtype: str,
+                     make_rig: MakeRig) -> None:
     """Random fill: the requested mean and std, within the tolerance stated in the module docstring."""
     registration = "owned" if connector.profile.hybrid else "pages"  # owned state tensors are random too
     result = _fill(make_rig, connector, platform, dtype, registration, mode="random")
@@ -70,7 +80,8 @@ def test_fill_random(platform, attn_backend, connector, dtype, make_rig):
 
 
 @pytest.mark.parametrize("registration", list(REGISTRATIONS))
-def test_fill_prefix_hit(platform, attn_backend, connector, registration, make_rig):
+def test_fill_prefix_hit(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, registration: str,
+                         make_rig: MakeRig) -> None:
     """A second request reusing a cached prefix: only its missing blocks are filled."""
     result = _fill(make_rig, connector, platform, "float16", registration, scenario="prefix-hit")
     local, _ = result.claims["b"]
@@ -78,7 +89,8 @@ def test_fill_prefix_hit(platform, attn_backend, connector, registration, make_r
 
 
 @pytest.mark.parametrize("entry", list(UNEXPECTED_ENTRIES))
-def test_fill_unexpected_entry(platform, attn_backend, connector, entry, make_rig):
+def test_fill_unexpected_entry(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, entry: str,
+                               make_rig: MakeRig) -> None:
     """A cache entry of a type the connector cannot know is skipped with a warning, not a crash."""
     require(connector, platform, "fill")
     if not connector.profile.hybrid:

@@ -18,22 +18,32 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import yaml
 
-from kvconform.conformance.lint import lint_files, python_files
-from kvconform.conformance.lint.closure import connector_closure
+from kvconform.conformance.lint import python_files
+from kvconform.conformance.lint.closure import Closure, connector_closure
 from kvconform.conformance.lint.findings import Finding
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from kvconform.conformance.connectors.selection import ConnectorParam
+    from kvconform.platforms.spec import PlatformSpec
 
 pytestmark = pytest.mark.check("lint")
 
 
-def lint_failure(message: str, errors: list[Finding]) -> BaseException:
+def lint_failure(message: str, errors: list[Finding],
+                 unfound: Callable[[dict[str, str]], str] | None = None) -> BaseException:
     """pytest's ``Failed`` for ``message`` (shown as ``pytest.fail`` shows it), carrying ``findings``: each
-    error's ``Finding.key()``, what an expectation's ``findings:`` is compared with."""
+    error's ``Finding.key()``, what an expectation's ``findings:`` is compared with; and ``unfound``
+    (``Closure.unfound``), which says of an expected finding not found why it is not."""
     failure = pytest.fail.Exception(message, pytrace=False)
     failure.findings = tuple(f.key() for f in errors)  # type: ignore[attr-defined]
+    failure.unfound = unfound  # type: ignore[attr-defined]
     return failure
 
 
@@ -50,24 +60,25 @@ def lint_target(source: Path) -> Path:
     return source.parent if source.name == "__init__.py" else source
 
 
-def connector_findings(connector) -> tuple[str, list[Finding]]:
-    """(what was read, in words; the findings) for a connector: its closure in vLLM, else its own source."""
+def connector_findings(connector: ConnectorParam) -> tuple[str, Closure]:
+    """(what was read, in words; the code read) for a connector: its closure in vLLM, else its own source."""
     if not connector.is_third_party:
         from kvconform.conformance.connectors.selection import registry_modules
 
         closure = connector_closure(registry_modules()[connector.name][0])
         if closure is not None:
-            return f"the {len(closure.files)} file(s) of vLLM it runs", closure.lint()
+            return f"the {len(closure.files)} file(s) of vLLM it runs", closure
     source = connector.source_file()
     if source is None:
         pytest.fail(f"{connector.name}: the source of its module cannot be found, so it cannot be linted")
-    return str(lint_target(source)), lint_files(python_files([lint_target(source)]))
+    return str(lint_target(source)), Closure(Path(), tuple(map(str, python_files([lint_target(source)]))))
 
 
-def test_lint(platform, connector):
+def test_lint(platform: PlatformSpec, connector: ConnectorParam) -> None:
     if not connector.profile.runs("lint"):
         pytest.skip(f"{connector.name}: the lint check does not apply ({connector.profile.reason})")
-    where, findings = connector_findings(connector)
+    where, closure = connector_findings(connector)
+    findings = closure.lint()
     errors = [f for f in findings if f.severity == "error"]
     if errors:
         # the first line (a report cell's message) names each error's file and line
@@ -75,4 +86,4 @@ def test_lint(platform, connector):
         listing = "\n".join(f.render() for f in findings)
         pinned = "\n".join(findings_yaml(errors))
         raise lint_failure(f"{connector.name}: {len(errors)} lint error(s) in {where}: {places}\n{listing}\n"
-                         f"what an expectation pins (findings:, no lines):\n{pinned}", errors)
+                         f"what an expectation pins (findings:, no lines):\n{pinned}", errors, closure.unfound)

@@ -12,18 +12,28 @@ recorded as the JUnit property ``kvconform.load_failure_answer``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from kvconform.conformance.checks.load_failure import POLICIES, SABOTAGES, NothingStored, run_load_failure
 from kvconform.conformance.connectors.requirements import refusals_skip, require
 from kvconform.conformance.engine.kvcache import CacheShape
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from kvconform.conformance.connectors.selection import ConnectorParam
+    from kvconform.conformance.engine.rig import MakeRig
+    from kvconform.platforms.spec import PlatformSpec
+
 pytestmark = pytest.mark.check("load_failure", needs="roundtrip")
 
 
 @pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("sabotage", list(SABOTAGES))
-def test_load_failure(platform, attn_backend, connector, sabotage, policy, make_rig, record_property):
+def test_load_failure(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, sabotage: str, policy: str,
+                      make_rig: MakeRig, record_property: Callable[[str, object], None]) -> None:
     require(connector, platform, "roundtrip")
     if connector.profile.is_pair():
         pytest.skip(f"{connector.name} is a producer/consumer pair: it keeps KV in the producer's live memory, not in "

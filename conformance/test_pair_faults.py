@@ -14,6 +14,8 @@ consumer first reports the request received.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from kvconform.conformance.checks.load_failure import POLICIES
@@ -27,8 +29,15 @@ from kvconform.conformance.checks.roundtrip import ROUNDTRIP_SCENARIOS
 from kvconform.conformance.connectors.requirements import refusals_skip, require
 from kvconform.conformance.engine.kvcache import CacheShape
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
-def _require_pair(connector, platform):
+    from kvconform.conformance.connectors.selection import ConnectorParam
+    from kvconform.conformance.engine.rig import MakeRig
+    from kvconform.platforms.spec import PlatformSpec
+
+
+def _require_pair(connector: ConnectorParam, platform: PlatformSpec) -> None:
     require(connector, platform, "roundtrip")
     if not connector.profile.is_pair():
         pytest.skip(f"{connector.name} is not a producer/consumer pair (its profile's roles): "
@@ -38,7 +47,8 @@ def _require_pair(connector, platform):
 @pytest.mark.check("load_failure", needs="roundtrip")
 @pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("fault", list(PAIR_FAULTS))
-def test_pair_load_failure(platform, attn_backend, connector, fault, policy, make_rig, record_property):
+def test_pair_load_failure(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, fault: str,
+                           policy: str, make_rig: MakeRig, record_property: Callable[[str, object], None]) -> None:
     _require_pair(connector, platform)
     with refusals_skip():
         try:
@@ -50,7 +60,8 @@ def test_pair_load_failure(platform, attn_backend, connector, fault, policy, mak
 
 
 @pytest.mark.check("roundtrip")
-def test_pair_slow_transport(platform, attn_backend, connector, make_rig):
+def test_pair_slow_transport(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam,
+                             make_rig: MakeRig) -> None:
     _require_pair(connector, platform)
     with refusals_skip():
         try:

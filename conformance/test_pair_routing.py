@@ -9,6 +9,8 @@ notification, never by lease expiry, and the loaded bytes must be the producer's
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from kvconform.conformance.checks.pair import ROUTINGS, SAME_ROUTE, run_pair_roundtrip
@@ -16,13 +18,21 @@ from kvconform.conformance.checks.roundtrip import ROUNDTRIP_SCENARIOS
 from kvconform.conformance.connectors.requirements import refusals_skip, require
 from kvconform.conformance.engine.kvcache import CacheShape
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from kvconform.conformance.connectors.selection import ConnectorParam
+    from kvconform.conformance.engine.rig import MakeRig
+    from kvconform.platforms.spec import PlatformSpec
+
 pytestmark = pytest.mark.check("roundtrip")
 
 ROUTED = [name for name, routing in ROUTINGS.items() if routing is not SAME_ROUTE]  # same-ids: test_roundtrip's
 
 
 @pytest.mark.parametrize("routing", ROUTED)
-def test_pair_routed(platform, attn_backend, connector, routing, make_rig, record_property):
+def test_pair_routed(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, routing: str,
+                     make_rig: MakeRig, record_property: Callable[[str, object], None]) -> None:
     require(connector, platform, "roundtrip")
     if not connector.profile.is_pair():
         pytest.skip(f"{connector.name} is not a producer/consumer pair (its profile's roles): no router stands "

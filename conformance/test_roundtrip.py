@@ -7,6 +7,8 @@ show before a GPU lane runs); scenarios x block sizes; MLA x dtypes.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from kvconform.conformance.checks.roundtrip import ROUNDTRIP_SCENARIOS, run_roundtrip
@@ -14,13 +16,22 @@ from kvconform.conformance.connectors.requirements import refusals_skip, require
 from kvconform.conformance.engine.kvcache import KV_DTYPES, CacheShape, all_layouts
 from kvconform.conformance.plugin.devices import MULTI_DEVICE_GROUP
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from kvconform.conformance.connectors.selection import ConnectorParam
+    from kvconform.conformance.engine.rig import MakeRig, Rig
+    from kvconform.platforms.spec import PlatformSpec
+
 pytestmark = pytest.mark.check("roundtrip")
 
 DTYPES = list(KV_DTYPES)
 BLOCK_SIZES = [16, 32, 64]  # each backend runs those vLLM says its kernels take (CPU_ATTN: multiples of 32)
 
 
-def _roundtrip(make_rig, connector, platform, shape, scenario="unaligned", record_property=None):
+def _roundtrip(make_rig: Callable[[CacheShape], Rig], connector: ConnectorParam, platform: PlatformSpec,
+               shape: CacheShape, scenario: str = "unaligned",
+               record_property: Callable[[str, object], None] | None = None) -> None:
     require(connector, platform, "roundtrip")
     rig = make_rig(shape)
     if reason := rig.block_size_refusal():
@@ -40,18 +51,21 @@ def _roundtrip(make_rig, connector, platform, shape, scenario="unaligned", recor
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_roundtrip(platform, attn_backend, connector, dtype, make_rig, record_property):
+def test_roundtrip(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, dtype: str, make_rig: MakeRig,
+                   record_property: Callable[[str, object], None]) -> None:
     _roundtrip(make_rig, connector, platform, CacheShape(dtype=dtype), record_property=record_property)
 
 
 @pytest.mark.mla  # attn_backend: the platform's MLA backends (an MLA layer never runs on another)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_roundtrip_mla(platform, attn_backend, connector, dtype, make_rig, record_property):
+def test_roundtrip_mla(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, dtype: str,
+                       make_rig: MakeRig, record_property: Callable[[str, object], None]) -> None:
     _roundtrip(make_rig, connector, platform, CacheShape(dtype=dtype, mla=True), record_property=record_property)
 
 
 @pytest.mark.parametrize("layout", all_layouts())
-def test_roundtrip_layout(platform, attn_backend, connector, layout, make_rig, record_property):
+def test_roundtrip_layout(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, layout: str,
+                          make_rig: MakeRig, record_property: Callable[[str, object], None]) -> None:
     """On CPU every layout runs (the GPU backends' too: index bugs show before a GPU lane does);
     on an accelerator, the layouts the backend under test accepts."""
     if platform.name != "cpu":
@@ -66,7 +80,8 @@ def test_roundtrip_layout(platform, attn_backend, connector, layout, make_rig, r
 
 @pytest.mark.parametrize("block_size", BLOCK_SIZES, ids=[f"bs{b}" for b in BLOCK_SIZES])
 @pytest.mark.parametrize("scenario", list(ROUNDTRIP_SCENARIOS))
-def test_roundtrip_scenario(platform, attn_backend, connector, scenario, block_size, make_rig, record_property):
+def test_roundtrip_scenario(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, scenario: str,
+                            block_size: int, make_rig: MakeRig, record_property: Callable[[str, object], None]) -> None:
     _roundtrip(make_rig, connector, platform, CacheShape(block_size=block_size), scenario, record_property)
 
 
@@ -76,7 +91,8 @@ POLICY_OFF_CURRENT = ("kvconform policy, stricter than vLLM (whose worker makes 
 
 @pytest.mark.xdist_group(MULTI_DEVICE_GROUP)
 @pytest.mark.policy(POLICY_OFF_CURRENT)
-def test_roundtrip_other_device(platform, attn_backend, connector, make_rig, off_current_device, record_property):
+def test_roundtrip_other_device(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, make_rig: MakeRig,
+                                off_current_device: str, record_property: Callable[[str, object], None]) -> None:
     """Caches off the current device: catches ``"cuda"``, ``current_platform.device_type``, the current device.
 
     vLLM never does this, so a failure here is a finding of kvconform's policy, not a crash

@@ -15,11 +15,19 @@ contract and workload checks, with real bytes; the feeder plays one connector fa
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from kvconform.conformance.connectors.requirements import refusals_skip, require
 from kvconform.conformance.engine.kvcache import CacheShape
 from kvconform.conformance.engine.scheduler_half import TIMINGS
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from kvconform.conformance.connectors.selection import ConnectorParam
+    from kvconform.platforms.spec import PlatformSpec
 
 pytestmark = pytest.mark.check("scheduler_half", needs="contract")
 
@@ -29,7 +37,8 @@ EXERCISED = ("stores", "loads", "flushes", "aborts", "preempted_in_flight", "fin
 
 
 @pytest.mark.parametrize("timing", list(TIMINGS))
-def test_scheduler_half(platform, attn_backend, connector, timing, request, record_property):
+def test_scheduler_half(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, timing: str,
+                        request: pytest.FixtureRequest, record_property: Callable[[str, object], None]) -> None:
     """The scheduler half's lifecycle against vLLM's contract with its worker half, every step."""
     require(connector, platform, "contract")
     if not connector.profile.scheduler_half:

@@ -7,17 +7,25 @@ reads the one producer it is routed to, not a store other engines write.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from kvconform.conformance.checks.shared_store import OTHER_CONFIGURATIONS, run_shared_store
 from kvconform.conformance.connectors.requirements import refusals_skip, require
 from kvconform.conformance.engine.kvcache import CacheShape
 
+if TYPE_CHECKING:
+    from kvconform.conformance.connectors.selection import ConnectorParam
+    from kvconform.conformance.engine.rig import MakeRig
+    from kvconform.platforms.spec import PlatformSpec
+
 pytestmark = pytest.mark.check("shared_store", needs="roundtrip")
 
 
 @pytest.mark.parametrize("other", list(OTHER_CONFIGURATIONS))
-def test_shared_store(platform, attn_backend, connector, other, make_rig):
+def test_shared_store(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, other: str,
+                      make_rig: MakeRig) -> None:
     require(connector, platform, "roundtrip")
     if connector.profile.is_pair():
         pytest.skip(f"{connector.name} is a producer/consumer pair: its consumer reads the producer it is routed "

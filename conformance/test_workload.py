@@ -117,11 +117,11 @@ def _explored(workload_rig: MakeWorkloadRig, seed: str, chunked: bool, examples:
 
     verified: list[int] = []
 
-    @settings(max_examples=examples, database=None, deadline=None,  # type: ignore[untyped-decorator]  # hypothesis:
+    @settings(max_examples=examples, database=None, deadline=None,  # type: ignore[untyped-decorator]  # hypothesis
               phases=(Phase.explicit, Phase.generate, Phase.shrink),
               suppress_health_check=list(HealthCheck), print_blob=False)
-    @given(spec=workload_specs(chunked=chunked))  # type: ignore[untyped-decorator]  # not followed by mypy
-    @example(spec=seeded_workload(seed, 0, chunked))  # type: ignore[untyped-decorator]  # (its types: Any)
+    @given(spec=workload_specs(chunked=chunked))  # type: ignore[untyped-decorator]  # is not followed:
+    @example(spec=seeded_workload(seed, 0, chunked))  # type: ignore[untyped-decorator]  # its types are Any
     def workloads(spec: WorkloadSpec) -> None:
         verified.append(_run(workload_rig, spec).verified_loaded_tokens)
 

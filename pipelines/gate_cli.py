@@ -6,6 +6,23 @@ Buildkite steps that run them on every platform each connector claims.
 The selection itself lives in ``pipelines.gate``; this module is the command
 around it, the pytest run and the verdict, which blames the change only for what
 fails on head and not over its base (``pipelines.gate_base``).
+
+The run imports the suite's modules with ``--import-mode=append``, pytest's own
+option. The overlay of the change's vLLM is first on ``PYTHONPATH``
+(``pipelines.gate_source``), and pytest's default mode, ``prepend``, puts each test
+module's package root at ``sys.path[0]``: from an editable install that root is the
+checkout, which holds no ``vllm/``, but from a wheel it is the site-packages folder
+kvconform went into, which holds the installed vLLM wherever the two were installed
+together (a venv, an image's system Python, ``--user`` beside a ``--user`` vLLM). That
+folder would come before the overlay in the xdist worker (xdist starts it with the
+controller's ``sys.path``) and in every engine process vLLM starts from the worker
+(multiprocessing's spawn hands the child its parent's ``sys.path``; fork copies it).
+``append`` adds the root only where ``sys.path`` lacks it, at its end, so the path of
+every process stays as the interpreter built it, overlay first, however kvconform is
+installed; test module names, and so test ids, are those of ``prepend`` (both derive
+them from the package root), where ``importlib`` mode would rename them. The check
+that every process imported the vLLM under test stays: a process that imports
+another still ends the gate with no verdict.
 """
 
 from __future__ import annotations
@@ -136,7 +153,9 @@ EXIT_FAIL = 1  # a test failed or errored, or pytest itself did
 EXIT_NO_VERDICT = 2  # bad input, or a test process imported another vLLM than the one under test
 EXIT_NOT_EXERCISED = 3  # nothing failed, but a selected connector ran no runtime check here
 EXIT_BUILD_NEEDED = 4  # the change cannot be tested with the installed build (compiled sources, import error),
-# or what fails on head fails over the change's base too: the checkout does not run over the installed build
+# or what fails on head fails over the change's base too: the checkout does not run over the installed build;
+# or vLLM cannot run here at all (pytest's status 4 before any test: conformance/plugin/preflight.py)
+PYTEST_USAGE_ERROR = 4  # pytest's status for a run stopped before any test
 
 # Checks that drive the connector at runtime: only these exercise it. ``lint`` reads its source.
 RUNTIME_CHECKS: dict[str, str] = {
@@ -164,6 +183,7 @@ class TestResult:
 
 
 MAX_WORKER_RESTARTS = 16
+IMPORT_MODE = "--import-mode=append"
 
 
 def pytest_command(platform: str, connectors: list[str], results: Path, python: str = sys.executable,
@@ -175,6 +195,7 @@ def pytest_command(platform: str, connectors: list[str], results: Path, python: 
     """
     return [python, "-m", "pytest", "--pyargs", "kvconform.conformance", f"--platform={platform}",
             *(f"--connector={name}" for name in connectors), "-p", "no:cacheprovider", "-rs",
+            IMPORT_MODE,  # the overlay stays first on sys.path however kvconform is installed (see above)
             *(["-k", keyword] if keyword else []),
             # a worker process, so a connector that crashes it fails its test and the run goes on
             "-n", "1", f"--max-worker-restart={MAX_WORKER_RESTARTS}",
@@ -348,6 +369,10 @@ def run_tests(selection: Selection, args: argparse.Namespace) -> int:
         with tested_vllm(source, args.repo, selection.head, list(selection.changed_files), args.vllm_python) as vllm:
             print(f"kvconform gate: testing {', '.join(here)} on {spec.name} ({vllm.label})", flush=True)
             results, status = _run(vllm, spec.name, here, args.results, args.keyword)
+            if status == PYTEST_USAGE_ERROR and not results:
+                print("kvconform gate: NO VERDICT: pytest stopped before any test (status 4; its ERROR line above "
+                      "says why: vLLM cannot run here, or the run's input is wrong); no connector was tested")
+                return EXIT_BUILD_NEEDED
             verdict = judge(results, here, spec.name, status)
         if source == "checkout" and verdict.problems:
             verdict = _against_base(verdict, selection, spec.name, here, args)

@@ -3,7 +3,8 @@
 Three sources, chosen on the command line (``SOURCES``):
 
 - the checkout (default): an overlay of the head commit's Python over the
-  installed build's compiled parts (``pipelines.overlay``), first on PYTHONPATH;
+  installed build's compiled parts (``pipelines.overlay``), first on PYTHONPATH
+  (and kept first by the run's import mode, ``gate_cli``, however kvconform is installed);
 - ``--vllm-python PATH``: a Python whose vLLM already is the change (a CI image
   built from the pull request), run as it is;
 - ``--installed``: the vLLM installed beside kvconform, which is not the change;

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from .identity import column_platform
 from .model import CaseResult, Cell, Results
+from .not_run import is_not_run
 from .outcomes import ORDER, OUTCOMES, is_failing
 
 # Checks in the order a connector meets them; others follow alphabetically, collection errors last.
@@ -46,6 +47,10 @@ class Matrix:
     def checks_on(self, platform: str) -> list[str]:
         return [k for k in self.checks if any(key[0] == platform and key[2] == k for key in self.cells)]
 
+    def not_run(self, cell: Cell) -> int:
+        """How many of the cell's skipped tests were not run because an earlier step of the connector failed."""
+        return sum(is_not_run(t) for t in self.tests.get((cell.platform, cell.connector, cell.check), []))
+
     def connectors_on(self, platform: str) -> list[str]:
         """The platform's connectors, those with a failing cell on this platform first."""
         present = [c for c in self.connectors if any(key[0] == platform and key[1] == c for key in self.cells)]
@@ -71,14 +76,28 @@ def build_matrix(results: Results) -> Matrix:
     )
 
 
-def cell_counts(cell: Cell, separator: str = " · ") -> str:
+def cell_counts(cell: Cell, not_run: int = 0, separator: str = " · ") -> str:
     """``1 failed · 4 passed``: every outcome in the cell, worst first (the same words in every report)."""
-    return separator.join(cell_count_parts(cell))
+    return separator.join(cell_count_parts(cell, not_run))
 
 
-def cell_count_parts(cell: Cell) -> list[str]:
-    """``["1 failed", "4 passed"]``: one part per outcome in the cell, worst first."""
-    return [f"{cell.counts[o]} {o}" for o in ORDER if cell.counts.get(o)]
+def _parts(counts: dict[str, int], not_run: int) -> list[str]:
+    """One part per outcome, worst first; ``not_run`` of the skips counted apart, as ``N not run``, before the rest."""
+    parts = []
+    for outcome in ORDER:
+        count = counts.get(outcome, 0)
+        if outcome == "skipped" and not_run:
+            parts.append(f"{not_run} not run")
+            count -= not_run
+        if count:
+            parts.append(f"{count} {outcome}")
+    return parts
+
+
+def cell_count_parts(cell: Cell, not_run: int = 0) -> list[str]:
+    """``["1 failed", "6 not run", "4 passed"]``: one part per outcome in the cell, worst first; ``not_run`` of its
+    skips (``Matrix.not_run``) apart."""
+    return _parts(cell.counts, not_run)
 
 
 def failures(results: Results) -> list[CaseResult]:
@@ -88,5 +107,6 @@ def failures(results: Results) -> list[CaseResult]:
 
 
 def totals_line(results: Results) -> str:
-    parts = [f"{n} {o}" for o, n in results.totals.items()]
+    """``2 failed, 71 not run, 28 skipped``: the run's totals, worst first, its not-run skips apart."""
+    parts = _parts(results.totals, sum(is_not_run(t) for t in results.tests))
     return ", ".join(parts) if parts else "no tests"

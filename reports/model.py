@@ -129,7 +129,7 @@ class RunInfo(_Strict):
     stale_expectations: list[StaleExpectation] = Field(default_factory=list)
     passing_expectations: list[PassingExpectation] = Field(default_factory=list)  # only on an untested vLLM
     environment_notes: list[str] = Field(default_factory=list)  # e.g. a library loaded from two files
-    # what of the installed vLLM's internals kvconform no longer fits (conformance/vllm_build/shapes.py), one line each
+    # what of the installed vLLM's internals kvconform no longer fits (conformance/engine/shapes.py), one line each
     vllm_mismatches: list[str] = Field(default_factory=list)
 
 

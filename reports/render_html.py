@@ -18,8 +18,17 @@ from html import escape
 from .findings import Finding, findings, is_web_link, link_text, where_text
 from .matrix import Matrix, build_matrix, cell_counts, failures, totals_line
 from .model import EXCEPTION_LINE, CaseResult, Results
+from .not_run import NOT_RUN_MARK, NOT_RUN_PREFIX
 from .outcomes import ORDER, OUTCOMES
-from .skips import StaticOnly, reasons_by_cell, skip_groups, static_only_notes
+from .skips import (
+    SkipGroup,
+    StaticOnly,
+    all_not_run,
+    not_run_groups,
+    reasons_by_cell,
+    skip_groups,
+    static_only_notes,
+)
 from .verdict import caveats, verdict
 
 # pytest's long tracebacks mark the error's lines with "E   " and end on "path:line: ErrorType".
@@ -45,7 +54,7 @@ pre { white-space: pre-wrap; max-height: 24em; overflow: auto; background: #fafa
 pre.error { border-color: #d88; background: #fff4f4; max-height: 12em; }
 details.trace > summary { color: #555; font-size: 12px; }
 p.message { margin: 0.2em 0; }
-#findings td, #skips td { max-width: 40em; }
+#findings td, #skips td, #not-run td { max-width: 40em; }
 #findings { width: 100%; table-layout: fixed; } #findings td { overflow-wrap: anywhere; }
 #findings td.entries { font-size: 12px; }
 th .why { font-weight: normal; font-size: 12px; color: #555; max-width: 22em; }
@@ -145,9 +154,10 @@ def _test_item(test: CaseResult, show_where: bool = False) -> str:
 
 
 def _skipped_item(reason: str, count: int, platform: str, check: str) -> str:
-    """Skipped tests of a cell, one item per distinct reason."""
+    """Skipped tests of a cell, one item per distinct reason; those not run (an earlier step failed) say so."""
+    mark = NOT_RUN_MARK if reason.startswith(NOT_RUN_PREFIX) else OUTCOMES["skipped"].mark
     return (f'<li data-outcome="skipped" data-platform="{escape(platform)}" data-check="{escape(check)}">'
-            f'<span class="badge o-skipped">{OUTCOMES["skipped"].mark}</span> {count} test{"s" if count > 1 else ""}: '
+            f'<span class="badge o-skipped">{mark}</span> {count} test{"s" if count > 1 else ""}: '
             f"{escape(reason)}</li>")
 
 
@@ -160,9 +170,10 @@ def _cell(matrix: Matrix, platform: str, connector: str, check: str) -> str:
     items = "".join(_test_item(t) for t in tests if t.outcome != "skipped")
     skipped: Counter[str] = reasons_by_cell(tests).get((platform, connector, check), Counter())
     items += "".join(_skipped_item(reason, n, platform, check) for reason, n in skipped.most_common())
+    mark = NOT_RUN_MARK if all_not_run(matrix, cell) else OUTCOMES[cell.status].mark
     return (f'<td class="cell o-{escape(cell.status)}" {where} data-outcomes="{escape(" ".join(cell.counts))}">'
-            f'<details><summary><span class="badge o-{escape(cell.status)}">{OUTCOMES[cell.status].mark}</span> '
-            f'{escape(cell_counts(cell))}</summary><ul class="tests">{items}</ul></details></td>')
+            f'<details><summary><span class="badge o-{escape(cell.status)}">{mark}</span> '
+            f'{escape(cell_counts(cell, matrix.not_run(cell)))}</summary><ul class="tests">{items}</ul></details></td>')
 
 
 def _link(link: str) -> str:
@@ -237,16 +248,29 @@ def _findings(results: Results) -> str:
             f'decided.</p><table id="findings"><colgroup>{columns}</colgroup><tr>{head}</tr>{rows}</table>')
 
 
+def _group_table(ident: str, groups: list[SkipGroup]) -> str:
+    head = "".join(f"<th>{h}</th>" for h in ("platform", "connector", "check", "tests", "reason"))
+    rows = "".join(f"<tr><td>{escape(g.platform)}</td><td>{escape(g.connector)}</td><td>{escape(g.check)}</td>"
+                   f"<td>{g.tests}</td><td>{escape(g.reason)}</td></tr>" for g in groups)
+    return f'<table id="{ident}"><tr>{head}</tr>{rows}</table>'
+
+
+def _not_run(results: Results, matrix: Matrix) -> str:
+    """Checks not run because an earlier step of their connector failed: shown open, before the skips."""
+    groups = not_run_groups(results, matrix)
+    if not groups:
+        return ""
+    return (f"<h2>Not run ({sum(g.tests for g in groups)})</h2><p>Checks not run because an earlier step of the "
+            f"connector failed (see Failures).</p>{_group_table('not-run', groups)}")
+
+
 def _skips(results: Results, matrix: Matrix) -> str:
     groups = skip_groups(results, matrix)
     if not groups:
         return ""
-    head = "".join(f"<th>{h}</th>" for h in ("platform", "connector", "check", "tests", "reason"))
-    rows = "".join(f"<tr><td>{escape(g.platform)}</td><td>{escape(g.connector)}</td><td>{escape(g.check)}</td>"
-                   f"<td>{g.tests}</td><td>{escape(g.reason)}</td></tr>" for g in groups)
     total = sum(g.tests for g in groups)
     return (f"<h2>Skipped ({total})</h2><details><summary>why, by connector x check</summary>"
-            f'<table id="skips"><tr>{head}</tr>{rows}</table></details>')
+            f"{_group_table('skips', groups)}</details>")
 
 
 def render(results: Results) -> str:
@@ -268,6 +292,7 @@ def render(results: Results) -> str:
 <h2>Failures ({len(failing)})</h2>
 {f'<ul id="failures">{failure_list}</ul>' if failing else "<p>none</p>"}
 {_findings(results)}
+{_not_run(results, matrix)}
 {_skips(results, matrix)}
 {_stale(results)}
 <h2>Runs</h2>{_runs(results)}

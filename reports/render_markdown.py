@@ -15,7 +15,7 @@ from .matrix import build_matrix, cell_counts, failures, totals_line
 from .model import Results
 from .outcomes import OUTCOMES
 from .render_terminal import run_line
-from .skips import skip_groups
+from .skips import not_run_groups, skip_groups
 from .verdict import caveats, verdict
 
 FAILURES_SHOWN = 50
@@ -73,10 +73,21 @@ def _matrices(results: Results) -> list[str]:
         rows = []
         for connector in matrix.connectors_on(platform):
             cells = [matrix.cell(platform, connector, k) for k in checks]
-            rows.append([text(connector), *(cell_counts(c) if c else "–" for c in cells)])
+            rows.append([text(connector), *(cell_counts(c, matrix.not_run(c)) if c else "–" for c in cells)])
         lines += [f"### {text(run_line(platform, results.runs))}", "", *_table(["connector", *map(text, checks)], rows),
                   ""]
     return lines
+
+
+def _not_run(results: Results) -> list[str]:
+    """Checks not run because an earlier step of their connector failed: open, not folded like the skips."""
+    groups = not_run_groups(results, build_matrix(results))
+    if not groups:
+        return []
+    rows = [[text(g.platform), text(g.connector), text(g.check), str(g.tests), text(g.reason)] for g in groups]
+    return [f"### Not run ({sum(g.tests for g in groups)})", "",
+            "Checks not run because an earlier step of the connector failed (see Failures).", "",
+            *_table(["platform", "connector", "check", "tests", "reason"], rows), ""]
 
 
 def _skips(results: Results) -> list[str]:
@@ -102,5 +113,6 @@ def render(results: Results) -> str:
     notes = caveats(results)
     lines = [f"## kvconform conformance: {verdict(results).headline}", "", totals_line(results), ""]
     lines += [*(f"> **{text(note)}**" for note in notes), ""] if notes else []
-    lines += [*_failures(results), *_findings(results), *_matrices(results), *_skips(results), *_stale(results)]
+    lines += [*_failures(results), *_findings(results), *_matrices(results), *_not_run(results), *_skips(results),
+              *_stale(results)]
     return "\n".join(lines)

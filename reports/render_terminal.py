@@ -12,7 +12,7 @@ from __future__ import annotations
 from .findings import findings, where_text
 from .matrix import build_matrix, cell_count_parts, failures, totals_line
 from .model import Results, RunInfo
-from .skips import skip_groups
+from .skips import SkipGroup, not_run_groups, skip_groups
 from .verdict import caveats, verdict
 
 FAILURES_SHOWN = 20
@@ -49,7 +49,7 @@ def _matrix(results: Results) -> list[str]:
         rows = [["connector", *checks]]
         for connector in matrix.connectors_on(platform):
             cells = [matrix.cell(platform, connector, k) for k in checks]
-            rows += _stacked(connector, [cell_count_parts(c) if c else ["-"] for c in cells])
+            rows += _stacked(connector, [cell_count_parts(c, matrix.not_run(c)) if c else ["-"] for c in cells])
         lines += [run_line(platform, results.runs), *("  " + row for row in _table(rows)), ""]
     return lines
 
@@ -76,15 +76,23 @@ def _findings(results: Results) -> list[str]:
     return lines + [""]
 
 
-def _skips(results: Results) -> list[str]:
-    groups = skip_groups(results, build_matrix(results))
+def _grouped(groups: list[SkipGroup], header: str) -> list[str]:
     if not groups:
         return []
     several = len({g.platform for g in groups}) > 1
-    total = sum(g.tests for g in groups)
     rows = [[*([g.platform] if several else []), g.connector, g.check, str(g.tests), g.reason] for g in groups]
-    header = f"skipped ({total} tests), by connector x check: tests, reason (pytest -rs lists each test)"
-    return [header, *("  " + row for row in _table(rows)), ""]
+    return [header.format(total=sum(g.tests for g in groups)), *("  " + row for row in _table(rows)), ""]
+
+
+def _not_run(results: Results) -> list[str]:
+    return _grouped(not_run_groups(results, build_matrix(results)),
+                    "not run ({total} tests: an earlier step of the connector failed), by connector x check: tests, "
+                    "reason")
+
+
+def _skips(results: Results) -> list[str]:
+    return _grouped(skip_groups(results, build_matrix(results)),
+                    "skipped ({total} tests), by connector x check: tests, reason (pytest -rs lists each test)")
 
 
 def _stale(results: Results) -> list[str]:
@@ -93,7 +101,8 @@ def _stale(results: Results) -> list[str]:
 
 
 def render(results: Results) -> str:
-    lines = [*_matrix(results), *_failures(results), *_findings(results), *_skips(results), *_stale(results)]
+    lines = [*_matrix(results), *_failures(results), *_findings(results), *_not_run(results), *_skips(results),
+             *_stale(results)]
     lines += caveats(results)
     lines.append(f"total: {totals_line(results)}; verdict: {verdict(results).headline}")
     return "\n".join(lines)

@@ -4,15 +4,19 @@ A full CPU run skips hundreds of tests (connectors whose packages are missing,
 checks a profile rules out, block sizes a backend refuses). pytest's ``-rs``
 lists them by source line, in no useful order; a reader wants to know, per
 matrix cell, why it was not tested, which is a handful of distinct reasons.
+Checks not run because an earlier step of their connector failed (``not_run.py``) are grouped
+apart from the ordinary skips.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .matrix import Matrix
-from .model import CaseResult, Results
+from .model import CaseResult, Cell, Results
+from .not_run import is_not_run
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,11 @@ def short_reason(test: CaseResult) -> str:
     message = test.message or "no reason given"
     prefix = f"{test.connector}: "
     return message[len(prefix):] if message.startswith(prefix) and len(message) > len(prefix) else message
+
+
+def all_not_run(matrix: Matrix, cell: Cell) -> bool:
+    """Whether the cell's worst outcome is a skip and every skip in it is a not-run one (its badge says so)."""
+    return cell.status == "skipped" and matrix.not_run(cell) == cell.counts.get("skipped", 0) > 0
 
 
 # Checks that read a connector's source without running it: a row with only these ran nothing of the connector.
@@ -86,8 +95,18 @@ def reasons_by_cell(tests: list[CaseResult]) -> dict[tuple[str, str, str], Count
 
 
 def skip_groups(results: Results, matrix: Matrix) -> list[SkipGroup]:
-    """Every (cell, reason) with its count, in the matrix's order; the most common reason first in a cell."""
-    cells = reasons_by_cell(results.tests)
+    """Every (cell, reason) of an ordinary skip with its count, in the matrix's order; the most common reason
+    first in a cell. Not-run skips are ``not_run_groups``'."""
+    return _groups(results, matrix, lambda test: not is_not_run(test))
+
+
+def not_run_groups(results: Results, matrix: Matrix) -> list[SkipGroup]:
+    """Every (cell, reason) of a check not run because an earlier step of its connector failed, with its count."""
+    return _groups(results, matrix, is_not_run)
+
+
+def _groups(results: Results, matrix: Matrix, keep: Callable[[CaseResult], bool]) -> list[SkipGroup]:
+    cells = reasons_by_cell([test for test in results.tests if keep(test)])
     groups = []
     for platform in matrix.platforms:
         for connector in matrix.connectors_on(platform):

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .model import Results
+from .not_run import is_not_run
 from .outcomes import is_failing
 
 
@@ -32,6 +33,10 @@ def _cannot_drive_vllm(results: Results) -> bool:
     return any(run.vllm_mismatches for run in results.runs)
 
 
+def _has_not_run(results: Results) -> bool:
+    return any(is_not_run(test) for test in results.tests)
+
+
 def _has_stale_expectations(results: Results) -> bool:
     return any(run.stale_expectations for run in results.runs)
 
@@ -43,6 +48,8 @@ RULES: tuple[tuple[Callable[[Results], bool], Verdict], ...] = (
     (_is_empty, Verdict("no tests ran", 1)),
     # not the connectors' result: the checks that need what kvconform cannot drive did not run (caveats say what)
     (_cannot_drive_vllm, Verdict("not tested: kvconform cannot drive this vLLM", 1)),
+    # a connector that could not be built here, its construction test deselected: its checks never started
+    (_has_not_run, Verdict("not tested: checks that could not start here (see Not run)", 1)),
     (_has_stale_expectations, Verdict("passing, but expectations matched no test", 1)),
 )
 PASSING = Verdict("passing", 0)

@@ -1,6 +1,147 @@
-"""Shared set-up of the project's own tests."""
+"""Shared set-up of the project's own tests, and which of them need vLLM.
+
+The tests that need no vLLM (reports, pipelines, the CLI, lint rules on synthetic files, expectations parsing,
+docs) say the same on every vLLM release, so they run once; the others import or drive vLLM (a rig, a suite
+run, vLLM's objects) and run on every tested release. ``NO_VLLM`` names the first kind, by folder or module;
+every other test is marked ``needs_vllm`` (``make check`` runs ``-m 'not needs_vllm'``, ``make test-vllm033``
+``-m needs_vllm``). The once-only set runs with vLLM made unimportable (tests/no_vllm/sitecustomize.py), so a
+test listed here that reaches vLLM fails there, and a skip for want of vLLM counts as that failure.
+"""
+
+import sys
+from pathlib import Path
 
 import pytest
+
+TESTS = Path(__file__).parent
+NEEDS_VLLM = "needs_vllm"
+
+# Paths under tests/ whose tests need no vLLM: a module, or a folder (ending in "/") whose every module, new
+# ones included, must need none. A module that mixes both kinds stays unlisted and runs on every release, as
+# does every new module until it is listed here.
+NO_VLLM = (
+    "bench/test_bench_expected.py",
+    "bench/test_bench_harness.py",
+    "bench/test_phase_probe.py",
+    "bench/test_suite_timing.py",
+    "cli/test_cli_version_help.py",
+    "docs/",
+    "expectations/test_expectations_load.py",
+    "expectations/test_expectations_untested.py",
+    "expectations/test_expectations_vllm.py",
+    "findings/test_claims.py",
+    "findings/test_missing_module.py",
+    "harness/test_affinity.py",
+    "harness/test_check_failure.py",
+    "harness/test_closing.py",
+    "harness/test_released.py",
+    "install/",
+    "lint/test_lint_accelerator.py",
+    "lint/test_lint_expectations.py",
+    "lint/test_lint_guards.py",
+    "lint/test_lint_keys.py",
+    "lint/test_lint_rules.py",
+    "lint/test_lint_suppression.py",
+    "pipelines/test_pipelines_cli.py",
+    "pipelines/test_pipelines_commands.py",
+    "pipelines/test_pipelines_generate.py",
+    "pipelines/test_pipelines_image_deps.py",
+    "pipelines/test_pipelines_lanes.py",
+    "platforms/test_detection.py",
+    "reliability/test_deferred_private_index.py",
+    "reliability/test_deferred_protocol.py",
+    "reliability/test_reliability_parts.py",
+    "reliability/test_vllm_window.py",
+    "reports/test_compare.py",
+    "reports/test_junit.py",
+    "reports/test_report_browser.py",
+    "reports/test_report_cli.py",
+    "reports/test_report_harness_cause.py",
+    "reports/test_report_layout.py",
+    "reports/test_report_readers.py",
+    "reports/test_report_sections.py",
+    "selection/test_no_profile.py",
+    "services/test_services.py",
+    "workers/test_xdist_scheduling.py",
+    "workload/test_seeded_workloads.py",
+    "workload/test_workload_peer_promise.py",
+    "workload/test_workload_spec.py",
+)
+
+
+def needs_vllm(path: Path) -> bool:
+    """Whether the tests of the module at ``path`` need vLLM: every module ``NO_VLLM`` does not name."""
+    try:
+        relative = path.relative_to(TESTS).as_posix()
+    except ValueError:
+        return True
+    return not any(relative.startswith(entry) if entry.endswith("/") else relative == entry for entry in NO_VLLM)
+
+
+def needs_vllm_throughout(folder: Path) -> bool:
+    """Whether every module under ``folder`` needs vLLM: ``NO_VLLM`` names none (its conftest may import it)."""
+    try:
+        relative = folder.relative_to(TESTS).as_posix() + "/"
+    except ValueError:
+        return False
+    if relative == "./":
+        return False
+    return not any(entry.startswith(relative) or relative.startswith(entry) for entry in NO_VLLM)
+
+
+def vllm_blocked_note() -> str | None:
+    """The note vLLM's import fails with in this process, where tests/no_vllm blocks it; else None."""
+    return getattr(sys.modules.get("sitecustomize"), "BLOCKED_NOTE", None)
+
+
+def pytest_ignore_collect(collection_path):
+    """Where vLLM is blocked, the modules (and folders, with their conftests) that need it are not collected:
+    importing them would fail for that alone."""
+    if vllm_blocked_note() is None:
+        return None
+    if collection_path.is_dir():
+        return True if needs_vllm_throughout(collection_path) else None
+    return True if collection_path.suffix == ".py" and needs_vllm(collection_path) else None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    """Marks before ``-m`` selects: pytest's own selection runs after this hook."""
+    for item in items:
+        if needs_vllm(item.path) and item.get_closest_marker(NEEDS_VLLM) is None:
+            item.add_marker(NEEDS_VLLM)
+
+
+def pytest_collection_finish(session):
+    """Where vLLM is blocked, a selected test that needs it would fail for that alone: refuse the run."""
+    if vllm_blocked_note() is None:
+        return
+    selected = [item.nodeid for item in session.items if item.get_closest_marker(NEEDS_VLLM)]
+    if selected:
+        raise pytest.UsageError(
+            f"vLLM is blocked (tests/no_vllm on PYTHONPATH) but {len(selected)} selected tests need it, "
+            f"{selected[0]} first: add -m 'not {NEEDS_VLLM}'"
+        )
+
+
+def _failed_if_skipped_for_vllm(report):
+    """A skip for want of vLLM where the blocker refused it means the test needs vLLM: a failure."""
+    note = vllm_blocked_note()
+    if note is not None and report.skipped and note in str(report.longrepr):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"skipped for want of vLLM in the tests that need none: {reason}"
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    return _failed_if_skipped_for_vllm((yield))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector):
+    return _failed_if_skipped_for_vllm((yield))
 
 
 @pytest.fixture(autouse=True)

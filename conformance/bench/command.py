@@ -51,11 +51,19 @@ import sys
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
 
 from kvconform import platforms
 from kvconform.errors import UserError, one_line
 
 from ..connectors.requirements import declared_package, missing_module_failure
+
+if TYPE_CHECKING:
+    from kvconform.platforms.spec import PlatformSpec
+
+    from ..connectors.selection import ConnectorParam
+    from .expected import KnownResults
+    from .timing import SizeSamples
 
 DEFAULT_SIZES = (256, 1024, 4096)
 DEFAULT_REPEAT = 5
@@ -155,7 +163,8 @@ def block_size_for(backend: str, asked: int | None) -> int:
 
     cls = backend_class(backend)
     if asked is None:
-        return cls.get_preferred_block_size(VLLM_DEFAULT_BLOCK_SIZE)
+        preferred: int = cls.get_preferred_block_size(VLLM_DEFAULT_BLOCK_SIZE)
+        return preferred
     if not cls.supports_block_size(asked):
         sizes = ", ".join(str(s) for s in cls.get_supported_kernel_block_sizes())
         raise UserError(f"--block-size: {backend} does not run block size {asked} "
@@ -174,7 +183,7 @@ def check_numbers(args: argparse.Namespace) -> None:
         raise UserError(f"--storage-dir: {args.storage_dir} is not a directory")
 
 
-def target(args: argparse.Namespace):
+def target(args: argparse.Namespace) -> tuple[PlatformSpec, str]:
     """(platform spec, attention backend), or a UserError saying why not."""
     try:
         spec, _probe = platforms.resolve(args.platform)
@@ -184,7 +193,7 @@ def target(args: argparse.Namespace):
     return spec, backend
 
 
-def connectors(args: argparse.Namespace) -> list:
+def connectors(args: argparse.Namespace) -> list[ConnectorParam]:
     """The connectors asked for (default: every registered one); a bad name or profile file is a UserError."""
     from ..connectors.profiles import ProfileError, load_profiles
     from ..connectors.selection import ConnectorSpecError, resolve_connectors
@@ -198,7 +207,7 @@ def connectors(args: argparse.Namespace) -> list:
 
 
 def check_output(destination: str | None) -> None:
-    if destination not in (None, "-") and not Path(destination).resolve().parent.is_dir():
+    if destination is not None and destination != "-" and not Path(destination).resolve().parent.is_dir():
         raise UserError(f"--json: the folder of {destination} does not exist")
 
 
@@ -221,7 +230,7 @@ class Row:
     ratio: float
 
 
-def rows_for(connector: str, baseline: str, samples) -> list[Row]:
+def rows_for(connector: str, baseline: str, samples: list[SizeSamples]) -> list[Row]:
     rows = []
     for sample in samples:
         pairs = (("save", sample.save, sample.baseline_save), ("load", sample.load, sample.baseline_load))
@@ -236,9 +245,9 @@ def rows_for(connector: str, baseline: str, samples) -> list[Row]:
 @dataclass
 class Outcome:
     rows: list[Row]
-    skipped: list[dict]
-    errors: list[dict]
-    known_failures: list[dict] = field(default_factory=list)
+    skipped: list[dict[str, str]]  # {"connector", "reason"}
+    errors: list[dict[str, str]]  # {"connector", "error"}
+    known_failures: list[dict[str, Any]] = field(default_factory=list)  # {"connector", "error"} and the finding
 
 
 def _progress(message: str) -> None:
@@ -247,7 +256,7 @@ def _progress(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
 
-def _not_benched(connector, spec, known) -> str | None:
+def _not_benched(connector: ConnectorParam, spec: PlatformSpec, known: KnownResults) -> str | None:
     """Why a connector is not measured here, before anything is built: its profile, or a skip entry."""
     from ..connectors.requirements import unmet_need
 
@@ -260,7 +269,8 @@ def _not_benched(connector, spec, known) -> str | None:
     return known.skip_reason(connector.name)
 
 
-def bench_all(args, spec, backend, block_size: int, sizes: list[int], chosen: list, known) -> Outcome:
+def bench_all(args: argparse.Namespace, spec: PlatformSpec, backend: str, block_size: int, sizes: list[int],
+              chosen: list[ConnectorParam], known: KnownResults) -> Outcome:
     from vllm.config import VllmConfig
 
     from ..engine.distributed import single_rank_parallel_state
@@ -320,7 +330,9 @@ def exit_status(outcome: Outcome, min_ratio: float | None) -> int:
     return 1 if outcome.errors or below(outcome.rows, min_ratio) else 0
 
 
-def document(args, spec, backend, block_size, sizes, outcome: Outcome, load_before, load_after) -> dict:
+def document(args: argparse.Namespace, spec: PlatformSpec, backend: str, block_size: int, sizes: list[int],
+             outcome: Outcome, load_before: tuple[float, float, float],
+             load_after: tuple[float, float, float]) -> dict[str, Any]:
     import torch
     import vllm
 
@@ -371,7 +383,7 @@ def _table_line(cells: tuple[str, ...], widths: list[int]) -> str:
     return "  ".join(f"{cell:{align}{width}}" for cell, (_, align), width in aligned).rstrip()
 
 
-def heading(doc: dict) -> str:
+def heading(doc: dict[str, Any]) -> str:
     shape = doc["kv_shape"]
     load = doc["load_average"]
     return (f"kvconform bench on {doc['platform']} ({doc['device_name']}, {doc['attn_backend']}), vLLM "
@@ -382,7 +394,7 @@ def heading(doc: dict) -> str:
             f"load average {load['before'][0]:.2f} before, {load['after'][0]:.2f} after")
 
 
-def report(doc: dict, rows: list[Row], out=sys.stdout) -> None:
+def report(doc: dict[str, Any], rows: list[Row], out: TextIO = sys.stdout) -> None:
     print(heading(doc), file=out)
     if rows:
         print(table(rows), file=out)
@@ -398,7 +410,7 @@ def report(doc: dict, rows: list[Row], out=sys.stdout) -> None:
         print(f"error   {entry['connector']}: {entry['error']}", file=out)
 
 
-def write_json(doc: dict, destination: str) -> None:
+def write_json(doc: dict[str, Any], destination: str) -> None:
     text = json.dumps(doc, indent=2) + "\n"
     if destination == "-":
         sys.stdout.write(text)

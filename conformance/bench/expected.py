@@ -12,9 +12,13 @@ skips the connector. A known bug then neither fails every bench nor hides.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from kvconform.errors import UserError
 from kvconform.reports import identity as ident
+
+if TYPE_CHECKING:
+    from ..plugin.expectations import Expectation
 
 BENCHED_TEST = "conformance/test_roundtrip.py::test_roundtrip[{param_id}]"
 CHECK = "roundtrip"
@@ -22,7 +26,7 @@ CHECK = "roundtrip"
 
 @dataclass
 class KnownResults:
-    expectations: list  # conformance.expectations.Expectation, for this platform (and "any")
+    expectations: list[Expectation]  # for this platform (and "any")
     platform: str
     backend: str
     dtype: str
@@ -42,7 +46,7 @@ class KnownResults:
             raise UserError(str(exc)) from None
         return cls(holding_here(loaded, platform), platform, backend, dtype)
 
-    def entry_for(self, connector: str):
+    def entry_for(self, connector: str) -> Expectation | None:
         """The expectation that decides the round-trip test the bench stands for, or None."""
         from ..plugin.expectations import decide
 
@@ -57,7 +61,7 @@ class KnownResults:
             return None
         return f"{expectation.entry.reason} ({expectation.where})"
 
-    def failure(self, connector: str, error: BaseException) -> tuple[dict | None, str | None]:
+    def failure(self, connector: str, error: BaseException) -> tuple[dict[str, Any] | None, str | None]:
         """(the finding ``error`` is, or None; why it is not the entry's expected failure, or None)."""
         expectation = self.entry_for(connector)
         if expectation is None or expectation.entry.expect != "xfail":

@@ -20,8 +20,10 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -33,6 +35,13 @@ from ..engine.runner import ModelRunnerStandIn
 from ..engine.scheduler import SchedulerDriver
 from ..engine.slots import leading_blocks
 from ..vllm_build import api as vllm_api
+
+if TYPE_CHECKING:
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.kv_cache_interface import AttentionSpec
+    from vllm.v1.outputs import KVConnectorOutput
+
+    from ..connectors.profiles import ConnectorProfile
 
 # Blocks beyond the longest request: the null block, the decode token's block, and slack.
 SPARE_BLOCKS = 8
@@ -54,10 +63,10 @@ class KVGeometry:
     doc: str
 
     def bytes_per_token(self, dtype: torch.dtype) -> int:
-        element = torch.empty(0, dtype=dtype).element_size()
+        element: int = torch.empty(0, dtype=dtype).element_size()
         return 2 * self.layers * self.kv_heads * self.head_size * element  # K and V
 
-    def model_config(self, max_model_len: int) -> dict:
+    def model_config(self, max_model_len: int) -> dict[str, Any]:
         """A Llama ``config.json`` with this KV geometry (no weights are ever loaded)."""
         heads = self.kv_heads * 2
         return {**TINY_LLAMA, "num_hidden_layers": self.layers, "num_key_value_heads": self.kv_heads,
@@ -97,7 +106,7 @@ def synchronize(device: str) -> None:
         torch.accelerator.synchronize(torch.device(device))
 
 
-def timed(device: str, action, *args) -> float:
+def timed(device: str, action: Callable[..., object], *args: object) -> float:
     synchronize(device)
     start = time.perf_counter()
     action(*args)
@@ -108,19 +117,19 @@ def timed(device: str, action, *args) -> float:
 @dataclass(frozen=True)
 class StepTiming:
     seconds: float
-    scheduled: frozenset
-    finished_sending: frozenset
-    finished_recving: frozenset
+    scheduled: frozenset[str]
+    finished_sending: frozenset[str]
+    finished_recving: frozenset[str]
 
 
 class _Unguarded:
     """Stands in for the harness's ``DeviceGuard``: the conformance suite checks device
     placement; a benchmark must not pay a Python hook on every torch call the connector makes."""
 
-    def __enter__(self):
+    def __enter__(self) -> _Unguarded:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         return None
 
     def enter_layer(self, name: str) -> None:
@@ -137,7 +146,7 @@ class TimedModelRunner(ModelRunnerStandIn):
         super().__post_init__()
         self.guard = _Unguarded()
 
-    def step(self, scheduler_output):
+    def step(self, scheduler_output: SchedulerOutput) -> KVConnectorOutput:
         synchronize(self.device)
         start = time.perf_counter()
         output = super().step(scheduler_output)
@@ -148,7 +157,7 @@ class TimedModelRunner(ModelRunnerStandIn):
         return output
 
 
-def _first(timings: list[StepTiming], start: int, hit) -> int | None:
+def _first(timings: list[StepTiming], start: int, hit: Callable[[StepTiming], bool]) -> int | None:
     return next((i for i in range(start, len(timings)) if hit(timings[i])), None)
 
 
@@ -193,15 +202,15 @@ class BenchRig(Rig):
 
     @property
     def num_blocks(self) -> int:
-        return -(-self.max_model_len // self.shape.block_size) + SPARE_BLOCKS
+        return -(-self.max_model_len // self.block_size) + SPARE_BLOCKS
 
     def layer_names(self) -> list[str]:
         return attention_layer_names(count=self.geometry.layers)
 
-    def attention_spec(self):
+    def attention_spec(self) -> AttentionSpec:
         FullAttentionSpec = vllm_api.find("FullAttentionSpec")
 
-        return FullAttentionSpec(block_size=self.shape.block_size, num_kv_heads=self.geometry.kv_heads,
+        return FullAttentionSpec(block_size=self.block_size, num_kv_heads=self.geometry.kv_heads,
                                  head_size=self.geometry.head_size, dtype=self.shape.torch_dtype)
 
     def scheduler_limits(self) -> tuple[int, int]:
@@ -241,12 +250,12 @@ class DeviceCopyBaseline:
     def __init__(self, folder: Path):
         self.host: dict[str, dict[str, torch.Tensor]] = {}
 
-    def prepare(self, caches: dict, blocks: torch.Tensor, key: str) -> None:
+    def prepare(self, caches: dict[str, torch.Tensor], blocks: torch.Tensor, key: str) -> None:
         pin = blocks.device.type != "cpu"
         self.host[key] = {layer: torch.zeros(gathered_shape(view, blocks), dtype=view.dtype, pin_memory=pin)
                           for layer, view in caches.items()}
 
-    def save(self, caches: dict, blocks: torch.Tensor, key: str) -> None:
+    def save(self, caches: dict[str, torch.Tensor], blocks: torch.Tensor, key: str) -> None:
         for layer, view in caches.items():
             out = self.host[key][layer]
             if blocks.device.type == "cpu":
@@ -254,7 +263,7 @@ class DeviceCopyBaseline:
             else:
                 out.copy_(physical_order(view).index_select(0, blocks), non_blocking=True)
 
-    def load(self, caches: dict, blocks: torch.Tensor, key: str) -> None:
+    def load(self, caches: dict[str, torch.Tensor], blocks: torch.Tensor, key: str) -> None:
         for layer, view in caches.items():
             physical_order(view).index_copy_(0, blocks, self.host[key][layer].to(view.device, non_blocking=True))
 
@@ -283,17 +292,17 @@ class StorageBaseline:
     def _file(self, key: str, layer: str) -> Path:
         return self.folder / key / f"{layer}.bin"
 
-    def prepare(self, caches: dict, blocks: torch.Tensor, key: str) -> None:
+    def prepare(self, caches: dict[str, torch.Tensor], blocks: torch.Tensor, key: str) -> None:
         (self.folder / key).mkdir(parents=True, exist_ok=True)
         self.shapes[key] = {layer: (gathered_shape(view, blocks), view.dtype) for layer, view in caches.items()}
 
-    def save(self, caches: dict, blocks: torch.Tensor, key: str) -> None:
+    def save(self, caches: dict[str, torch.Tensor], blocks: torch.Tensor, key: str) -> None:
         for layer, view in caches.items():
             gathered = physical_order(view).index_select(0, blocks).cpu()
             with open(self._file(key, layer), "wb") as file:
                 file.write(gathered.view(torch.uint8).numpy())
 
-    def load(self, caches: dict, blocks: torch.Tensor, key: str) -> None:
+    def load(self, caches: dict[str, torch.Tensor], blocks: torch.Tensor, key: str) -> None:
         for layer, view in caches.items():
             shape, dtype = self.shapes[key][layer]
             count = math.prod(shape)
@@ -306,10 +315,11 @@ class StorageBaseline:
             path.unlink()
 
 
-BASELINES: dict[str, type] = {b.name: b for b in (StorageBaseline, DeviceCopyBaseline)}
+Baseline = DeviceCopyBaseline | StorageBaseline
+BASELINES: dict[str, type[Baseline]] = {b.name: b for b in (StorageBaseline, DeviceCopyBaseline)}
 
 
-def baseline_for(profile) -> str:
+def baseline_for(profile: ConnectorProfile) -> str:
     """Storage connectors (their extra config names the ``{storage}`` folder) against files;
     the rest against a device/host copy."""
     return StorageBaseline.name if "{storage}" in json.dumps(profile.extra_config) else DeviceCopyBaseline.name
@@ -330,12 +340,13 @@ class SizeSamples:
     baseline_load: list[float] = field(default_factory=list)
 
 
-def _zero(caches: dict) -> None:
+def _zero(caches: dict[str, torch.Tensor]) -> None:
     for flat in kvcache.backing_bytes(caches):
         flat.zero_()
 
 
-def _same_blocks(producer: dict, p_blocks: torch.Tensor, consumer: dict, c_blocks: torch.Tensor) -> str | None:
+def _same_blocks(producer: dict[str, torch.Tensor], p_blocks: torch.Tensor, consumer: dict[str, torch.Tensor],
+                 c_blocks: torch.Tensor) -> str | None:
     """The first layer whose consumer blocks differ from the producer's, or None."""
     for layer, view in producer.items():
         saved = physical_order(view).index_select(0, p_blocks.to(view.device)).contiguous().view(torch.uint8)
@@ -358,7 +369,7 @@ def _check_load(rig: BenchRig, producer: EngineStandIn, consumer: EngineStandIn,
     if claimed != size:
         raise BenchFailure(f"{name} claimed {claimed} external tokens for {rid}, a {len(prompt)}-token prompt "
                            f"whose first {size} tokens the producer stored; the bench times whole stored requests")
-    count = size // rig.shape.block_size
+    count = size // rig.block_size
     wrong = _same_blocks(producer.caches, _blocks(producer.scheduler, rid, count, "cpu"),
                          consumer.caches, _blocks(consumer.scheduler, rid, count, "cpu"))
     if wrong:
@@ -366,10 +377,10 @@ def _check_load(rig: BenchRig, producer: EngineStandIn, consumer: EngineStandIn,
                            f"saved; a load that moves nothing cannot be timed")
 
 
-def _baseline_once(rig: BenchRig, baseline, producer: EngineStandIn, consumer: EngineStandIn, rid: str,
+def _baseline_once(rig: BenchRig, baseline: Baseline, producer: EngineStandIn, consumer: EngineStandIn, rid: str,
                    size: int) -> tuple[float, float]:
     """The baseline's (save, load) seconds for the blocks the connector moved for ``rid``."""
-    count = size // rig.shape.block_size
+    count = size // rig.block_size
     p_blocks = _blocks(producer.scheduler, rid, count, rig.device)
     c_blocks = _blocks(consumer.scheduler, rid, count, rig.device)
     baseline.prepare(producer.caches, p_blocks, rid)
@@ -385,6 +396,11 @@ def _baseline_once(rig: BenchRig, baseline, producer: EngineStandIn, consumer: E
     return save, load
 
 
+def _timed(engine: EngineStandIn) -> TimedModelRunner:
+    """The engine's runner, which a ``BenchRig`` builds as a ``TimedModelRunner`` (its ``runner_class``)."""
+    return cast(TimedModelRunner, engine.runner)
+
+
 def measure(rig: BenchRig, sizes: list[int], repeat: int) -> tuple[str, list[SizeSamples]]:
     """Time ``repeat`` saves and loads per size, each load followed by the baseline on the same blocks.
 
@@ -395,7 +411,7 @@ def measure(rig: BenchRig, sizes: list[int], repeat: int) -> tuple[str, list[Siz
     and the first buffers of a new size pay the allocator's growth (page faults,
     glibc's mmap threshold), which a serving engine paid long before.
     """
-    block_size = rig.shape.block_size
+    block_size = rig.block_size
     producer_role, consumer_role = rig.roles()
     size_of: dict[str, int] = {}
     for size in sizes:  # each size's warm-up request just before its timed ones
@@ -408,10 +424,10 @@ def measure(rig: BenchRig, sizes: list[int], repeat: int) -> tuple[str, list[Siz
     producer = rig.engine(producer_role, fill_seed=1234)
     try:
         for rid, prompt in prompts.items():
-            since = len(producer.runner.timings)
+            since = len(_timed(producer).timings)
             producer.scheduler.add(rid, prompt)
             producer.scheduler.run(producer.runner, MAX_STEPS)
-            seconds = save_seconds(producer.runner.timings, rid, since)
+            seconds = save_seconds(_timed(producer).timings, rid, since)
             if not rid.startswith("warmup"):
                 samples[size_of[rid]].save.append(seconds)
     finally:
@@ -422,11 +438,11 @@ def measure(rig: BenchRig, sizes: list[int], repeat: int) -> tuple[str, list[Siz
         for rid, prompt in prompts.items():
             size = size_of[rid]
             _zero(consumer.caches)
-            since = len(consumer.runner.timings)
+            since = len(_timed(consumer).timings)
             consumer.scheduler.add(rid, prompt)
             consumer.scheduler.run(consumer.runner, MAX_STEPS)
             _check_load(rig, producer, consumer, rid, prompt, size)
-            load = load_seconds(consumer.runner.timings, rid, since)
+            load = load_seconds(_timed(consumer).timings, rid, since)
             base_save, base_load = _baseline_once(rig, baseline, producer, consumer, rid, size)
             if rid.startswith("warmup"):
                 continue

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import torch
 
@@ -30,6 +32,17 @@ from ..engine.runner import AttentionLayerStandIn, with_modules_without_kv_cache
 from ..engine.step_order import connector_step
 from ..vllm_build import api as vllm_api
 
+if TYPE_CHECKING:
+    from typing_extensions import Self, TypeIs
+    from vllm.config import VllmConfig
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1, KVConnectorMetadata
+    from vllm.v1.core.kv_cache_manager import KVCacheBlocks
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.kv_cache_interface import KVCacheConfig
+    from vllm.v1.request import Request
+
+# What get_finished answers (the promise checks the shape before a caller reads it)
+FinishedIds = tuple[set[str] | None, set[str] | None]
 
 class ContractViolation(CheckFailure):
     """A connector answered a documented call with something else."""
@@ -37,7 +50,7 @@ class ContractViolation(CheckFailure):
 
 # --- the promises: each rule returns None when the answer conforms, else what is wrong with it ---
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeIs[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -62,7 +75,7 @@ def _not_pair(value: object) -> str | None:
 def _claim(value: object) -> str | None:
     if problem := _not_pair(value):
         return problem
-    tokens, load_async = value
+    tokens, load_async = cast("tuple[object, object]", value)  # a pair: _not_pair said so
     if tokens is not None and not _is_int(tokens):
         return f"the token count is {_a(type(tokens).__name__)}"
     if tokens is not None and tokens < 0:
@@ -77,7 +90,7 @@ def _claim(value: object) -> str | None:
 def _finish(value: object) -> str | None:
     if problem := _not_pair(value):
         return problem
-    delay_free, transfer_params = value
+    delay_free, transfer_params = cast("tuple[object, object]", value)  # a pair: _not_pair said so
     if not isinstance(delay_free, bool):
         return f"the delay-free flag is {_a(type(delay_free).__name__)}"
     if transfer_params is not None and not isinstance(transfer_params, dict):
@@ -116,7 +129,8 @@ def _id_set(value: object, what: str, element: Callable[[object], bool], element
 def _finished(value: object) -> str | None:
     if problem := _not_pair(value):
         return problem
-    for what, ids in zip(("the finished-sending ids", "the finished-receiving ids"), value, strict=True):
+    pair = cast("tuple[object, object]", value)  # a pair: _not_pair said so
+    for what, ids in zip(("the finished-sending ids", "the finished-receiving ids"), pair, strict=True):
         if ids is not None and (problem := _id_set(ids, what, lambda v: isinstance(v, str), "str")):
             return problem
     return None
@@ -174,19 +188,19 @@ def check_answer(label: str, method: str, call: str, value: object) -> object:
     return value
 
 
-def ask(label: str, connector, method: str, *args, shown_args: str = "...") -> object:
+def ask(label: str, connector: KVConnectorBase_V1, method: str, *args: object, shown_args: str = "...") -> object:
     """Call ``connector.method(*args)`` and check the answer against its promise."""
     return check_answer(label, method, f"{method}({shown_args})", getattr(connector, method)(*args))
 
 
-def install_checks(connector, label: str) -> Counter:
+def install_checks(connector: KVConnectorBase_V1, label: str) -> Counter[str]:
     """Check every promised answer a connector gives while vLLM's own code drives it.
 
     Wraps the instance's methods (what the scheduler and runner look up), so the
     check runs before vLLM or the harness unpacks the answer. Returns the call
     counts, so a check can prove the calls it relies on happened.
     """
-    calls: Counter = Counter()
+    calls: Counter[str] = Counter()
     for method in PROMISES:
         original = getattr(connector, method, None)
         if callable(original):
@@ -194,7 +208,7 @@ def install_checks(connector, label: str) -> Counter:
     return calls
 
 
-def check_reported_ids(connector, label: str, held: Callable[[], Iterable[str]]) -> None:
+def check_reported_ids(connector: KVConnectorBase_V1, label: str, held: Callable[[], Iterable[str]]) -> None:
     """Fail when ``get_finished`` reports a request vLLM's scheduler does not hold (``held()``).
 
     The scheduler frees the blocks of every id reported and guards that with a bare
@@ -202,7 +216,7 @@ def check_reported_ids(connector, label: str, held: Callable[[], Iterable[str]])
     """
     original = connector.get_finished
 
-    def checked(finished_req_ids, *args, **kwargs):
+    def checked(finished_req_ids: set[str], *args: Any, **kwargs: Any) -> Any:
         answer = original(finished_req_ids, *args, **kwargs)
         # the answer's shape is judged where it is asked for (_finished); here only the ids in it
         for direction, ids in zip(("sending", "loading"), answer, strict=False):
@@ -217,8 +231,8 @@ def check_reported_ids(connector, label: str, held: Callable[[], Iterable[str]])
     connector.get_finished = checked
 
 
-def _checked(label: str, method: str, original: Callable, calls: Counter) -> Callable:
-    def checked(*args, **kwargs):
+def _checked(label: str, method: str, original: Callable[..., object], calls: Counter[str]) -> Callable[..., object]:
+    def checked(*args: Any, **kwargs: Any) -> object:
         calls[method] += 1
         return check_answer(label, method, f"{method}(...)", original(*args, **kwargs))
 
@@ -227,36 +241,38 @@ def _checked(label: str, method: str, original: Callable, calls: Counter) -> Cal
 
 # --- vLLM inputs, built the way vLLM builds them ---
 
-def make_request(vllm_config, request_id: str, prompt: list[int]):
+def make_request(vllm_config: VllmConfig, request_id: str, prompt: list[int]) -> Request:
     """A real ``vllm.v1.request.Request``, hashed into blocks as the engine's processor does it."""
     return new_request(request_id, prompt, block_hasher(vllm_config))
 
 
-def no_blocks(kv_cache_config):
+def no_blocks(kv_cache_config: KVCacheConfig) -> KVCacheBlocks:
     """What the KV cache manager hands over when it allocated nothing: one empty list per group."""
     KVCacheBlocks = vllm_api.find("KVCacheBlocks")
 
     return KVCacheBlocks(tuple(() for _ in kv_cache_config.kv_cache_groups))
 
 
-def scheduler_output(finished_req_ids: Iterable[str] = ()):
+def scheduler_output(finished_req_ids: Iterable[str] = ()) -> SchedulerOutput:
     """A step that schedules nothing (vLLM still builds connector metadata for it)."""
     output = vllm_api.find("SchedulerOutput").make_empty()
     output.finished_req_ids = set(finished_req_ids)
     return output
 
 
-def supports_hma(connector) -> bool:
+def supports_hma(connector: KVConnectorBase_V1) -> bool:
     from vllm.distributed.kv_transfer.kv_connector.v1.base import supports_hma as vllm_supports_hma
 
-    return vllm_supports_hma(connector)
+    hma: bool = vllm_supports_hma(connector)
+    return hma
 
 
 # --- the two halves, constructed directly ---
 
 # What vLLM's runner also asks a worker every step (0.32 reads finished ids through get_transfer_results),
 # checked where the installed vLLM defines the method; the arguments a step with nothing finished passes.
-LATER_WORKER_REPORTS: dict[str, tuple] = {"get_transfer_results": (set(),), "build_connector_worker_meta": ()}
+LATER_WORKER_REPORTS: dict[str, tuple[object, ...]] = {"get_transfer_results": (set(),),
+                                                        "build_connector_worker_meta": ()}
 
 
 @dataclass
@@ -268,27 +284,30 @@ class ContractConnector:
     each method alone, so a violation names the one call that broke it."""
 
     label: str  # "<connector> (<kv_role>, <side> side)": how violations name it
-    connector: object
-    vllm_config: object
-    kv_cache_config: object
+    connector: KVConnectorBase_V1
+    vllm_config: VllmConfig
+    kv_cache_config: KVCacheConfig
 
-    def ask(self, method: str, *args, shown_args: str = "...") -> object:
+    def ask(self, method: str, *args: object, shown_args: str = "...") -> object:
         return ask(self.label, self.connector, method, *args, shown_args=shown_args)
 
-    def new_request(self, request_id: str, prompt: list[int]):
+    def new_request(self, request_id: str, prompt: list[int]) -> Request:
         """A request the connector is told about as vLLM's ``Scheduler.add_request`` does (``on_new_request``)."""
         request = make_request(self.vllm_config, request_id, prompt)
         if callable(getattr(self.connector, "on_new_request", None)):  # where this vLLM has the hook
             self.connector.on_new_request(request)
         return request
 
-    def finish(self, request, block_ids_per_group: tuple[list[int], ...], shown: str) -> tuple:
+    def finish(self, request: Request, block_ids_per_group: tuple[list[int], ...],
+               shown: str) -> tuple[bool, dict[str, Any] | None]:
         """The finish hook vLLM's scheduler calls: ``request_finished_all_groups`` for HMA connectors."""
         if supports_hma(self.connector):
-            return self.ask("request_finished_all_groups", request, block_ids_per_group,
-                            shown_args=f"{shown}, {tuple(block_ids_per_group)}")
-        return self.ask("request_finished", request, block_ids_per_group[0],
-                        shown_args=f"{shown}, {block_ids_per_group[0]}")
+            answer = self.ask("request_finished_all_groups", request, block_ids_per_group,
+                              shown_args=f"{shown}, {tuple(block_ids_per_group)}")
+        else:
+            answer = self.ask("request_finished", request, block_ids_per_group[0],
+                              shown_args=f"{shown}, {block_ids_per_group[0]}")
+        return cast("tuple[bool, dict[str, Any] | None]", answer)  # the FINISH promise checked its shape
 
     def no_block_ids(self) -> tuple[list[int], ...]:
         return tuple([] for _ in self.kv_cache_config.kv_cache_groups)
@@ -296,10 +315,11 @@ class ContractConnector:
     def close(self) -> None:
         self.connector.shutdown()
 
-    def __enter__(self) -> ContractConnector:
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, kind, error, traceback) -> bool:
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: TracebackType | None) -> Literal[False]:
         """Shut the connector down; a shutdown error never hides the failure that came first."""
         try:
             self.close()
@@ -314,15 +334,15 @@ class ContractConnector:
 class ContractWorker(ContractConnector):
     """The worker role under the contract checks: its caches, their registration and a step with nothing to run."""
 
-    caches: dict = field(default_factory=dict)
-    guard: DeviceGuard | None = None
+    caches: dict[str, torch.Tensor]
+    guard: DeviceGuard
 
     def register(self) -> None:
         """Caches from vLLM's allocator, registered as the runner does at start-up."""
         with self.guard:
             self.connector.register_kv_caches(self.caches)
 
-    def idle_step(self, metadata, finished_req_ids: Iterable[str] = ()) -> tuple:
+    def idle_step(self, metadata: KVConnectorMetadata, finished_req_ids: Iterable[str] = ()) -> FinishedIds:
         """A step with nothing to run, as vLLM's ``kv_connector_no_forward``: the connector still reports.
 
         Returns what ``get_finished`` answered; every answer is checked as it is given.
@@ -331,15 +351,15 @@ class ContractWorker(ContractConnector):
 
         finished = set(finished_req_ids)
 
-        def report() -> tuple:
-            answer = self.ask("get_finished", finished, shown_args=repr(finished))
+        def report() -> FinishedIds:
+            answer = cast("FinishedIds", self.ask("get_finished", finished, shown_args=repr(finished)))
             self.ask("get_block_ids_with_load_errors", shown_args="")
             for method, args in LATER_WORKER_REPORTS.items():
                 if callable(getattr(self.connector, method, None)):
                     self.ask(method, *args, shown_args=", ".join(map(repr, args)))
             return answer
 
-        def call(method: str, *args) -> object:  # the lifecycle calls: no answer to check
+        def call(method: str, *args: object) -> object:  # the lifecycle calls: no answer to check
             return getattr(self.connector, method)(*args)
 
         with set_forward_context(None, self.vllm_config), self.guard:
@@ -362,13 +382,13 @@ class ContractRig:
         """Every kv_role the profile drives the connector with (both halves of a producer/consumer pair)."""
         return list(dict.fromkeys(self.rig.connector.profile.roles or ["kv_both"]))
 
-    def configs(self, kv_role: str) -> tuple[object, object]:
+    def configs(self, kv_role: str) -> tuple[VllmConfig, KVCacheConfig]:
         """A fresh ``VllmConfig`` and ``KVCacheConfig``, without constructing any connector."""
         config = self.rig.vllm_config(kv_role)
         groups = [(attention_layer_names(), self.rig.shape.attention_spec())]
         return config, kvcache.build_kv_cache_config(config, groups)
 
-    def _construct(self, kv_role: str, side: str) -> tuple[str, object, object, object]:
+    def _construct(self, kv_role: str, side: str) -> tuple[str, KVConnectorBase_V1, VllmConfig, KVCacheConfig]:
         from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
 
         label = f"{self.name} ({kv_role}, {side} side)"

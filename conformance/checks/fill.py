@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -37,9 +39,15 @@ from ..engine.block_sizes import group_block_sizes
 from ..engine.check_failure import CheckFailure
 from ..engine.device_guard import forked_rng
 from ..engine.hybrid_cache import REGISTRATIONS, HybridCaches, hybrid_engine
+from ..engine.kvcache import LayerCache
 from ..engine.prompts import seeded_prompt
 from ..engine.rig import EngineStandIn, Rig
 from ..vllm_build import api as vllm_api
+
+if TYPE_CHECKING:
+    from vllm.v1.kv_cache_interface import KVCacheSpec
+
+    from ..engine.scheduler import SchedulerDriver
 
 RANDOM_STD = 0.5
 SIGMAS = 6.0  # statistical tolerance in standard errors (see check_statistics)
@@ -90,7 +98,7 @@ FILL_SCENARIOS: dict[str, FillScenario] = {s.name: s for s in (
 class FillMode:
     std: float | None  # None: constant fill (fill_std 0)
 
-    def extra_config(self) -> dict:
+    def extra_config(self) -> dict[str, Any]:
         return {"fill_std": self.std or 0.0}
 
 
@@ -101,7 +109,7 @@ FILL_MODES = {"constant": FillMode(None), "random": FillMode(RANDOM_STD)}
 
 
 @contextmanager
-def captured_warnings():
+def captured_warnings() -> Iterator[list[logging.LogRecord]]:
     """WARNING records from vLLM's loggers (which do not propagate to the root) and from any other.
 
     vLLM's ``warning_once`` remembers what it printed for the whole process, so a
@@ -113,7 +121,7 @@ def captured_warnings():
     records: list[logging.LogRecord] = []
 
     class Collect(logging.Handler):
-        def emit(self, record):
+        def emit(self, record: logging.LogRecord) -> None:
             if not any(seen is record for seen in records):  # vLLM's loggers may propagate to the root too
                 records.append(record)
 
@@ -141,7 +149,7 @@ class Expected:
     allocated: dict[int, set[int]] = field(default_factory=dict)
 
 
-def _is_circular(spec) -> bool:
+def _is_circular(spec: KVCacheSpec) -> bool:
     CircularBufferSpec = vllm_api.find("CircularBufferSpec")
 
     return all(isinstance(s, CircularBufferSpec) for s in vllm_api.find("iter_layer_specs")(spec))
@@ -166,7 +174,8 @@ def expected_blocks(caches: HybridCaches, block_ids: tuple[list[int], ...], loca
 
 
 def _key(tensor: torch.Tensor) -> int:
-    return tensor.untyped_storage().data_ptr()
+    pointer: int = tensor.untyped_storage().data_ptr()
+    return pointer
 
 
 def _strided_like(flat: torch.Tensor, tensor: torch.Tensor) -> torch.Tensor:
@@ -175,7 +184,7 @@ def _strided_like(flat: torch.Tensor, tensor: torch.Tensor) -> torch.Tensor:
     return torch.as_strided(flat, raw.shape, raw.stride(), raw.storage_offset())
 
 
-def _entry_tensors(entry) -> list[torch.Tensor]:
+def _entry_tensors(entry: object) -> list[torch.Tensor]:
     if isinstance(entry, torch.Tensor):
         return [entry]
     if isinstance(entry, (list, tuple)):
@@ -252,7 +261,7 @@ class Region:
     random: bool
 
 
-def _whole_states(caches: HybridCaches, layer: str, entry) -> bool:
+def _whole_states(caches: HybridCaches, layer: str, entry: LayerCache) -> bool:
     """A list/tuple of state tensors that own their storage: each one is a whole state, no block dimension."""
     return (isinstance(entry, (list, tuple)) and caches.is_state(layer)
             and not REGISTRATIONS[caches.registration].block_indexed)
@@ -267,6 +276,7 @@ def _regions(caches: HybridCaches, fill: dict[int, set[int]], mean: float, rando
         circular = _is_circular(caches.spec_of(layer))
         blocks = sorted(fill.get(group, ()))
         target, is_random = (0.0, False) if circular else (mean, random_fill)
+        parts: list[tuple[str, torch.Tensor, list[int] | None]]
         if isinstance(entry, torch.Tensor):
             parts = [("", entry, blocks)]
         else:
@@ -292,7 +302,7 @@ def _where(connector: str, region: Region, caches: HybridCaches) -> str:
             f"group {caches.group_of(region.layer)}, registered as {caches.registration!r}), {scope}")
 
 
-def _unwritten(region: Region, snapshot: Snapshot) -> list:
+def _unwritten(region: Region, snapshot: Snapshot) -> list[int | str]:
     """Blocks of the region (or ``["(whole tensor)"]``) none of whose bytes changed."""
     changed = snapshot.changed(region.tensor)
     if region.blocks is None:
@@ -363,7 +373,8 @@ def check_statistics(connector: str, regions: list[Region], mean: float, std: fl
     return found
 
 
-def _stray_blocks(caches: HybridCaches, snapshot: Snapshot, entries) -> dict[int, list[str]]:
+def _stray_blocks(caches: HybridCaches, snapshot: Snapshot,
+                  entries: Iterable[tuple[str, LayerCache]]) -> dict[int, list[str]]:
     """Block id -> the layers (of ``entries``) through whose block-indexed views stray bytes show.
 
     Whole state tensors are allowed to change entirely, so they never hold stray bytes.
@@ -383,8 +394,8 @@ def _owner(block: int, expected: Expected) -> str:
     for group, blocks in expected.fill.items():
         if block in blocks:
             return f"group {group} fills it, but these bytes lie outside that group's layers"
-    for group, blocks in expected.hit.items():
-        if block in blocks:
+    for group, hit in expected.hit.items():
+        if block in hit:
             return f"it holds group {group}'s local prefix hit, which must not be refilled"
     for group, blocks in expected.allocated.items():
         if block in blocks:
@@ -474,8 +485,8 @@ class _FillRun:
             mine = expected_blocks(self.caches, block_ids[rid], local, external)
             for group, blocks in mine.fill.items():
                 expected.fill.setdefault(group, set()).update(blocks)
-            for group, blocks in mine.hit.items():
-                expected.hit.setdefault(group, []).extend(blocks)
+            for group, hit in mine.hit.items():
+                expected.hit.setdefault(group, []).extend(hit)
             for group, blocks in mine.allocated.items():
                 expected.allocated.setdefault(group, set()).update(blocks)
         regions = _regions(self.caches, expected.fill, self.mean, self.mode.std is not None)
@@ -517,7 +528,8 @@ def run_fill(rig: Rig, kinds: tuple[str, ...], registration: str, mode: str = "c
     return result
 
 
-def _claim(name: str, scheduler, rid: str, length: int, prefix_hit: bool, what: str) -> tuple[int, int]:
+def _claim(name: str, scheduler: SchedulerDriver, rid: str, length: int, prefix_hit: bool,
+           what: str) -> tuple[int, int]:
     if not scheduler.claims.get(rid):
         raise FillFailure(f"{name}: {what}: the scheduler never asked it about request {rid}")
     claim = scheduler.answered_claim(rid)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import cast
 
 import torch
 
@@ -77,7 +78,7 @@ def _pages_changed(before: dict[str, torch.Tensor], side: EngineStandIn) -> dict
 
 
 def _first_wrong_slot(rig: HybridPairRig, producer: EngineStandIn, consumer: EngineStandIn, request_id: str,
-                      tokens: int, consumer_table) -> tuple[str | None, Counter[int]]:
+                      tokens: int, consumer_table: tuple[list[int], ...]) -> tuple[str | None, Counter[int]]:
     """The first of ``tokens`` claimed tokens, over every layer, whose slot in ``consumer_table`` (the
     request's block ids per group) differs from the producer's slot for that token, in words (None when all
     hold the producer's bytes), and the slots found equal per group."""
@@ -110,7 +111,7 @@ class HybridCompletionWitness(CompletionWitness):
     token's slot in every group holds the producer's bytes."""
 
     def __call__(self, request_id: str, step: int) -> None:
-        rig, consumer = self.pair.rig, self.pair.consumer
+        rig, consumer = cast(HybridPairRig, self.pair.rig), self.pair.consumer  # run_hybrid_pair_roundtrip's pair
         tokens = consumer.scheduler.external_tokens(request_id)
         table = consumer.scheduler.scheduler.kv_cache_manager.get_block_ids(request_id)
         if tokens <= 0 or not any(table):
@@ -158,7 +159,7 @@ def run_hybrid_pair_roundtrip(rig: HybridPairRig) -> HybridPairResult:
     """The producer prefills ``PAIR_PROMPTS`` and serves; the consumer asks for the same prompts (as a P/D
     proxy sends them) and pulls over a slow transport (each read lands some polls after it is posted, so a
     consumer that reports a read done when it posts it is seen); then the bytes are compared per group."""
-    size = rig.shape.block_size  # the smallest group's: the planner only scales block sizes up
+    size = rig.block_size  # the smallest group's: the planner only scales block sizes up
     stored = {rid: request_prompt(i, blocks * size + extra) for i, (rid, (blocks, extra)) in
               enumerate(PAIR_PROMPTS.items())}
     with open_pair(rig, stored) as pair:

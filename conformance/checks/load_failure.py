@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from ..engine.check_failure import CheckFailure
 from ..engine.device_guard import DeviceMismatch
@@ -31,6 +32,14 @@ from ..engine.prompts import request_prompt
 from ..engine.rig import EngineStandIn, Rig
 from ..engine.slots import token_slot_bytes
 from ..vllm_build import api as vllm_api
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.outputs import KVConnectorOutput
+
+    from ..engine.runner import ModelRunnerStandIn
+    from ..engine.scheduler import SchedulerDriver
 
 POLICIES = ("fail", "recompute")  # vLLM's KVTransferConfig.kv_load_failure_policy values
 
@@ -50,6 +59,13 @@ def _garble_tail(path: Path) -> None:
     half = len(data) // 2
     data[half:] = bytes(b ^ 0xFF for b in data[half:])
     path.write_bytes(bytes(data))
+
+
+class Staged(Protocol):
+    """What was done to the consumer's load (a ``Sabotage`` of the storage, pair_faults.py's ``PairFault``)."""
+
+    @property
+    def doc(self) -> str: ...  # what happened, in the words of a failure message
 
 
 @dataclass(frozen=True)
@@ -84,7 +100,7 @@ class PolicyRig(Rig):
     def of(cls, rig: Rig, policy: str) -> PolicyRig:
         return cls(**{f.name: getattr(rig, f.name) for f in fields(Rig)}, policy=policy)
 
-    def vllm_config(self, role: str):
+    def vllm_config(self, role: str) -> VllmConfig:
         config = super().vllm_config(role)
         config.kv_transfer_config.kv_load_failure_policy = self.policy
         return config
@@ -100,8 +116,8 @@ class SabotagingWorker:
     request afterwards (its computed tokens when next scheduled).
     """
 
-    worker: object  # ModelRunnerStandIn
-    scheduler: object  # SchedulerDriver
+    worker: ModelRunnerStandIn
+    scheduler: SchedulerDriver
     storage: Path
     sabotage: Sabotage
     damaged: list[Path] = field(default_factory=list)
@@ -113,12 +129,12 @@ class SabotagingWorker:
     def _claimed_a_hit(self) -> bool:
         return any(self.scheduler.external_tokens(req_id) > 0 for req_id in self.scheduler.claims)
 
-    def _note_resumes(self, scheduler_output) -> None:
+    def _note_resumes(self, scheduler_output: SchedulerOutput) -> None:
         cached = scheduler_output.scheduled_cached_reqs
         for req_id, computed in zip(cached.req_ids, cached.num_computed_tokens, strict=True):
             self.resumed_from.setdefault(req_id, computed)
 
-    def step(self, scheduler_output):
+    def step(self, scheduler_output: SchedulerOutput) -> KVConnectorOutput:
         if self.damaged:
             self._note_resumes(scheduler_output)
         elif self._claimed_a_hit():
@@ -173,7 +189,7 @@ def kept_tokens(block_ids: list[int], claimed: int, reported: set[int], block_si
 def run_load_failure(rig: Rig, sabotage: Sabotage, policy: str) -> LoadFailureAnswer:
     """Producer stores; storage is damaged between the consumer's schedule and its load; the answer is judged."""
     rig = PolicyRig.of(rig, policy)
-    block_size = rig.shape.block_size
+    block_size = rig.block_size
     producer_role, consumer_role = rig.roles()
     stored = {"req-0": request_prompt(0, 4 * block_size + 5)}
 
@@ -218,7 +234,8 @@ def run_load_failure(rig: Rig, sabotage: Sabotage, policy: str) -> LoadFailureAn
     return answer
 
 
-def loading_blocks(name: str, driver, stored, answer: LoadFailureAnswer) -> dict[str, list[int]]:
+def loading_blocks(name: str, driver: SchedulerDriver, stored: dict[str, list[int]],
+                   answer: LoadFailureAnswer) -> dict[str, list[int]]:
     """Each loading request's blocks; a block reported as a failed load that none of them holds is a violation.
 
     Shared by the storage and the pair load-failure checks: vLLM invalidates exactly the reported
@@ -232,9 +249,9 @@ def loading_blocks(name: str, driver, stored, answer: LoadFailureAnswer) -> dict
     return own_blocks
 
 
-def _check_kept_slots(rig: Rig, producer: EngineStandIn, consumer: EngineStandIn, answer: LoadFailureAnswer,
-                      sabotage: Sabotage) -> None:
-    block_size = rig.shape.block_size
+def _check_kept_slots(rig: PolicyRig, producer: EngineStandIn, consumer: EngineStandIn, answer: LoadFailureAnswer,
+                      sabotage: Staged) -> None:
+    block_size = rig.block_size
     for rid, tokens in answer.kept_tokens.items():
         if tokens == 0:
             continue

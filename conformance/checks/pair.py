@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from ..engine.affinity import restore_harness_affinity
 from ..engine.check_failure import CheckFailure
@@ -48,6 +49,11 @@ from ..engine.scheduler import next_token
 from ..engine.side_channel import HOST, HandshakeFailure, PortTaken, reserved_port, serve_handshake
 from ..engine.slots import token_slot_bytes
 from ..vllm_build import api as vllm_api
+
+if TYPE_CHECKING:
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
 from .roundtrip import (
     RoundTripResult,
     RoundTripScenario,
@@ -133,12 +139,12 @@ class TransferParamsLog:
     """The ``kv_transfer_params`` a scheduler returns with each finished request's output."""
 
     def __init__(self, side: EngineStandIn):
-        self.params: dict[str, dict] = {}
+        self.params: dict[str, dict[str, Any]] = {}
         self.finish_reasons: dict[str, str] = {}  # request -> how it finished (FinishReason's name: STOP, LENGTH)
         scheduler = side.scheduler.scheduler
         update = scheduler.update_from_output
 
-        def recorded(scheduler_output, runner_output):
+        def recorded(scheduler_output: SchedulerOutput, runner_output: ModelRunnerOutput) -> Any:
             outputs = update(scheduler_output, runner_output)
             for engine_outputs in outputs.values():
                 for output in engine_outputs.outputs:
@@ -152,7 +158,7 @@ class TransferParamsLog:
         scheduler.update_from_output = recorded
 
 
-def add_request(side: EngineStandIn, request_id: str, prompt: list[int], kv_transfer_params: dict,
+def add_request(side: EngineStandIn, request_id: str, prompt: list[int], kv_transfer_params: dict[str, Any],
                 stops: bool = False) -> None:
     """A request carrying ``kv_transfer_params`` in its sampling params' ``extra_args``, as vLLM's API server
     passes them through; with ``stops``, the first token it samples is a stop token (two tokens allowed)."""
@@ -170,7 +176,7 @@ def publish_handshake(side: EngineStandIn) -> None:
         side.scheduler.connector.set_xfer_handshake_metadata_pp_aware({(0, 0): metadata})
 
 
-def expired_requests(connector) -> int:
+def expired_requests(connector: KVConnectorBase_V1) -> int:
     """Requests this connector released on lease expiry since it was last asked (its stats reset, as vLLM's
     runner has them each step)."""
     stats = connector.get_kv_connector_stats() if hasattr(connector, "get_kv_connector_stats") else None
@@ -205,7 +211,7 @@ class SideLog:
             if held and held[0]:
                 driver.block_ids.setdefault(request_id, held)
 
-    def step(self, scheduler_output):
+    def step(self, scheduler_output: SchedulerOutput) -> KVConnectorOutput:
         self._note_block_ids()
         try:
             output = self.side.runner.step(scheduler_output)
@@ -237,7 +243,7 @@ class LivePair:
     rig: Rig
     producer: EngineStandIn
     consumer: EngineStandIn
-    params: dict[str, dict]
+    params: dict[str, dict[str, Any]]
     logs: dict[str, SideLog]
     producer_ids: dict[str, str] = field(default_factory=dict)  # consumer request id -> the producer's
 
@@ -252,7 +258,7 @@ class LivePair:
     def compute_locally(self, prompts: dict[str, list[int]], blocks: Callable[[int, int], int]) -> None:
         """The consumer computes the first ``blocks`` whole blocks of each prompt as requests of its own, so its
         prefix cache holds them when the router's requests arrive."""
-        block_size = self.rig.shape.block_size
+        block_size = self.rig.block_size
         for request_id, prompt in prompts.items():
             self.consumer.scheduler.add(f"local-{request_id}", prompt[:blocks(len(prompt), block_size) * block_size])
         self.step_until(lambda: drained(self.consumer), f"{self.rig.connector.name}'s consumer did not finish the "
@@ -346,7 +352,7 @@ class CompletionWitness:
         consumer_blocks = consumer.scheduler.scheduler.kv_cache_manager.get_block_ids(request_id)
         if tokens <= 0 or not consumer_blocks or not consumer_blocks[0]:
             return  # no claim: verify_roundtrip reports it
-        block_size = rig.shape.block_size
+        block_size = rig.block_size
         local = computed_locally(consumer, request_id)  # the tokens before the loaded ones: the consumer's own
         producer_blocks = producer.scheduler.block_ids[self.pair.producer_ids.get(request_id, request_id)][0]
         for name, view in consumer.caches.items():
@@ -388,7 +394,7 @@ def check_completion(pair: LivePair, witness: CompletionWitness, settled: Callab
 
 def _check_local_hits(pair: LivePair, wanted: dict[str, list[int]], blocks: Callable[[int, int], int]) -> None:
     """The routing really happened: each request found its locally computed blocks in the consumer's cache."""
-    block_size = pair.rig.shape.block_size
+    block_size = pair.rig.block_size
     for consumer_id, producer_id in pair.producer_ids.items():
         expected = blocks(len(wanted[producer_id]), block_size) * block_size
         assert computed_locally(pair.consumer, consumer_id) == expected, (
@@ -403,7 +409,7 @@ def run_pair_roundtrip(rig: Rig, scenario: RoundTripScenario, prepare: Callable[
     ``prepare`` runs on the open pair before the consumer gets its requests (a slow transport goes in there);
     ``routing`` is how the router hands the requests to the pair (``ROUTINGS``).
     """
-    stored, wanted = scenario_prompts(scenario, rig.shape.block_size)
+    stored, wanted = scenario_prompts(scenario, rig.block_size)
     name = rig.connector.name
     with open_pair(rig, stored, routing) as pair:
         if prepare is not None:

@@ -19,6 +19,7 @@ its row there and gets the same checks from its profile.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -33,7 +34,7 @@ from .load_failure import (
     kept_tokens,
     loading_blocks,
 )
-from .pair import drained, open_pair, run_pair_roundtrip
+from .pair import LivePair, drained, open_pair, run_pair_roundtrip
 from .roundtrip import RoundTripResult, RoundTripScenario
 
 # Where a pair connector's worker keeps the transport it posts reads on (attribute path from the connector).
@@ -72,18 +73,18 @@ SLOW_TRANSPORT = PairFault("slow", "the consumer's READ completed only some poll
 class FaultyTransport:
     """Stands in for the connector's transport: forwards everything, misbehaves as its fault says."""
 
-    def __init__(self, real: object, fault: PairFault, side: EngineStandIn):
+    def __init__(self, real: Any, fault: PairFault, side: EngineStandIn):  # real: the connector's NIXL agent
         self._real = real
         self._fault = fault
         self._side = side
         self.posted = 0
         self.failed = 0
-        self._deferred: dict[int, list] = {}  # id(handle) -> [handle, polls left, args, kwargs]
+        self._deferred: dict[int, list[Any]] = {}  # id(handle) -> [handle, polls left, args, kwargs]
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
 
-    def transfer(self, handle, *args, **kwargs):
+    def transfer(self, handle: object, *args: Any, **kwargs: Any) -> str:
         self.posted += 1
         if self._fault.post_error:
             self.failed += 1
@@ -91,17 +92,19 @@ class FaultyTransport:
         if self._fault.delay_polls:
             self._deferred[id(handle)] = [handle, self._fault.delay_polls, args, kwargs]
             return "PROC"
-        return self._real.transfer(handle, *args, **kwargs)
+        state: str = self._real.transfer(handle, *args, **kwargs)
+        return state
 
-    def check_xfer_state(self, handle) -> str:
+    def check_xfer_state(self, handle: object) -> str:
         deferred = self._deferred.get(id(handle))
         if deferred is not None:
             deferred[1] -= 1
             if deferred[1] > 0:
                 return "PROC"
             del self._deferred[id(handle)]
-            return self._real.transfer(handle, *deferred[2], **deferred[3])
-        state = self._real.check_xfer_state(handle)
+            posted: str = self._real.transfer(handle, *deferred[2], **deferred[3])
+            return posted
+        state: str = self._real.check_xfer_state(handle)
         if self._fault.ends_in_error and state != "PROC":
             self.failed += 1
             lose_second_half(self._side)
@@ -142,7 +145,10 @@ def install_transport(side: EngineStandIn, fault: PairFault) -> FaultyTransport:
 
 def run_pair_slow_roundtrip(rig: Rig, scenario: RoundTripScenario) -> RoundTripResult:
     """The pair round-trip over a transport whose reads complete late: completion must mean completion."""
-    return run_pair_roundtrip(rig, scenario, prepare=lambda pair: install_transport(pair.consumer, SLOW_TRANSPORT))
+    def prepare(pair: LivePair) -> None:
+        install_transport(pair.consumer, SLOW_TRANSPORT)
+
+    return run_pair_roundtrip(rig, scenario, prepare=prepare)
 
 
 def run_pair_load_failure(rig: Rig, fault: PairFault, policy: str) -> LoadFailureAnswer:
@@ -152,7 +158,7 @@ def run_pair_load_failure(rig: Rig, fault: PairFault, policy: str) -> LoadFailur
     runs out, as vLLM designs it.
     """
     rig = PolicyRig.of(rig, policy)
-    block_size = rig.shape.block_size
+    block_size = rig.block_size
     stored = {"req-0": request_prompt(0, 4 * block_size + 5)}
     name = rig.connector.name
     with open_pair(rig, stored) as pair:

@@ -79,7 +79,7 @@ def promised_hits(rig: Rig, stored: dict[str, list[int]],
     if name is None:
         return None
     promise = PROMISED_HITS[name]
-    return {rid: promise.bounds(len(stored[rid]), len(wanted[rid]), rig.shape.block_size) for rid in wanted}
+    return {rid: promise.bounds(len(stored[rid]), len(wanted[rid]), rig.block_size) for rid in wanted}
 
 
 def check_promise(rig: Rig, consumer: EngineStandIn, claimed: dict[str, int],
@@ -92,11 +92,12 @@ def check_promise(rig: Rig, consumer: EngineStandIn, claimed: dict[str, int],
         computed = answer.num_computed_tokens if answer is not None else 0
         if not least <= computed + claimed[rid] <= most:
             name = rig.connector.profile.promised_hit
+            assert name is not None  # promised_hits gives bounds only for a promise
             promise = PROMISED_HITS[name]
             raise ClaimMismatch(
                 f"{rig.connector.name} claimed {claimed[rid]} external tokens for {rid} (beyond {computed} computed "
                 f"locally), but its profile promises {promise.describe(least, most)} in all ({name}: "
-                f"{promise.doc}; block size {rig.shape.block_size})")
+                f"{promise.doc}; block size {rig.block_size})")
 
 
 def scenario_prompts(scenario: RoundTripScenario, block_size: int) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
@@ -109,7 +110,7 @@ def scenario_prompts(scenario: RoundTripScenario, block_size: int) -> tuple[dict
 
 def run_roundtrip(rig: Rig, scenario: RoundTripScenario) -> RoundTripResult:
     producer_role, consumer_role = rig.roles()
-    stored, wanted = scenario_prompts(scenario, rig.shape.block_size)
+    stored, wanted = scenario_prompts(scenario, rig.block_size)
 
     producer = rig.engine(producer_role, fill_seed=1234)
     producer.run(stored)
@@ -138,7 +139,7 @@ def verify_roundtrip(rig: Rig, producer: EngineStandIn, consumer: EngineStandIn,
     ``producer_ids``: the producer's request id of each consumer request, where a router gave the consumer
     ids of its own (``stored`` is keyed by the producer's, ``wanted`` by the consumer's); the same by default.
     """
-    block_size = rig.shape.block_size
+    block_size = rig.block_size
     source = producer_ids or {rid: rid for rid in wanted}
     stored = {rid: stored[source[rid]] for rid in wanted}
     claimed = {rid: consumer.scheduler.external_tokens(rid) for rid in wanted}

@@ -34,6 +34,7 @@ no bytes move here; none of them fits (``no_reuse_before_release`` guards frees 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..engine import kvcache
 from ..engine.check_failure import CheckFailure
@@ -42,6 +43,11 @@ from ..engine.rig import ConnectorRefused, Rig, refusal_as
 from ..engine.scheduler import SchedulerDriver, watch_request_finished
 from ..engine.scheduler_half import OffloadingWorkerFeeder, Timing, Transfer, gpu_block_ids, offloading_jobs
 from ..vllm_build import api as vllm_api
+
+if TYPE_CHECKING:
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.outputs import KVConnectorOutput
+    from vllm.v1.request import Request
 
 BLOCK_SIZE = 32  # tokens per block: CPU_ATTN runs multiples of 32, GPU backends take 32 too
 IDLE_STEPS = 8  # steps an engine with nothing in flight may keep stepping for the scheduler half's pending work
@@ -212,7 +218,7 @@ class HalfRun:
 
     # -- failure --------------------------------------------------------------------------------------
 
-    def fail(self, problem: str) -> None:
+    def fail(self, problem: str) -> NoReturn:
         __tracebackhide__ = True
         raise SchedulerHalfFailure(
             f"{self.name} (scheduler half in vLLM's Scheduler, worker played by the feeder, timing "
@@ -276,7 +282,7 @@ class HalfRun:
 
     # -- one step of the worker half (SchedulerDriver.step calls this) --------------------------------
 
-    def step(self, scheduler_output):
+    def step(self, scheduler_output: SchedulerOutput) -> KVConnectorOutput:
         self.step_index = self.feeder.step_index + 1
         self._record_tables()
         for rid in scheduler_output.num_scheduled_tokens:
@@ -304,7 +310,7 @@ class HalfRun:
         except (KeyError, IndexError):
             return []
 
-    def _check_asks(self, loads: dict, stores: dict) -> None:
+    def _check_asks(self, loads: dict[int, Any], stores: dict[int, Any]) -> None:
         """The step's jobs: each asked for once; a store reads its request's blocks, a load writes its own."""
         for job_id in (*loads, *stores):
             first = self.feeder.transfers.get(job_id)
@@ -316,12 +322,14 @@ class HalfRun:
             blocks = gpu_block_ids(job.src_spec, "store")
             ids, tokens = self.tables.get(job.req_id, (None, []))
             self._check(blocks_outside_table(f"store job {job_id}", blocks, job.req_id, ids))
+            assert ids is not None  # blocks_outside_table reports a request without a table
             self.reads[job_id] = {b: tuple(tokens[:(ids.index(b) + 1) * BLOCK_SIZE]) for b in blocks}
             self.report.stores += 1
         for job_id, job in loads.items():
             blocks = gpu_block_ids(job.dst_spec, "load")
             ids = self._live_table(job.req_id) or None
             self._check(blocks_outside_table(f"load job {job_id}", blocks, job.req_id, ids))
+            assert ids is not None  # blocks_outside_table reports a request without a table
             indices = list(getattr(job.dst_spec, "block_indices", None) or [])
             if len(indices) == 1:  # one KV cache group: its blocks are the request's, from that index on
                 self._check(load_out_of_place(f"load job {job_id}", blocks, int(indices[0]), job.req_id, ids))
@@ -330,7 +338,7 @@ class HalfRun:
                                         for b in blocks for k in [ids.index(b)]}
             self.report.loads += 1
 
-    def _forward(self, scheduler_output) -> None:
+    def _forward(self, scheduler_output: SchedulerOutput) -> None:
         """After the step's flushes: what the forward and the step's loads write, against unread stores."""
         step = self.step_index
         writes: dict[int, tuple[str, int, tuple[int, ...]]] = {}
@@ -373,13 +381,13 @@ class HalfRun:
         step = self.step_index
         unread = [t for t in self.feeder.transfers.values() if t.kind == "store" and t.reported is None]
         for t in self.feeder.transfers.values():
-            if t.kind == "store" and t.reported == step and any(u.submitted is not None and
-                                                                u.submitted < t.submitted for u in unread):
+            if t.kind == "store" and t.reported == step and t.submitted is not None and any(
+                    u.submitted is not None and u.submitted < t.submitted for u in unread):
                 self.report.out_of_order += 1
 
     def _watch_request_finished(self) -> None:
         """Record each finished request's blocks as vLLM hands them to the connector, and whether it kept them."""
-        def note(request, table: list[int], kept: bool) -> None:
+        def note(request: Request, table: list[int], kept: bool) -> None:
             rid = request.request_id
             self.tables[rid] = (table, list(request.all_token_ids))
             if not kept:

@@ -77,7 +77,7 @@ OTHER_CONFIGURATIONS: dict[str, OtherConfiguration] = {
 
 def _describe(rig: Rig) -> str:
     return (f"model {rig.model_dir.name} ({len(rig.layer_names())} layers), KV dtype {rig.shape.dtype}, "
-            f"block size {rig.shape.block_size}")
+            f"block size {rig.block_size}")
 
 
 def _store(rig: Rig, role: str, prompts: dict[str, list[int]], fill_seed: int) -> EngineStandIn:
@@ -126,7 +126,7 @@ def run_shared_store(rig: Rig, other: Rig) -> None:
     """The four steps of the module docstring; raises ``SharedStoreLeak`` or the round-trip's failure."""
     producer_role, consumer_role = rig.roles()
     scenario = ROUNDTRIP_SCENARIOS["unaligned"]
-    prompts = {f"req-{i}": request_prompt(i, n) for i, n in enumerate(scenario.lengths(rig.shape.block_size))}
+    prompts = {f"req-{i}": request_prompt(i, n) for i, n in enumerate(scenario.lengths(rig.block_size))}
 
     first = _store(rig, producer_role, prompts, fill_seed=1234)
     _expect_no_hit(rig, other, consumer_role, prompts)

@@ -25,8 +25,9 @@ Its profile row lives under MultiConnector's ``late-saves`` variant (``connector
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import safetensors.torch
 import torch
@@ -54,8 +55,17 @@ class LateSaveMetadata(ExampleConnectorMetadata):
     preempted: set[str] = field(default_factory=set)
 
 
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorMetadata, KVConnectorRole
+    from vllm.v1.core.kv_cache_manager import KVCacheBlocks
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.kv_cache_interface import KVCacheConfig
+    from vllm.v1.request import Request
+
+
 class LateSaveExampleConnector(ExampleConnector):
-    def __init__(self, vllm_config, role, kv_cache_config=None):
+    def __init__(self, vllm_config: VllmConfig, role: KVConnectorRole, kv_cache_config: KVCacheConfig | None = None):
         super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
         extra = vllm_config.kv_transfer_config.kv_connector_extra_config
         self._delay = int(extra.get("save_delay_steps", 1))
@@ -68,12 +78,12 @@ class LateSaveExampleConnector(ExampleConnector):
 
     # ---- scheduler side -------------------------------------------------------------------------------------
 
-    def update_state_after_alloc(self, request, blocks, num_external_tokens: int) -> None:
+    def update_state_after_alloc(self, request: Request, blocks: KVCacheBlocks, num_external_tokens: int) -> None:
         super().update_state_after_alloc(request, blocks, num_external_tokens)
         block_ids = blocks.get_block_ids()
         self._allocated[request.request_id] = list(block_ids[0]) if block_ids else []
 
-    def build_connector_meta(self, scheduler_output) -> LateSaveMetadata:
+    def build_connector_meta(self, scheduler_output: SchedulerOutput) -> LateSaveMetadata:
         need_load = set(self._requests_need_load)
         meta = super().build_connector_meta(scheduler_output)
         # which request each entry is: the new requests in order (a load, or a store of a prompt not yet on
@@ -101,7 +111,7 @@ class LateSaveExampleConnector(ExampleConnector):
         return LateSaveMetadata(requests=requests, store_ids=ids,
                                 preempted=set(getattr(scheduler_output, "preempted_req_ids", None) or ()))
 
-    def request_finished(self, request, block_ids) -> tuple[bool, dict[str, Any] | None]:
+    def request_finished(self, request: Request, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
         self._allocated.pop(request.request_id, None)
         if request.request_id in self._storing:
             self._storing.discard(request.request_id)
@@ -110,7 +120,7 @@ class LateSaveExampleConnector(ExampleConnector):
 
     # ---- worker side ----------------------------------------------------------------------------------------
 
-    def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor, attn_metadata, **kwargs: Any) -> None:
+    def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor, attn_metadata: object, **kwargs: Any) -> None:
         meta = self._get_connector_metadata()
         for request, request_id in zip(meta.requests, meta.store_ids, strict=True):
             if request.is_store and request_id is not None:
@@ -118,8 +128,8 @@ class LateSaveExampleConnector(ExampleConnector):
                 self._pending.append(_PendingSave(request_id, self._step + 1 + self._delay, layer_name, kv_layer,
                                                   request.token_ids, request.slot_mapping, request.mm_hashes))
 
-    def handle_preemptions(self, kv_connector_metadata) -> None:
-        preempted = getattr(kv_connector_metadata, "preempted", set())
+    def handle_preemptions(self, kv_connector_metadata: KVConnectorMetadata) -> None:
+        preempted: set[str] = getattr(kv_connector_metadata, "preempted", set())
         self._write(lambda save: save.request_id in preempted)
 
     def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
@@ -135,7 +145,7 @@ class LateSaveExampleConnector(ExampleConnector):
         self._write(lambda save: True)  # a queue drains before its engine goes
         super().shutdown()
 
-    def _write(self, due) -> None:
+    def _write(self, due: Callable[[_PendingSave], bool]) -> None:
         """Read each due save from the cache now, and write it as ExampleConnector does."""
         now = [s for s in self._pending if due(s)]
         self._pending = [s for s in self._pending if not due(s)]

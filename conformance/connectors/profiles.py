@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from .service_spec import ServiceSpec
 
@@ -63,6 +63,14 @@ class ConnectorProfile(BaseModel):
     scheduler_half: bool = False
     promised_hit: str | None = None  # a name from checks/claims.py's PROMISED_HITS: the range of hits it promises
     services: dict[str, ServiceSpec] = Field(default_factory=dict)  # servers it needs (connectors/services.py)
+    # False only for the defaults ``profile_for`` gives a connector that no profile names (never read from a file)
+    _named: bool = PrivateAttr(default=True)
+
+    @property
+    def named(self) -> bool:
+        """Whether a profile names the connector; False: it runs ``profile_for``'s defaults, and whether it can be
+        built here at all is asked once before its checks run (``construction.py``)."""
+        return self._named
 
     def as_variant(self, name: str) -> ConnectorProfile:
         """This profile with variant ``name``'s settings (and no variants of its own)."""
@@ -87,13 +95,23 @@ class ConnectorProfile(BaseModel):
     def render_extra_config(self, storage: Path, services: dict[str, str] | None = None) -> dict[str, Any]:
         """The extra config with ``{storage}`` replaced by this test's own folder, and its servers'
         ``{NAME.port:P}`` / ``{NAME.dir}`` by where they run (``conformance/connectors/services.py``)."""
-        return _substitute(copy.deepcopy(self.extra_config), {"storage": str(storage), **(services or {})})
+        rendered: dict[str, Any] = _substitute(copy.deepcopy(self.extra_config),
+                                               {"storage": str(storage), **(services or {})})
+        return rendered
+
+
+def _default_roles() -> list[Role]:
+    return ["kv_both"]
+
+
+def _default_checks() -> list[Check]:
+    return ["contract", "lint"]
 
 
 class Defaults(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    roles: list[Role] = Field(default_factory=lambda: ["kv_both"])
-    checks: list[Check] = Field(default_factory=lambda: ["contract", "lint"])
+    roles: list[Role] = Field(default_factory=_default_roles)
+    checks: list[Check] = Field(default_factory=_default_checks)
 
 
 class ProfilesFile(BaseModel):
@@ -114,7 +132,7 @@ def _substitute(value: Any, mapping: dict[str, str]) -> Any:
     return value
 
 
-def _line_of(text: str, keys: tuple) -> int | None:
+def _line_of(text: str, keys: tuple[int | str, ...]) -> int | None:
     """Best-effort line of the last string key of a validation error's location."""
     names = [k for k in keys if isinstance(k, str)]
     for name in reversed(names):
@@ -169,7 +187,7 @@ def load_profiles(path: Path = PROFILES_FILE) -> ProfilesFile:
 
 # What a connector that no profile names runs, beside the defaults' checks: every check that needs nothing of it but
 # a storage folder of its own (a profile adds the others and says what it promises)
-NO_PROFILE_CHECKS = ("roundtrip", "workload")
+NO_PROFILE_CHECKS: tuple[Check, ...] = ("roundtrip", "workload")
 NO_PROFILE_REASON = "no profile names it; a profile (--profiles FILE) says which checks apply"
 
 
@@ -196,5 +214,7 @@ def profile_for(name: str, extra_files: tuple[Path, ...] = ()) -> ConnectorProfi
     if row is not None:
         return row
     defaults = load_profiles(PROFILES_FILE).defaults
-    return ConnectorProfile(roles=list(defaults.roles), checks=[*NO_PROFILE_CHECKS, *defaults.checks],
-                            extra_config={"shared_storage_path": "{storage}"}, reason=NO_PROFILE_REASON)
+    unnamed = ConnectorProfile(roles=list(defaults.roles), checks=[*NO_PROFILE_CHECKS, *defaults.checks],
+                               extra_config={"shared_storage_path": "{storage}"}, reason=NO_PROFILE_REASON)
+    unnamed._named = False
+    return unnamed

@@ -3,20 +3,36 @@
 Unmet needs are skips with the exact reason (the missing package, the platform
 the connector does not claim, the connector's own refusal quoted). Anything else
 a connector raises is a failure: this module never turns a crash into a skip.
+A connector that no profile names and that cannot be built here fails once, in the
+contract check's scheduler test; its other checks are not run (``construction.py``).
 """
 
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1
+
+    from kvconform.platforms.spec import PlatformSpec
+
+    from .selection import ConnectorParam
 
 # Checks that read source, not a device: they need neither the connector's packages nor its platforms.
 STATIC_CHECKS = frozenset({"lint"})
 
 
-def unmet_need(connector, platform, check: str) -> str | None:
+def unmet_need(connector: ConnectorParam, platform: PlatformSpec, check: str) -> str | None:
+    if not connector.registered:
+        from ..vllm_build.api import vllm_version
+
+        return (f"{connector.name}: the installed vLLM {vllm_version()} does not register it (kvconform's profile "
+                f"names it for the vLLM releases that do)")
     profile = connector.profile
     if not profile.runs(check):
         why = f" ({profile.reason})" if profile.reason else ""
@@ -32,7 +48,7 @@ def unmet_need(connector, platform, check: str) -> str | None:
     return None
 
 
-def declared_package(connector, module: str | None) -> str | None:
+def declared_package(connector: ConnectorParam, module: str | None) -> str | None:
     """The package of the connector's profile (``requires.packages``) that ``module`` belongs to, if any."""
     for package in connector.profile.requires.packages:
         if module and (module == package or module.startswith(package + ".")):
@@ -40,7 +56,7 @@ def declared_package(connector, module: str | None) -> str | None:
     return None
 
 
-def missing_module_failure(connector, exc: ModuleNotFoundError) -> str:
+def missing_module_failure(connector: ConnectorParam, exc: ModuleNotFoundError) -> str:
     """Why a missing module is the connector's failure: vLLM lacks a module it imports, or it needs an
     undeclared package (a skip would hide either: a vLLM refactor would turn the connector grey)."""
     if exc.name and (exc.name == "vllm" or exc.name.startswith("vllm.")):
@@ -51,7 +67,7 @@ def missing_module_failure(connector, exc: ModuleNotFoundError) -> str:
             f"{', '.join(connector.profile.requires.packages) or 'none'}) ({exc})")
 
 
-def load_or_skip(connector):
+def load_or_skip(connector: ConnectorParam) -> type[KVConnectorBase_V1]:
     """The connector class. A missing module is a skip only when it is a package the connector's
     profile declares (its optional dependency, quoted); any other missing module, and anything
     else, is a failure."""
@@ -64,15 +80,29 @@ def load_or_skip(connector):
         pytest.skip(f"{connector.name}: importing it failed for its missing package {package}: {exc}")
 
 
-def require(connector, platform, check: str):
+def require(connector: ConnectorParam, platform: PlatformSpec, check: str,
+            reports_construction: bool = False) -> type[KVConnectorBase_V1]:
+    """The connector class, or a skip naming the unmet need. For a connector that no profile names, a runtime
+    check first asks whether it can be built here at all (``construction.py``, once per process): where it
+    cannot, the one test that ``reports_construction`` fails with the connector's error, and every other reads
+    ``not run: the connector could not be constructed here (...)``."""
     reason = unmet_need(connector, platform, check)
     if reason:
         pytest.skip(reason)
-    return load_or_skip(connector)
+    cls = load_or_skip(connector)
+    if check not in STATIC_CHECKS and not connector.profile.named:
+        from .construction import construction_failure
+
+        failure = construction_failure(connector, platform)
+        if failure is not None and reports_construction:
+            pytest.fail(failure.failure(), pytrace=False)
+        if failure is not None:
+            pytest.skip(failure.not_run())
+    return cls
 
 
 @contextmanager
-def refusals_skip():
+def refusals_skip() -> Iterator[None]:
     """A connector's own refusal of the platform (see ``refusal`` in its profile) is a skip, quoted."""
     from ..engine.rig import ConnectorRefused
 

@@ -38,13 +38,22 @@ import sysconfig
 import threading
 import time
 import urllib.request
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from ..engine.distributed import free_port
 from .service_spec import ServiceSpec
+
+if TYPE_CHECKING:
+    from .selection import ConnectorParam
+
+# connector_services' value: the connector's servers, started for the test -> the placeholders its config names
+UseServices = Callable[["ConnectorParam"], dict[str, str]]
 
 LOG_TAIL_LINES = 40
 START_ATTEMPTS = 3  # a fresh port each time: another process may take the one we picked first
@@ -114,7 +123,7 @@ class RunningService:
     spec: ServiceSpec
     folder: Path
     ports: dict[str, int]
-    process: subprocess.Popen
+    process: subprocess.Popen[bytes]
     log: Path
 
     def placeholders(self) -> dict[str, str]:
@@ -224,7 +233,7 @@ class ServicePool:
 _STDLIB = Path(sysconfig.get_paths()["stdlib"]).resolve()
 
 
-def waiting_in(frame) -> str:
+def waiting_in(frame: FrameType | None) -> str:
     """Where a thread waits: its innermost frame outside the standard library (whose frames are only the
     wait itself: a lock, a queue, a future), as ``path:line (function)``, the path from site-packages on."""
     innermost = frame
@@ -249,7 +258,7 @@ class Watchdog:
 
     label: str
     limit: float
-    previous: object = None
+    previous: Callable[[int, FrameType | None], Any] | int | None = None  # what signal.signal returned
     armed: bool = False
 
     def arm(self) -> None:
@@ -265,7 +274,7 @@ class Watchdog:
             signal.signal(signal.SIGALRM, self.previous)
             self.armed = False
 
-    def _fire(self, signum, frame) -> None:
+    def _fire(self, signum: int, frame: FrameType | None) -> None:
         raise ServiceTimeout(f"{self.label}: no answer within {self.limit:g} s (its services' timeout_s); "
                              f"the test was waiting in {waiting_in(frame)}")
 
@@ -276,7 +285,7 @@ WATCHDOG = pytest.StashKey[Watchdog]()  # one per test, armed by its first rig
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item: pytest.Item):
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
     """The in-process bound covers the test itself only: raised later (pytest formatting the failure, a
     fixture's teardown) it would be an internal error; those are left to the thread-method backstop."""
     try:
@@ -287,14 +296,15 @@ def pytest_runtest_call(item: pytest.Item):
 
 
 @pytest.fixture(scope="session")
-def service_pool(tmp_path_factory):
+def service_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServicePool]:
     pool = ServicePool(tmp_path_factory.mktemp("services"))
     yield pool
     pool.close()
 
 
 @pytest.fixture
-def connector_services(request, service_pool, monkeypatch):
+def connector_services(request: pytest.FixtureRequest, service_pool: ServicePool,
+                       monkeypatch: pytest.MonkeyPatch) -> Iterator[UseServices]:
     """``use(connector) -> placeholders``: the connector's servers, fresh for this test where declared.
 
     Lazy (called when a rig is built, after the test's own skips), and once per test however
@@ -302,7 +312,7 @@ def connector_services(request, service_pool, monkeypatch):
     """
     used: dict[str, RunningService] = {}
 
-    def use(connector) -> dict[str, str]:
+    def use(connector: ConnectorParam) -> dict[str, str]:
         limit = request.node.stash.get(SERVICE_LIMIT, None)
         if limit and WATCHDOG not in request.node.stash:  # from the first rig on: what waits on a server runs after
             request.node.stash[WATCHDOG] = Watchdog(connector.name, limit)
@@ -327,7 +337,7 @@ def connector_services(request, service_pool, monkeypatch):
         request.node.stash[WATCHDOG].disarm()
 
 
-def service_timeout(connector, per_test: float | None) -> float | None:
+def service_timeout(connector: ConnectorParam, per_test: float | None) -> float | None:
     """The test's timeout for a connector with servers: the shortest service ``timeout_s``, if below ``per_test``."""
     limits = [s.timeout_s for s in connector.profile.services.values() if s.timeout_s]
     if not limits or not per_test:
@@ -347,7 +357,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if getattr(connector, "profile", None) is None or item.get_closest_marker("timeout") is not None:
             continue  # not a conformance test (another project's ``connector`` parameter), or timed already
         limit = service_timeout(connector, per_test)
-        if limit:
+        if limit and per_test:  # a limit is always below per_test
             item.stash[SERVICE_LIMIT] = limit  # the Watchdog's: an in-process failure, pinnable
             # the backstop, with the thread method: a connector stuck in native code (a store client waiting
             # on its server) never returns to Python for a signal to interrupt; this one ends the worker,
@@ -356,7 +366,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+def pytest_runtest_makereport(item: pytest.Item,
+                              call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     """A failed test shows the end of each server's log: the server often says why the connector failed."""
     report = yield
     if report.failed:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import typing
 from functools import cache
+from typing import Any
 
 from ..vllm_build import api as vllm_api
 
@@ -19,11 +20,12 @@ MLA_BACKENDS: dict[str, str] = {"cpu": "CPU_MLA", "cuda": "TRITON_MLA", "rocm": 
 
 
 @cache
-def backend_class(name: str):
-    return vllm_api.find("AttentionBackendEnum")[name].get_class()
+def backend_class(name: str) -> type[Any]:  # an AttentionBackend subclass
+    backend: type[Any] = vllm_api.find("AttentionBackendEnum")[name].get_class()
+    return backend
 
 
-def metadata_type_of_builder(builder_cls) -> type:
+def metadata_type_of_builder(builder_cls: type) -> type[Any]:
     for klass in builder_cls.__mro__:
         for base in getattr(klass, "__orig_bases__", ()):
             for arg in typing.get_args(base):
@@ -35,11 +37,11 @@ def metadata_type_of_builder(builder_cls) -> type:
 
 
 @cache
-def metadata_class(backend: str) -> type:
+def metadata_class(backend: str) -> type[Any]:
     return metadata_type_of_builder(backend_class(backend).get_builder_cls())
 
 
 def metadata_instance(backend: str) -> object:
     """An instance of the backend's metadata class (fields unset: see the module docstring)."""
     cls = metadata_class(backend)
-    return cls.__new__(cls)
+    return cls.__new__(cls)  # type: ignore[call-overload]  # mypy reads a type[Any]'s __new__ as type.__new__

@@ -22,17 +22,24 @@ of it is a no-op (LCM = GCD = that size).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..vllm_build import api as vllm_api
 
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+    from vllm.v1.kv_cache_interface import KVCacheConfig
 
-def engine_block_sizes(vllm_config, kv_cache_config) -> tuple[int, int]:
+
+def engine_block_sizes(vllm_config: VllmConfig, kv_cache_config: KVCacheConfig) -> tuple[int, int]:
     """(scheduler block size, hash block size), vLLM's own answer for this config."""
     resolve_kv_cache_block_sizes = vllm_api.find("resolve_kv_cache_block_sizes")
 
-    return resolve_kv_cache_block_sizes(kv_cache_config, vllm_config)
+    sizes: tuple[int, int] = resolve_kv_cache_block_sizes(kv_cache_config, vllm_config)
+    return sizes
 
 
-def adopt_engine_block_sizes(vllm_config, kv_cache_config) -> None:
+def adopt_engine_block_sizes(vllm_config: VllmConfig, kv_cache_config: KVCacheConfig) -> None:
     """What the engine core writes into the configs once the KV cache is planned."""
     groups = kv_cache_config.kv_cache_groups
     if not groups:
@@ -48,6 +55,6 @@ def adopt_engine_block_sizes(vllm_config, kv_cache_config) -> None:
             kv_cache_config, vllm_config, scheduler_size, hash_size)
 
 
-def group_block_sizes(kv_cache_config) -> list[int]:
+def group_block_sizes(kv_cache_config: KVCacheConfig) -> list[int]:
     """Tokens per block of each group, in group order."""
     return [group.kv_cache_spec.block_size for group in kv_cache_config.kv_cache_groups]

@@ -11,8 +11,9 @@ staging and allowed. This observes the real connector; it replaces nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -63,8 +64,9 @@ def forked_rng(device: str | torch.device) -> Iterator[None]:
         try:
             yield
         finally:
-            for index, state in enumerate(saved):
-                module.set_rng_state(state, index)
+            for index, state in enumerate(saved):  # empty without a module
+                if module is not None:
+                    module.set_rng_state(state, index)
 
 
 def current_device(device_type: str) -> torch.device | None:
@@ -81,7 +83,7 @@ def _current_index(device_type: str) -> int | None:
         return None
 
 
-def _moves_to(func, args, kwargs) -> torch.device | None:
+def _moves_to(func: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> torch.device | None:
     """The device a call moves or creates a tensor on, if it names one."""
     if func is torch.Tensor.cuda:
         index = args[1] if len(args) > 1 else kwargs.get("device")
@@ -136,7 +138,8 @@ class DeviceGuard(TorchFunctionMode):
             f"{self.expected} but the connector {how} {tried}"
         )
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
+    def __torch_function__(self, func: Callable[..., Any], types: Collection[type], args: Sequence[Any] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
         for arg in args:
             if isinstance(arg, torch.Tensor) and arg.data_ptr() in self._layer_of_ptr:

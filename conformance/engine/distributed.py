@@ -15,18 +15,23 @@ import socket
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from ..vllm_build import api as vllm_api
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
 
 
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+        port: int = probe.getsockname()[1]
+        return port
 
 
 @contextmanager
-def single_rank_parallel_state(vllm_config, local_rank: int = 0) -> Iterator[None]:
+def single_rank_parallel_state(vllm_config: VllmConfig, local_rank: int = 0) -> Iterator[None]:
     """vLLM's tensor-parallel group for a one-process world (gloo) while the context is open.
 
     Inside an existing group (the test session's, see conformance/conftest.py) it changes nothing.

@@ -21,8 +21,9 @@ State entries are tuples for the Mamba2 layers and lists for the KDA-like ones.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -36,6 +37,13 @@ from .rig import ConnectorRefused, EngineStandIn, Rig, refusal_as
 from .runner import ModelRunnerStandIn
 from .scheduler import SchedulerDriver
 
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+    from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheSpec, MambaSpec
+
+    from .kvcache import LayerCache
+    from .rig import ConnectorUnderTest
+
 LAYERS_PER_KIND = 2
 SLIDING_WINDOW = 32  # tokens: two 16-token blocks, so a long prompt has null blocks below the window
 
@@ -44,7 +52,7 @@ class HybridUnsupported(CheckFailure):
     """The connector's profile claims hybrid models, but vLLM will not run one with it."""
 
 
-def _attention_kwargs(vllm_config) -> dict:
+def _attention_kwargs(vllm_config: VllmConfig) -> dict[str, Any]:
     """What vLLM's ``Attention.get_kv_cache_spec`` passes for this cache dtype (fp8: uint8 + FP8 mode)."""
     get_kv_cache_torch_dtype = vllm_api.find("get_kv_cache_torch_dtype")
     get_kv_quant_mode = vllm_api.find("get_kv_quant_mode")
@@ -55,25 +63,26 @@ def _attention_kwargs(vllm_config) -> dict:
                 kv_quant_mode=get_kv_quant_mode(cache.cache_dtype))
 
 
-def _full(vllm_config):
+def _full(vllm_config: VllmConfig) -> KVCacheSpec:
     return vllm_api.find("FullAttentionSpec")(**_attention_kwargs(vllm_config))
 
 
-def _wide_full(vllm_config):
+def _wide_full(vllm_config: VllmConfig) -> KVCacheSpec:
     """Full attention with heads twice as wide as the other layers', as Gemma-style models' global layers have:
     its page is twice theirs, so vLLM's planner doubles their block size (groups of different block sizes)."""
     return vllm_api.find("FullAttentionSpec")(**{**_attention_kwargs(vllm_config), "head_size": 2 * HEAD_SIZE})
 
 
-def _sliding(vllm_config):
+def _sliding(vllm_config: VllmConfig) -> KVCacheSpec:
     return vllm_api.find("SlidingWindowSpec")(**_attention_kwargs(vllm_config), sliding_window=SLIDING_WINDOW)
 
 
-def _circular(vllm_config):
+def _circular(vllm_config: VllmConfig) -> KVCacheSpec:
     return vllm_api.find("CircularBufferSpec")(**_attention_kwargs(vllm_config))
 
 
-def _mamba_spec(vllm_config, shapes, dtypes, mamba_type):
+def _mamba_spec(vllm_config: VllmConfig, shapes: Iterable[tuple[int, ...]], dtypes: Iterable[torch.dtype],
+                mamba_type: object) -> MambaSpec:
     """As ``MambaBase.get_kv_cache_spec`` builds it (page padding is left to vLLM's grouping)."""
     MambaSpec = vllm_api.find("MambaSpec")
 
@@ -83,7 +92,7 @@ def _mamba_spec(vllm_config, shapes, dtypes, mamba_type):
                      mamba_cache_mode=cache.mamba_cache_mode)
 
 
-def _mamba2(vllm_config):
+def _mamba2(vllm_config: VllmConfig) -> KVCacheSpec:
     """Mamba2 (conv state, ssm state): a tiny layer, intermediate 16, 2 heads of 8, state 8, kernel 4."""
     MambaStateShapeCalculator = vllm_api.find("MambaStateShapeCalculator")
     MambaStateDtypeCalculator = vllm_api.find("MambaStateDtypeCalculator")
@@ -97,7 +106,7 @@ def _mamba2(vllm_config):
     return _mamba_spec(vllm_config, shapes, dtypes, MambaAttentionBackendEnum.MAMBA2)
 
 
-def _kda(vllm_config):
+def _kda(vllm_config: VllmConfig) -> KVCacheSpec:
     """Kimi Delta Attention's states as the installed vLLM's KDA layer keeps them, mixed dtypes.
 
     Conv and recurrent state; vLLM 0.32 appends the RecoverSSM record (four states), 0.33
@@ -123,7 +132,7 @@ class LayerKind:
     """One kind of layer in the hybrid model: its name suffix and how vLLM would describe its cache."""
 
     suffix: str
-    spec: Callable
+    spec: Callable[[VllmConfig], KVCacheSpec]
     state: bool  # a Mamba-like layer whose kv_cache is a list/tuple of state tensors
     mamba_backend: str | None = None  # MambaAttentionBackendEnum member for its attention metadata
     container: type = tuple  # list or tuple: connectors meet both (vLLM PR #45080 crashed on a list)
@@ -150,22 +159,27 @@ def layer_kinds(kinds: tuple[str, ...]) -> dict[str, str]:
 class _StateLayer:
     """Just enough of a Mamba layer for vLLM's own ``MambaBase.bind_kv_cache`` to unpack a page."""
 
-    def __init__(self, spec):
+    def __init__(self, spec: MambaSpec) -> None:
         self._spec = spec
-        self.kv_cache: tuple = ()
+        self.kv_cache: tuple[torch.Tensor, ...] = ()
+        # the byte alignment of each state in a page, as the layer's spec records it (vLLM 0.34 packs states by it;
+        # older releases pack them without gaps and record none)
+        self.state_alignment = getattr(spec, "state_alignment", 1)
 
-    def get_state_shape(self):
-        return self._spec.shapes
+    def get_state_shape(self) -> tuple[tuple[int, ...], ...]:
+        shapes: tuple[tuple[int, ...], ...] = self._spec.shapes
+        return shapes
 
-    def get_state_dtype(self):
-        return self._spec.dtypes
+    def get_state_dtype(self) -> tuple[torch.dtype, ...]:
+        dtypes: tuple[torch.dtype, ...] = self._spec.dtypes
+        return dtypes
 
     def bind(self, page: torch.Tensor) -> tuple[torch.Tensor, ...]:
         vllm_api.find("MambaBase").bind_kv_cache(self, page)
         return self.kv_cache
 
 
-def _owned_states(spec, page: torch.Tensor, container: type):
+def _owned_states(spec: MambaSpec, page: torch.Tensor, container: type) -> LayerCache:
     return container(torch.empty(shape, dtype=dtype, device=page.device)
                      for shape, dtype in zip(spec.shapes, spec.dtypes, strict=True))
 
@@ -174,7 +188,7 @@ def _owned_states(spec, page: torch.Tensor, container: type):
 class Registration:
     """How a state layer is handed to ``register_kv_caches``, and which of its parts are block-indexed."""
 
-    entry: Callable  # (spec, page view, list or tuple) -> what is registered for the layer
+    entry: Callable[[MambaSpec, torch.Tensor, type], LayerCache]  # (spec, page view, list or tuple) -> the entry
     block_indexed: bool  # True: only the request's blocks may change; False: each tensor is one whole state
     doc: str
 
@@ -189,7 +203,7 @@ REGISTRATIONS: dict[str, Registration] = {
 }
 
 # Entries of a type no connector can expect, for the "skipped with a warning" check.
-UNEXPECTED_ENTRIES: dict[str, Callable] = {
+UNEXPECTED_ENTRIES: dict[str, Callable[[torch.Tensor], object]] = {
     "dict": lambda page: {"pages": page},
     "none": lambda page: None,
 }
@@ -199,17 +213,17 @@ UNEXPECTED_ENTRIES: dict[str, Callable] = {
 class HybridCaches:
     """A hybrid KV cache: the runner's allocation and what the connector was handed."""
 
-    kv_cache_config: object
+    kv_cache_config: KVCacheConfig
     kinds: dict[str, str]  # layer -> kind
     pages: dict[str, torch.Tensor]  # allocate_kv_cache's per-layer views (every byte of the shared buffer)
-    registered: dict[str, object]  # what register_kv_caches received
+    registered: dict[str, LayerCache]  # what register_kv_caches received
     registration: str
     unexpected: dict[str, str] = field(default_factory=dict)  # layer -> UNEXPECTED_ENTRIES key
 
     def group_of(self, layer: str) -> int:
         return next(i for i, g in enumerate(self.kv_cache_config.kv_cache_groups) if layer in g.layer_names)
 
-    def spec_of(self, layer: str):
+    def spec_of(self, layer: str) -> KVCacheSpec:
         return self.kv_cache_config.kv_cache_groups[self.group_of(layer)].kv_cache_spec
 
     def is_state(self, layer: str) -> bool:
@@ -219,7 +233,7 @@ class HybridCaches:
         return [name for name in self.kinds if not self.is_state(name)]
 
 
-def configure_hybrid(vllm_config, connector, kinds: tuple[str, ...]) -> None:
+def configure_hybrid(vllm_config: VllmConfig, connector: ConnectorUnderTest, kinds: tuple[str, ...]) -> None:
     """Apply what vLLM does for a model with Mamba layers, and check the hybrid allocator stays on."""
     if any(KINDS[k].state for k in kinds):
         vllm_api.find("MambaModelConfig").verify_and_update_config(vllm_config)
@@ -233,7 +247,7 @@ def configure_hybrid(vllm_config, connector, kinds: tuple[str, ...]) -> None:
             f"manager ({why}), so hybrid models cannot use it")
 
 
-def build(vllm_config, kinds: tuple[str, ...], device: str, registration: str,
+def build(vllm_config: VllmConfig, kinds: tuple[str, ...], device: str, registration: str,
           unexpected: dict[str, str] | None = None, num_blocks: int = kvcache.NUM_BLOCKS) -> HybridCaches:
     """Specs -> vLLM's groups -> KVCacheConfig -> allocation -> the dict a connector registers."""
     get_kv_cache_groups = vllm_api.find("get_kv_cache_groups")
@@ -246,7 +260,7 @@ def build(vllm_config, kinds: tuple[str, ...], device: str, registration: str,
     adopt_engine_block_sizes(vllm_config, config)
     pages = kvcache.allocate(config, vllm_config, device)
     shape = REGISTRATIONS[registration]
-    registered: dict[str, object] = {}
+    registered: dict[str, LayerCache] = {}
     for name, page in pages.items():
         spec = next(g.kv_cache_spec for g in config.kv_cache_groups if name in g.layer_names)
         if unexpected and name in unexpected:
@@ -269,11 +283,11 @@ def _layer_metadata(caches: HybridCaches, backend: str) -> dict[str, object]:
             out[name] = metadata_instance(backend)
         else:
             cls = metadata_type_of_builder(MambaAttentionBackendEnum[mamba].get_class().get_builder_cls())
-            out[name] = cls.__new__(cls)
+            out[name] = cls.__new__(cls)  # type: ignore[call-overload]  # mypy reads a type[Any]'s __new__ as type's
     return out
 
 
-def hybrid_engine(rig: Rig, kinds: tuple[str, ...], registration: str, extra_config: dict | None = None,
+def hybrid_engine(rig: Rig, kinds: tuple[str, ...], registration: str, extra_config: dict[str, Any] | None = None,
                 unexpected: dict[str, str] | None = None) -> tuple[EngineStandIn, HybridCaches]:
     """A fresh engine stand-in over a hybrid cache; ``extra_config`` overrides the profile's."""
     config = rig.vllm_config(rig.roles()[0])
@@ -281,7 +295,7 @@ def hybrid_engine(rig: Rig, kinds: tuple[str, ...], registration: str, extra_con
     return engine_over(rig, config, kinds, registration, unexpected)
 
 
-def engine_over(rig: Rig, config, kinds: tuple[str, ...], registration: str,
+def engine_over(rig: Rig, config: VllmConfig, kinds: tuple[str, ...], registration: str,
                 unexpected: dict[str, str] | None = None,
                 fill_seed: int | None = None) -> tuple[EngineStandIn, HybridCaches]:
     """An engine stand-in for ``config`` (any role) over a hybrid cache of ``kinds``; pages random (``fill_seed``)

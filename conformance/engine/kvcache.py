@@ -9,11 +9,16 @@ changes its layout the suite follows.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..vllm_build import api as vllm_api
 from .model import HEAD_SIZE, MLA_HEAD_SIZE, NUM_KV_HEADS
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+    from vllm.v1.kv_cache_interface import AttentionSpec, KVCacheConfig, KVCacheSpec
 
 # KV dtype axis: name -> (torch dtype of the cache tensor, CacheConfig.cache_dtype, model dtype)
 KV_DTYPES: dict[str, tuple[torch.dtype, str, str]] = {
@@ -25,6 +30,10 @@ KV_DTYPES: dict[str, tuple[torch.dtype, str, str]] = {
 }
 
 NUM_BLOCKS = 48
+
+# One layer's entry in what ``register_kv_caches`` receives: a tensor, or a hybrid layer's tuple or list of state
+# tensors (hybrid_cache.py). A tensor is Any to mypy (torch is not followed), so this alias names the meaning only.
+LayerCache = Any
 
 
 @dataclass(frozen=True)
@@ -48,7 +57,7 @@ class CacheShape:
     def model_dtype(self) -> str:
         return KV_DTYPES[self.dtype][2]
 
-    def attention_spec(self):
+    def attention_spec(self) -> AttentionSpec:
         if self.mla:
             MLAAttentionSpec = vllm_api.find("MLAAttentionSpec")
             return MLAAttentionSpec(block_size=self.block_size, num_kv_heads=1, head_size=MLA_HEAD_SIZE,
@@ -58,26 +67,28 @@ class CacheShape:
                                  head_size=HEAD_SIZE, dtype=self.torch_dtype)
 
 
-def preferred_layout(backend_cls) -> str:
+def preferred_layout(backend_cls: type[Any]) -> str:
     """The layout vLLM would pick for a backend alone: its first supported one."""
     KVCacheLayout = vllm_api.find("KVCacheLayout")
 
     layouts = backend_cls.supported_kv_cache_layouts()
-    return (layouts[0] if layouts else next(iter(KVCacheLayout))).name
+    name: str = (layouts[0] if layouts else next(iter(KVCacheLayout))).name
+    return name
 
 
 def all_layouts() -> list[str]:
     return [layout.name for layout in vllm_api.find("KVCacheLayout")]
 
 
-def record_layout(vllm_config, layout: str) -> None:
+def record_layout(vllm_config: VllmConfig, layout: str) -> None:
     """Resolve the layout the way a worker adopts the engine core's choice."""
     record_kv_cache_layout = vllm_api.find("record_kv_cache_layout")
 
     record_kv_cache_layout(vllm_config.cache_config, layout)
 
 
-def build_kv_cache_config(vllm_config, groups: list[tuple[list[str], object]], num_blocks: int = NUM_BLOCKS):
+def build_kv_cache_config(vllm_config: VllmConfig, groups: list[tuple[list[str], KVCacheSpec]],
+                          num_blocks: int = NUM_BLOCKS) -> KVCacheConfig:
     """A real KVCacheConfig with ``num_blocks`` blocks for the given (layer names, spec) groups."""
     KVCacheGroupSpec = vllm_api.find("KVCacheGroupSpec")
     get_kv_cache_config_from_groups = vllm_api.find("get_kv_cache_config_from_groups")
@@ -87,10 +98,12 @@ def build_kv_cache_config(vllm_config, groups: list[tuple[list[str], object]], n
     generous = num_blocks * sum(spec.page_size_bytes * len(names) for names, spec in groups) * 4
     config = get_kv_cache_config_from_groups(vllm_config, kv_groups, generous)
     vllm_config.cache_config.num_gpu_blocks = config.num_blocks
+    if vllm_api.has_field("KVCacheConfig.kv_cache_layout"):  # as the engine core hands its layout to the workers
+        config.kv_cache_layout = vllm_config.cache_config.kv_cache_layout
     return config
 
 
-def kernel_block_sizes(kv_cache_config, vllm_config) -> list[int] | None:
+def kernel_block_sizes(kv_cache_config: KVCacheConfig, vllm_config: VllmConfig) -> list[int] | None:
     """Per cache group, the kernel block size vLLM's GPU runner allocates with.
 
     The runner splits a manager block into the kernel's blocks when the backend's
@@ -109,16 +122,18 @@ def kernel_block_sizes(kv_cache_config, vllm_config) -> list[int] | None:
     backend = chosen.get_class()
     groups = [[SimpleNamespace(backend=backend, kv_cache_spec=group.kv_cache_spec)]
               for group in kv_cache_config.kv_cache_groups]
-    return prepare_kernel_block_sizes(kv_cache_config, groups)
+    sizes: list[int] = prepare_kernel_block_sizes(kv_cache_config, groups)
+    return sizes
 
 
-def allocate(kv_cache_config, vllm_config, device: str) -> dict[str, torch.Tensor]:
+def allocate(kv_cache_config: KVCacheConfig, vllm_config: VllmConfig, device: str) -> dict[str, torch.Tensor]:
     """Per-layer cache views, as the runner allocates them (kernel block sizes included), on ``device``."""
     allocate_kv_cache = vllm_api.find("allocate_kv_cache")
 
     layout = vllm_config.cache_config.get_resolved_kv_cache_layout()
-    return allocate_kv_cache(kv_cache_config, torch.device(device), layout,
-                             kernel_block_sizes(kv_cache_config, vllm_config))
+    caches: dict[str, torch.Tensor] = allocate_kv_cache(kv_cache_config, torch.device(device), layout,
+                                                        kernel_block_sizes(kv_cache_config, vllm_config))
+    return caches
 
 
 def backing_bytes(caches: dict[str, torch.Tensor]) -> list[torch.Tensor]:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
-TINY_LLAMA = {
+TINY_LLAMA: dict[str, Any] = {  # config.json, as JSON
     "architectures": ["LlamaForCausalLM"],
     "model_type": "llama",
     "hidden_size": 128,
@@ -24,9 +25,9 @@ TINY_LLAMA = {
     "tie_word_embeddings": False,
 }
 
-NUM_LAYERS = TINY_LLAMA["num_hidden_layers"]
-NUM_KV_HEADS = TINY_LLAMA["num_key_value_heads"]
-HEAD_SIZE = TINY_LLAMA["hidden_size"] // TINY_LLAMA["num_attention_heads"]
+NUM_LAYERS: int = TINY_LLAMA["num_hidden_layers"]
+NUM_KV_HEADS: int = TINY_LLAMA["num_key_value_heads"]
+HEAD_SIZE: int = TINY_LLAMA["hidden_size"] // TINY_LLAMA["num_attention_heads"]
 MAX_MODEL_LEN = 512
 # DeepSeek-style MLA latent: kv_lora_rank 64 + rope dim 32, one "head".
 MLA_HEAD_SIZE = 96

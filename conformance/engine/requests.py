@@ -10,12 +10,18 @@ pair all build requests, so how is decided here once.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..vllm_build import api as vllm_api
 
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+    from vllm.v1.request import Request
 
-def block_hasher(vllm_config, hash_block_size: int | None = None) -> Callable[[Any], list]:
+BlockHasher = Callable[[Any], list[Any]]  # a request -> its new block hashes (vLLM's BlockHash values)
+
+
+def block_hasher(vllm_config: VllmConfig, hash_block_size: int | None = None) -> BlockHasher:
     """The request block hasher the engine uses for ``vllm_config``'s cache (seeds vLLM's none-hash first).
 
     ``hash_block_size``: the engine core's (``engine/block_sizes.py``) when groups differ in block size;
@@ -27,11 +33,12 @@ def block_hasher(vllm_config, hash_block_size: int | None = None) -> Callable[[A
     cache_config = vllm_config.cache_config
     hash_fn = get_hash_fn_by_name(cache_config.prefix_caching_hash_algo)
     init_none_hash(hash_fn)
-    return get_request_block_hasher(hash_block_size or cache_config.block_size, hash_fn)
+    hasher: BlockHasher = get_request_block_hasher(hash_block_size or cache_config.block_size, hash_fn)
+    return hasher
 
 
-def new_request(request_id: str, prompt: list[int], hasher: Callable[[Any], list], max_tokens: int = 1,
-                kv_transfer_params: dict | None = None, stop_token_ids: list[int] | None = None):
+def new_request(request_id: str, prompt: list[int], hasher: BlockHasher, max_tokens: int = 1,
+                kv_transfer_params: dict[str, Any] | None = None, stop_token_ids: list[int] | None = None) -> Request:
     """A greedy ``Request`` for ``prompt``; ``kv_transfer_params`` ride in the sampling params' ``extra_args``,
     as vLLM's API server passes them through to the connector; a sampled ``stop_token_ids`` token ends it
     (``FINISHED_STOPPED``) before ``max_tokens`` would (``FINISHED_LENGTH_CAPPED``)."""

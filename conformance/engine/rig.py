@@ -13,12 +13,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, overload
 
 from ..vllm_build import api as vllm_api
 from . import closing, kvcache
 from .backends import MLA_BACKENDS, backend_class, metadata_instance
-from .kvcache import CacheShape
+from .kvcache import CacheShape, LayerCache
 from .model import MAX_MODEL_LEN, attention_layer_names
 from .runner import ModelRunnerStandIn
 from .scheduler import SchedulerDriver
@@ -35,10 +35,13 @@ class ConnectorUnderTest(Protocol):
     """The connector a rig drives, as the connector model hands it in (connectors/selection.py's ConnectorParam):
     named here by what the engine uses, so the engine imports nothing of the connector model."""
 
-    name: str
-    profile: Any  # connectors/profiles.py's ConnectorProfile: extra_config, kv_buffer_device, roles, refusal, ...
+    @property
+    def name(self) -> str: ...
 
-    def transfer_config_fields(self) -> dict: ...
+    @property
+    def profile(self) -> Any: ...  # connectors/profiles.py's ConnectorProfile: extra_config, kv_buffer_device, ...
+
+    def transfer_config_fields(self) -> dict[str, Any]: ...
 
     def load_class(self) -> type: ...
 
@@ -74,7 +77,7 @@ class EngineStandIn:
 
     vllm_config: VllmConfig
     kv_cache_config: KVCacheConfig
-    caches: dict[str, object]  # layer name -> what the connector registered (ModelRunnerStandIn.caches)
+    caches: dict[str, LayerCache]  # layer name -> what the connector registered (ModelRunnerStandIn.caches)
     scheduler: SchedulerDriver
     runner: ModelRunnerStandIn
     closed: bool = False
@@ -124,13 +127,20 @@ class Rig:
             preferred = backend_class(self.effective_backend).get_preferred_block_size(VLLM_DEFAULT_BLOCK_SIZE)
             self.shape = replace(self.shape, block_size=preferred)
 
+    @property
+    def block_size(self) -> int:
+        """Tokens per block: the shape's, or (a shape without one) what ``__post_init__`` resolved."""
+        size = self.shape.block_size
+        assert size is not None, "Rig.__post_init__ resolves a shape's block size"
+        return size
+
     def block_size_refusal(self) -> str | None:
         """Why the backend under test cannot run this block size, in vLLM's words; None when it can."""
         backend = backend_class(self.effective_backend)
-        if backend.supports_block_size(self.shape.block_size):
+        if backend.supports_block_size(self.block_size):
             return None
         sizes = ", ".join(str(s) for s in backend.get_supported_kernel_block_sizes())
-        return (f"{self.effective_backend} does not run block size {self.shape.block_size} "
+        return (f"{self.effective_backend} does not run block size {self.block_size} "
                 f"(vLLM: its kernel block sizes are {sizes})")
 
     # Sizing hooks: the checks use the tiny model; the bench overrides these for long requests.
@@ -189,7 +199,7 @@ class Rig:
             device_config=DeviceConfig(self.platform.torch_device_type),
             scheduler_config=SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                                              max_model_len=self.max_model_len, is_encoder_decoder=False),
-            cache_config=CacheConfig(block_size=self.shape.block_size, enable_prefix_caching=True,
+            cache_config=CacheConfig(block_size=self.block_size, enable_prefix_caching=True,
                                      cache_dtype=self.shape.cache_dtype),
             kv_transfer_config=transfer,
         )
@@ -230,3 +240,17 @@ class Rig:
         if self.connector.profile.is_pair():
             return "kv_producer", "kv_consumer"
         return roles[0], roles[0]
+
+
+AnyRig = TypeVar("AnyRig", bound=Rig)
+
+
+class MakeRig(Protocol):
+    """The ``make_rig`` fixture (conformance/conftest.py): a ``Rig`` (or ``rig_class``) for one cache shape of the
+    test's connector, platform and backend, shut down at the test's end."""
+
+    @overload
+    def __call__(self, shape: CacheShape) -> Rig: ...
+
+    @overload
+    def __call__(self, shape: CacheShape, rig_class: type[AnyRig]) -> AnyRig: ...

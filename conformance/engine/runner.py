@@ -13,9 +13,9 @@ from binding to clearing is ``harness.step_order``'s, shared with the contract c
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -26,8 +26,28 @@ from .step_order import Call, connector_step
 
 if TYPE_CHECKING:  # types only: vLLM is imported when a runner is built, never when the harness is imported
     from vllm.config import VllmConfig
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1
     from vllm.v1.core.sched.output import SchedulerOutput
-    from vllm.v1.kv_cache_interface import KVCacheConfig
+    from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheSpec
+    from vllm.v1.outputs import KVConnectorOutput
+
+    from .kvcache import LayerCache
+
+
+class WorkerStep(Protocol):
+    """What ``SchedulerDriver`` steps as the model runner: a ``ModelRunnerStandIn``, or a check standing between."""
+
+    def step(self, scheduler_output: SchedulerOutput) -> KVConnectorOutput: ...
+
+
+class StepGuard(Protocol):
+    """What the runner's steps run under: a ``DeviceGuard`` (the bench's runner swaps in one that checks nothing)."""
+
+    def __enter__(self) -> object: ...
+
+    def __exit__(self, *exc: object) -> bool | None: ...
+
+    def enter_layer(self, name: str) -> None: ...
 
 
 class AttentionLayerStandIn:
@@ -65,11 +85,11 @@ class BackendLayerStandIn(AttentionLayerStandIn):
     def get_attn_backend(self) -> type:
         return self._backend
 
-    def get_kv_cache_spec(self, vllm_config) -> object:
+    def get_kv_cache_spec(self, vllm_config: VllmConfig) -> object:
         return self._spec
 
 
-def layer_spec(kv_cache_config, layer_name: str):
+def layer_spec(kv_cache_config: KVCacheConfig, layer_name: str) -> KVCacheSpec | None:
     """The KV cache spec of one layer, as its group declares it."""
     for group in kv_cache_config.kv_cache_groups:
         if layer_name in group.layer_names:
@@ -78,7 +98,8 @@ def layer_spec(kv_cache_config, layer_name: str):
     return None
 
 
-def layer_stand_ins(vllm_config, kv_cache_config, caches: dict, guard: DeviceGuard) -> dict[str, AttentionLayerStandIn]:
+def layer_stand_ins(vllm_config: VllmConfig, kv_cache_config: KVCacheConfig, caches: dict[str, object],
+                    guard: DeviceGuard) -> dict[str, AttentionLayerStandIn]:
     """What the forward context holds per layer: attention layers answer with the config's backend.
 
     Layers that are not attention (Mamba state) stay plain holders of ``kv_cache``.
@@ -111,7 +132,7 @@ class ModuleWithoutKVCache:
         self.layer_name = layer_name
 
 
-def with_modules_without_kv_cache(layers: dict[str, object]) -> dict[str, object]:
+def with_modules_without_kv_cache(layers: Mapping[str, object]) -> dict[str, object]:
     """``layers`` in a decoder model's order, each decoder layer's MoE runner (``<layer>.mlp.experts``) after it."""
     out: dict[str, object] = {}
     for name, layer in layers.items():
@@ -121,7 +142,8 @@ def with_modules_without_kv_cache(layers: dict[str, object]) -> dict[str, object
     return out
 
 
-def finished_transfers(connector, finished_req_ids: set[str]) -> tuple[set | None, set | None, set]:
+def finished_transfers(connector: KVConnectorBase_V1,
+                       finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None, set[str]]:
     """Completed sends, receives and failed receives, asked the way the installed vLLM's runner asks.
 
     vLLM 0.32's runner calls ``get_transfer_results`` (whose default wraps
@@ -135,7 +157,7 @@ def finished_transfers(connector, finished_req_ids: set[str]) -> tuple[set | Non
     return sending, recving, set()
 
 
-def worker_metadata(connector) -> dict:
+def worker_metadata(connector: KVConnectorBase_V1) -> dict[str, Any]:
     """The worker's report to the scheduler side, built where vLLM's runner builds it (before clearing).
 
     ``KVConnectorOutput.kv_connector_worker_meta`` carries it to the scheduler's
@@ -146,7 +168,7 @@ def worker_metadata(connector) -> dict:
     return {"kv_connector_worker_meta": build()} if build is not None else {}
 
 
-def _plain_call(connector) -> Call:
+def _plain_call(connector: KVConnectorBase_V1) -> Call:
     """``connector.method(*args)``, unchecked: how the model runner calls its connector."""
     return lambda method, *args: getattr(connector, method)(*args)
 
@@ -158,7 +180,7 @@ class ModelRunnerStandIn:
 
     vllm_config: VllmConfig
     kv_cache_config: KVCacheConfig
-    caches: dict[str, object]  # layer name -> what register_kv_caches gets: a tensor, or a hybrid layer's state
+    caches: dict[str, LayerCache]  # layer name -> what register_kv_caches gets: a tensor, or a hybrid layer's state
     connector_name: str
     device: str
     metadata_for_layer: dict[str, object]
@@ -172,10 +194,11 @@ class ModelRunnerStandIn:
         from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
         from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
 
-        self.guard = DeviceGuard(self.connector_name, self.caches, torch.device(self.device))
+        guard = DeviceGuard(self.connector_name, self.caches, torch.device(self.device))
+        self.guard: StepGuard = guard
         # the layers first, as vLLM loads the model before it builds the connector
         self.vllm_config.compilation_config.static_forward_context.update(with_modules_without_kv_cache(
-            layer_stand_ins(self.vllm_config, self.kv_cache_config, self.caches, self.guard)))
+            layer_stand_ins(self.vllm_config, self.kv_cache_config, self.caches, guard)))
         with restore_harness_affinity():  # NIXL's worker side pins the building thread
             self.connector = KVConnectorFactory.create_connector(self.vllm_config, KVConnectorRole.WORKER,
                                                                  self.kv_cache_config)
@@ -185,27 +208,28 @@ class ModelRunnerStandIn:
         if self.attention_layers is None:
             self.attention_layers = list(self.caches)
 
-    def step(self, scheduler_output):
+    def step(self, scheduler_output: SchedulerOutput) -> KVConnectorOutput:
         from vllm.forward_context import get_forward_context, set_forward_context
 
         KVConnectorOutput = vllm_api.find("KVConnectorOutput")
         connector = self.connector
         runs_forward = scheduler_output.total_num_scheduled_tokens > 0
-        attn_metadata = dict(self.metadata_for_layer) if runs_forward else None
+        layer_metadata = dict(self.metadata_for_layer)
+        attn_metadata = layer_metadata if runs_forward else None
         def layers() -> None:  # the model's forward: per attention layer, wait for its load, write, save
-            for name in self.attention_layers:
+            for name in self.attention_layers or ():
                 self.guard.enter_layer(name)
                 # vLLM's attention layers (kv_transfer_utils.maybe_transfer_kv_layer) call the connector only
                 # while it has this step's metadata bound: a bind that leaves the flag unset saves nothing
-                transfers = attn_metadata[name] is not None and connector.has_connector_metadata()
+                transfers = layer_metadata[name] is not None and connector.has_connector_metadata()
                 if transfers:
                     connector.wait_for_layer_load(name)
                 if self.forward is not None:
                     self.forward(name, scheduler_output)
                 if transfers:
-                    connector.save_kv_layer(name, self.caches[name], attn_metadata[name])
+                    connector.save_kv_layer(name, self.caches[name], layer_metadata[name])
 
-        def report() -> tuple:
+        def report() -> tuple[Any, ...]:
             sending, recving, failed = finished_transfers(connector, scheduler_output.finished_req_ids)
             return sending, recving, failed, connector.get_block_ids_with_load_errors(), worker_metadata(connector)
 

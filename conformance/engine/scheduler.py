@@ -13,18 +13,27 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..vllm_build import api as vllm_api
 from .block_sizes import engine_block_sizes
 from .requests import block_hasher, new_request
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.kv_cache_interface import KVCacheConfig
+    from vllm.v1.request import Request
+
+    from .runner import WorkerStep
 
 # How long a connector may take, past the step budget, to report transfers it finishes in the background.
 DRAIN_DEADLINE_S = 10.0
 DRAIN_PACE_S = 0.02  # between steps past the step budget: lets a server's threads run
 
 
-def watch_request_finished(connector, note: Callable[[Any, list[int], bool], None]) -> None:
+def watch_request_finished(connector: KVConnectorBase_V1, note: Callable[[Request, list[int], bool], None]) -> None:
     """Call ``note(request, its first group's block ids, whether the connector kept them)`` after each answer of
     the connector's ``request_finished`` (and ``request_finished_all_groups``, which vLLM's scheduler calls for
     SupportsHMA connectors); the answer goes back to vLLM unchanged."""
@@ -33,7 +42,7 @@ def watch_request_finished(connector, note: Callable[[Any, list[int], bool], Non
         if answer is None:
             continue
 
-        def watched(request, block_ids, _answer=answer):
+        def watched(request: Request, block_ids: Any, _answer: Any = answer) -> tuple[Any, Any]:
             delay, params = _answer(request, block_ids)
             table = block_ids[0] if block_ids and isinstance(block_ids[0], (list, tuple)) else block_ids
             note(request, list(table), bool(delay))
@@ -52,16 +61,16 @@ class Claim:
     request_id: str
     num_computed_tokens: int
     num_external_tokens: int | None
-    load_async: bool
+    load_async: bool | None  # None: the answer was not a pair (the contract check reports it)
 
 
 @dataclass
 class SchedulerDriver:
-    vllm_config: object
-    kv_cache_config: object
+    vllm_config: VllmConfig
+    kv_cache_config: KVCacheConfig
     claims: dict[str, list[Claim]] = field(default_factory=dict)
     block_ids: dict[str, tuple[list[int], ...]] = field(default_factory=dict)
-    outputs: list = field(default_factory=list)
+    outputs: list[SchedulerOutput] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         Scheduler = vllm_api.find("Scheduler")
@@ -82,10 +91,10 @@ class SchedulerDriver:
         if self.connector is not None:
             self._record_claims(self.connector)
 
-    def _record_claims(self, connector) -> None:
+    def _record_claims(self, connector: KVConnectorBase_V1) -> None:
         answer = connector.get_num_new_matched_tokens
 
-        def recorded(request, num_computed_tokens):
+        def recorded(request: Request, num_computed_tokens: int) -> object:
             result = answer(request, num_computed_tokens)
             # recorded as returned: a malformed answer is the contract check's to report, not a crash here
             tokens, load_async = result if isinstance(result, tuple) and len(result) == 2 else (result, None)
@@ -96,11 +105,11 @@ class SchedulerDriver:
         connector.get_num_new_matched_tokens = recorded
 
     def add(self, request_id: str, prompt: list[int], max_tokens: int = 1,
-            kv_transfer_params: dict | None = None, stop_token_ids: list[int] | None = None) -> None:
+            kv_transfer_params: dict[str, Any] | None = None, stop_token_ids: list[int] | None = None) -> None:
         self.scheduler.add_request(new_request(request_id, prompt, self._block_hasher, max_tokens, kv_transfer_params,
                                                stop_token_ids))
 
-    def step(self, worker) -> object:
+    def step(self, worker: WorkerStep) -> SchedulerOutput:
         """One engine step: schedule, run the worker side, feed the result back."""
         ModelRunnerOutput = vllm_api.find("ModelRunnerOutput")
 
@@ -110,9 +119,10 @@ class SchedulerDriver:
         kv_output = worker.step(output)
         req_ids = list(output.num_scheduled_tokens)
         sampled = [[self._next_token(r)] if self._prompt_done(r) else [] for r in req_ids]
-        runner_output = ModelRunnerOutput(
-            req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
-            sampled_token_ids=sampled, kv_connector_output=kv_output)
+        index = ({"req_id_to_index": {r: i for i, r in enumerate(req_ids)}}
+                 if vllm_api.has_field("ModelRunnerOutput.req_id_to_index") else {})
+        runner_output = ModelRunnerOutput(req_ids=req_ids, sampled_token_ids=sampled, kv_connector_output=kv_output,
+                                          **index)
         self.scheduler.update_from_output(output, runner_output)
         self.outputs.append(output)
         return output
@@ -124,7 +134,7 @@ class SchedulerDriver:
     def _next_token(self, req_id: str) -> int:
         return next_token(self.scheduler.requests[req_id].all_token_ids)
 
-    def run(self, worker, max_steps: int = 32, drain_s: float = DRAIN_DEADLINE_S) -> int:
+    def run(self, worker: WorkerStep, max_steps: int = 32, drain_s: float = DRAIN_DEADLINE_S) -> int:
         """Step until every request finished and the connector has nothing in flight.
 
         Bounded by steps and by wall-clock time together: a connector whose saves finish
@@ -162,4 +172,4 @@ class SchedulerDriver:
     def external_tokens(self, request_id: str) -> int:
         """The external tokens the connector claimed for a request's lookup (0: no answer but "ask again")."""
         claim = self.answered_claim(request_id)
-        return claim.num_external_tokens if claim is not None else 0
+        return (claim.num_external_tokens or 0) if claim is not None else 0  # an answered claim's count is set

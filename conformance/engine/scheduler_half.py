@@ -40,8 +40,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from ..vllm_build import api as vllm_api
+
+if TYPE_CHECKING:
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.outputs import KVConnectorOutput
 
 
 @dataclass(frozen=True)
@@ -99,7 +105,7 @@ class FeederMismatch(vllm_api.VllmApiError):
     OffloadingConnectorMetadata): kvconform cannot play this worker, which is no finding about the connector."""
 
 
-def gpu_block_ids(spec, what: str) -> list[int]:
+def gpu_block_ids(spec: object, what: str) -> list[int]:
     """The GPU block ids of a ``GPULoadStoreSpec`` (a store's source, a load's destination)."""
     ids = getattr(spec, "block_ids", None)
     if ids is None:
@@ -109,7 +115,7 @@ def gpu_block_ids(spec, what: str) -> list[int]:
     return [int(b) for b in ids]
 
 
-def offloading_common():
+def offloading_common() -> ModuleType:
     """vLLM's offloading/common.py (the connector's metadata both ways), where this vLLM keeps it."""
     try:
         from vllm.distributed.kv_transfer.kv_connector.v1.offloading import common
@@ -117,10 +123,11 @@ def offloading_common():
         raise FeederMismatch(f"the worker-results feeder reads OffloadingConnector's metadata from vLLM 0.32's "
                              f"vllm/distributed/kv_transfer/kv_connector/v1/offloading/common.py, which this "
                              f"vLLM lacks ({exc})") from None
-    return common
+    module: ModuleType = common
+    return module
 
 
-def offloading_jobs(metadata) -> tuple[dict, dict, set[int]]:
+def offloading_jobs(metadata: object) -> tuple[dict[int, Any], dict[int, Any], set[int]]:
     """(load_jobs, store_jobs, jobs_to_flush) of an OffloadingConnectorMetadata, checked for the fields the
     feeder reads; a metadata of another shape is ``FeederMismatch``."""
     OffloadingConnectorMetadata = offloading_common().OffloadingConnectorMetadata
@@ -159,7 +166,7 @@ class OffloadingWorkerFeeder:
     def idle(self) -> bool:
         return not self.in_flight()
 
-    def step(self, scheduler_output):
+    def step(self, scheduler_output: SchedulerOutput) -> KVConnectorOutput:
         """One model-runner step of the worker half; returns the step's ``KVConnectorOutput``."""
         KVConnectorOutput = vllm_api.find("KVConnectorOutput")
         OffloadingWorkerMetadata = offloading_common().OffloadingWorkerMetadata

@@ -22,6 +22,7 @@ import socket
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import TracebackType
 
 from .check_failure import CheckFailure
 
@@ -53,7 +54,7 @@ def reserved_port(host: str = HOST) -> Iterator[int]:
         holder.close()
 
 
-def _wake_waiter(traceback) -> None:
+def _wake_waiter(traceback: TracebackType | None) -> None:
     """Set the ready event of the listener that died, so vLLM's caller stops waiting on it."""
     while traceback is not None:
         frame = traceback.tb_frame
@@ -66,12 +67,12 @@ def _wake_waiter(traceback) -> None:
 
 
 @contextmanager
-def _listener_errors() -> Iterator[list[BaseException]]:
+def _listener_errors() -> Iterator[list[BaseException | None]]:
     """The exceptions vLLM's listener thread dies of while the context is open (others pass through)."""
-    errors: list[BaseException] = []
+    errors: list[BaseException | None] = []
     previous = threading.excepthook
 
-    def hook(args) -> None:
+    def hook(args: threading.ExceptHookArgs) -> None:
         if args.thread is not None and args.thread.name == LISTENER_THREAD:
             errors.append(args.exc_value)
             _wake_waiter(args.exc_traceback)

@@ -8,7 +8,9 @@ Bad input stops the run with ``pytest.UsageError`` (one line, non-zero exit).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -19,6 +21,9 @@ from ..vllm_build.versions import installed
 from ..vllm_build.window import VLLM_DISTRIBUTIONS, installed_status
 from .siblings import SIBLINGS
 from .target import TARGET_KEY, RunTarget, is_active, run_target, targets_conformance
+
+if TYPE_CHECKING:
+    from kvconform.platforms.vllm_backends import BackendVerdict
 
 # Sibling plugin modules, each with one concern, loaded with this one (options.py registers every option);
 # siblings.py lists them, and marks them for assertion rewriting before any is imported.
@@ -34,8 +39,8 @@ MARKERS = {
 }
 
 
-_AVAILABILITY_KEY = pytest.StashKey[dict]()
-_SLOTS_KEY = pytest.StashKey[dict]()  # xdist controller: live worker id -> its slot (its device)
+_AVAILABILITY_KEY: pytest.StashKey[dict[str, BackendVerdict]] = pytest.StashKey()
+_SLOTS_KEY = pytest.StashKey[dict[str, int]]()  # xdist controller: live worker id -> its slot (its device)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -79,7 +84,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.hookimpl(optionalhook=True)
-def pytest_configure_node(node) -> None:
+def pytest_configure_node(node: Any) -> None:  # node: xdist's WorkerController (no types)
     """Controller side of xdist: tell each worker the platform and device count it pins from, and its slot."""
     if TARGET_KEY not in node.config.stash:
         return
@@ -92,13 +97,13 @@ def pytest_configure_node(node) -> None:
 
 
 @pytest.hookimpl(optionalhook=True)
-def pytest_testnodedown(node, error) -> None:
+def pytest_testnodedown(node: Any, error: object) -> None:  # node: xdist's WorkerController
     """A worker that ended frees its slot, for the worker that replaces it (called before xdist starts that one)."""
     node.config.stash.get(_SLOTS_KEY, {}).pop(node.gateway.id, None)
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log) -> object | None:
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Callable[..., None]) -> object | None:
     """``--dist load`` (xdist's default) runs a connector's tests of one module together on one worker
     (plugin/scheduling.py)."""
     if TARGET_KEY not in config.stash or config.getoption("dist") != "load":
@@ -153,6 +158,8 @@ def _installed_version(*dists: str) -> str:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
+    from .preflight import header_lines
+
     if TARGET_KEY not in config.stash:
         return []
     target = run_target(config)
@@ -168,20 +175,27 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         f"kvconform: torch {_installed_version('torch')}, vLLM {_installed_version(*VLLM_DISTRIBUTIONS)}",
         *([f"kvconform: {status.note} (results are labelled so)"] if status and status.note else []),
         vllm_source.header_line(),
+        *header_lines(config),
         f"kvconform: attention backends {', '.join(target.backends)}; MLA {', '.join(target.mla_backends) or 'none'}",
         *_no_profile_lines(target),
     ]
 
 
-def _no_profile_lines(target) -> list[str]:
-    """A line for each third-party connector that no profile names: what it runs, and how to say more."""
+def _no_profile_lines(target: RunTarget) -> list[str]:
+    """A line for each third-party connector that no profile names: what it runs, and how to say more; then one
+    naming the connectors the installed vLLM registers that no profile names (new in a release, most often)."""
     from ..connectors.profiles import has_profile, profile_for
+    from ..connectors.selection import unprofiled_registered
 
     names = [spec.rpartition(":")[2] for spec in target.connectors if ":" in spec]
-    return [f"kvconform: {name} has no profile: it runs {', '.join(profile_for(name).checks or [])} with its own "
-            f"storage folder as shared_storage_path; a profile (--profiles FILE) names its checks, extra config "
-            f"and promised hit (docs/testing-your-connector.md)"
-            for name in names if not has_profile(name, target.profiles)]
+    unprofiled = unprofiled_registered(target.profiles)
+    return [*(f"kvconform: {name} has no profile: it runs {', '.join(profile_for(name).checks or [])} with its own "
+              f"storage folder as shared_storage_path; a profile (--profiles FILE) names its checks, extra config "
+              f"and promised hit (docs/testing-your-connector.md)"
+              for name in names if not has_profile(name, target.profiles)),
+            *([f"kvconform: registered by this vLLM with no profile: {', '.join(unprofiled)} (each is built once "
+               f"before its checks; where that fails, one failure and its other checks not run; "
+               f"docs/connectors.md#a-connector-with-no-profile)"] if unprofiled else [])]
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -208,7 +222,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("connector", params, ids=[p.id for p in params], scope="session")
 
 
-def _backend_param(config: pytest.Config, backend: str):
+def _backend_param(config: pytest.Config, backend: str) -> object:  # a pytest.param
     """One backend as a parameter, skipped with vLLM's words when vLLM cannot load it here.
 
     ``--collect-only`` lists backends without asking vLLM (its import costs seconds, and no test runs).

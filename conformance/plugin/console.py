@@ -20,6 +20,7 @@ in any other pytest run of the environment this module does nothing.
 from __future__ import annotations
 
 import warnings
+from typing import Literal
 
 import pytest
 
@@ -28,7 +29,8 @@ from kvconform.reports.model import first_line
 from .target import CONFORMANCE_DIR, PACKAGE, is_active, targets_conformance
 
 # Warning filters for a conformance run, later ones winning: (action, message regex, category, module regex).
-WARNING_FILTERS: tuple[tuple[str, str, type[Warning], str], ...] = (
+FilterAction = Literal["default", "error", "ignore", "always", "module", "once"]  # warnings.filterwarnings' actions
+WARNING_FILTERS: tuple[tuple[FilterAction, str, type[Warning], str], ...] = (
     ("ignore", "", DeprecationWarning, ""),  # other packages' deprecations (torch.jit.script_method, ...)
     ("ignore", "", PendingDeprecationWarning, ""),
     ("default", "", DeprecationWarning, "kvconform"),  # kvconform's own still show

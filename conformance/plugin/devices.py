@@ -18,8 +18,12 @@ run wherever the OS puts them, as they would in a vLLM process, and no priority 
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from kvconform.platforms.spec import PlatformSpec
 
 MULTI_DEVICE_GROUP = "multi-device"
 
@@ -39,7 +43,7 @@ def visibility_env(visibility_vars: tuple[str, ...], device_count: int, index: i
     return {var: chosen for var in visibility_vars}
 
 
-def pin_worker_device(spec, device_count: int, index: int) -> dict[str, str]:
+def pin_worker_device(spec: PlatformSpec, device_count: int, index: int) -> dict[str, str]:
     """Called in each xdist worker's configure with its slot: pin it to its device, unless the user pinned already."""
     if any(var in os.environ for var in spec.visibility_vars):
         return {}
@@ -48,12 +52,12 @@ def pin_worker_device(spec, device_count: int, index: int) -> dict[str, str]:
     return env
 
 
-def auto_workers(spec, device_count: int) -> int | None:
+def auto_workers(spec: PlatformSpec, device_count: int) -> int | None:
     """``-n auto`` on a GPU platform: one worker per device; None lets xdist count CPUs."""
     return device_count if spec.torch_device_type != "cpu" and device_count > 0 else None
 
 
-def require_devices(platform, needed: int) -> None:
+def require_devices(platform: PlatformSpec, needed: int) -> None:
     from kvconform.platforms import probe
 
     visible = probe(platform.name).device_count

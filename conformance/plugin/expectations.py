@@ -28,6 +28,7 @@ import importlib.util
 import os
 import re
 from collections import Counter
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -121,13 +122,21 @@ class LintFinding(BaseModel):
         return self.rule, self.file, self.function, self.call
 
 
+LINT_KEY = ("rule", "file", "function", "call")  # a lint finding's key, in LintFinding.key()'s order
+
+
 def _finding_text(key: tuple[str, str, str, str], count: int) -> str:
     rule, file, function, call = key
     return f"{rule} {file} {function}: {call}" + (f" (x{count})" if count > 1 else "")
 
 
-def findings_mismatch(expected: list[LintFinding], carried) -> str | None:
-    """Why the findings an error carries are not the entry's (as multisets); None when they are equal."""
+def findings_mismatch(expected: list[LintFinding], carried: Iterable[dict[str, str]] | None,
+                      unfound: Callable[[dict[str, str]], str] | None = None) -> str | None:
+    """Why the findings an error carries are not the entry's (as multisets); None when they are equal.
+
+    ``unfound`` (the lint check's, carried with the findings) says of an expected finding not found
+    whether the lint read its place and the code is gone, or the lint no longer reads it.
+    """
     if carried is None:
         return "it carries no lint findings, and the entry expects findings"
     want = Counter({f.key(): f.count for f in expected})
@@ -135,7 +144,10 @@ def findings_mismatch(expected: list[LintFinding], carried) -> str | None:
     extra, missing = got - want, want - got
     if not extra and not missing:
         return None
-    parts = [f"{label}: {'; '.join(_finding_text(k, n) for k, n in sorted(diff.items()))}"
+    def why(key: tuple[str, str, str, str]) -> str:
+        return f" ({unfound(dict(zip(LINT_KEY, key, strict=True)))})" if unfound and key in missing else ""
+
+    parts = [f"{label}: {'; '.join(_finding_text(k, n) + why(k) for k, n in sorted(diff.items()))}"
              for label, diff in (("not in the entry", extra), ("expected but not found", missing)) if diff]
     return f"its lint findings differ from the entry's ({', '.join(parts)})"
 
@@ -232,12 +244,12 @@ class Entry(BaseModel):
                   + (f" with {sum(f.count for f in self.findings)} lint findings" if self.findings else ""))
         if when != "call":
             return f"it failed in {when}, not in the test itself ({got}); the entry expects {wanted} from the test"
-        if not raised_as(error, self.raises):
+        if self.raises is None or not raised_as(error, self.raises):  # an xfail entry always names one
             return f"it raised {got}; the entry expects {wanted}"
         if self.match is not None and not re.search(self.match, message):
             return f"its {type(error).__name__} message does not match {self.match!r}: {first!r}"
         if self.findings is not None:
-            return findings_mismatch(self.findings, getattr(error, "findings", None))
+            return findings_mismatch(self.findings, getattr(error, "findings", None), getattr(error, "unfound", None))
         return None
 
 
@@ -291,9 +303,9 @@ class Expectation:
         return None
 
     def properties(self) -> list[tuple[str, str]]:
-        values = {"expect": self.entry.expect, "where": self.where,
-                  "reason": self.entry.reason, "link": self.entry.link}
-        pairs = [(name, values[key]) for key, name in ident.EXPECT_PROPERTIES.items() if values[key]]
+        values: dict[str, str | None] = {"expect": self.entry.expect, "where": self.where,
+                                         "reason": self.entry.reason, "link": self.entry.link}
+        pairs = [(name, value) for key, name in ident.EXPECT_PROPERTIES.items() if (value := values[key])]
         if self.entry.finding_class:
             pairs.append((ident.EXPECT_CLASS_PROPERTY, self.entry.finding_class))
         return pairs
@@ -315,7 +327,8 @@ def _entry_nodes(text: str) -> list[yaml.Node]:
     if isinstance(root, yaml.MappingNode):
         for key, value in root.value:
             if key.value == "expectations" and isinstance(value, yaml.SequenceNode):
-                return value.value
+                nodes: list[yaml.Node] = value.value
+                return nodes
     return []
 
 
@@ -323,8 +336,10 @@ def _line_of_key(node: yaml.Node, key: object) -> int:
     if isinstance(node, yaml.MappingNode):
         for k, _ in node.value:
             if k.value == key:
-                return k.start_mark.line + 1
-    return node.start_mark.line + 1
+                line: int = k.start_mark.line + 1
+                return line
+    line = node.start_mark.line + 1
+    return line
 
 
 def load_file(path: Path) -> list[Expectation]:
@@ -347,7 +362,7 @@ def load_file(path: Path) -> list[Expectation]:
     return out
 
 
-def load_expectations(paths) -> list[Expectation]:
+def load_expectations(paths: Iterable[str | Path]) -> list[Expectation]:
     """Entries of every file named, a folder meaning its ``*.yaml`` files, in the order given."""
     out: list[Expectation] = []
     for path in map(Path, paths):
@@ -476,7 +491,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)  # outermost: sees the report after pytest's xfail handling
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+def pytest_runtest_makereport(item: pytest.Item,
+                              call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     """An xfail entry accepts only its own failure; a strict xfail that passes names the entry to remove.
 
     pytest's xfail turns any failure (setup errors too) into "xfailed". An entry pins the
@@ -521,7 +537,7 @@ def _note_passing(state: _State, expectation: Expectation, nodeid: str, report: 
 
 
 @pytest.hookimpl(optionalhook=True)
-def pytest_testnodedown(node, error) -> None:
+def pytest_testnodedown(node: Any, error: object) -> None:  # node: xdist's WorkerController (no types)
     """xdist controller: merge what a worker's collection used."""
     state = node.config.stash.get(_STATE, None)
     sent = getattr(node, "workeroutput", {}).get(_WORKER_KEY)
@@ -552,7 +568,7 @@ def passing(config: pytest.Config) -> list[tuple[Expectation, list[str]]]:
     return [(e, sorted(state.passing[e.where])) for e in state.expectations if e.where in state.passing]
 
 
-def passing_as_dicts(config: pytest.Config) -> list[dict]:
+def passing_as_dicts(config: pytest.Config) -> list[dict[str, Any]]:
     """``passing`` for results.json (``RunInfo.passing_expectations``)."""
     return [{"where": e.where, "selector": e.selector(), "note": passing_note(e), "tests": tests}
             for e, tests in passing(config)]
@@ -564,21 +580,21 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if state is None:
         return
     if _is_worker(config):
-        config.workeroutput[_WORKER_KEY] = {"decided": sorted(state.decided),
+        config.workeroutput[_WORKER_KEY] = {"decided": sorted(state.decided),  # type: ignore[attr-defined]  # xdist's
                                             "saw_conformance_tests": state.saw_conformance_tests,
                                             "passing": {where: sorted(ids) for where, ids in state.passing.items()}}
     elif state.strict and stale(config) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
     if _is_worker(config):
         return
     _summarize_passing(terminalreporter, config)
     _summarize_stale(terminalreporter, config)
 
 
-def _summarize_passing(terminalreporter, config: pytest.Config) -> None:
+def _summarize_passing(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
     entries = passing(config)
     if not entries:
         return
@@ -590,7 +606,7 @@ def _summarize_passing(terminalreporter, config: pytest.Config) -> None:
     terminalreporter.write_line("--kvconform-strict makes such a pass fail the run, as on the releases CI tests")
 
 
-def _summarize_stale(terminalreporter, config: pytest.Config) -> None:
+def _summarize_stale(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
     entries = stale(config)
     if not entries:
         return

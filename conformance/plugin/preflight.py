@@ -7,7 +7,7 @@ never a connector's red cell:
   would. Where vLLM refuses (vLLM 0.34 on an x86 CPU without triton-cpu, a missing kernel
   package, a platform it cannot select), the run stops in one line with pytest's usage-error
   status, 4, naming the vLLM, the platform and vLLM's own message: no connector was tested.
-* **kvconform fits this vLLM's internals** (``vllm_build/shapes.py``). Each mismatch is
+* **kvconform fits this vLLM's internals** (``engine/shapes.py``). Each mismatch is
   named once in the header and the report's verdict; the tests of the modules that need it
   are reported as not run for that reason (a skip whose reason says so, which the reports
   class as "kvconform cannot drive this vLLM"), never as a connector's failure.
@@ -19,13 +19,16 @@ set by the waiver itself) is printed in the header and carried into every report
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import pytest
 
-from ..vllm_build.shapes import Mismatch
 from .target import TARGET_KEY, run_target
 
-MISMATCHES_KEY = pytest.StashKey[list[Mismatch]]()
+if TYPE_CHECKING:
+    from ..engine.shapes import Mismatch
+
+MISMATCHES_KEY = pytest.StashKey[list["Mismatch"]]()
 WAIVERS_VARIABLE = "KVCONFORM_WAIVERS"  # one line per waiver an environment applies to vLLM
 NOT_RUN = "not run: kvconform cannot drive this vLLM"  # how a skipped test's reason begins (reports/model.py)
 
@@ -62,7 +65,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     config = session.config
     if not _applies(config):
         return
-    from ..vllm_build.shapes import mismatches
+    from ..engine.shapes import mismatches
 
     if not hasattr(config, "workerinput"):  # the controller, or the only process: once per run
         error = _configure_error(config)
@@ -85,7 +88,7 @@ def header_lines(config: pytest.Config) -> list[str]:
     return lines
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
     """A quiet run (``-q``) prints no header: its lines close the run instead, so no run hides them."""
     if config.get_verbosity() < 0:
         for line in header_lines(config):

@@ -14,6 +14,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import pytest
 
@@ -27,6 +28,9 @@ from ..vllm_build.versions import installed
 from ..vllm_build.window import VLLM_DISTRIBUTIONS, installed_status
 from .private_apis import public_only
 from .target import TARGET_KEY
+
+if TYPE_CHECKING:
+    from kvconform.reports.outcomes import OutcomeName
 
 _WORKER_KEY = "kvconform_results"
 
@@ -44,7 +48,7 @@ def _vllm_commit() -> str | None:
     return commit or getattr(version_module, "__commit_id__", None)
 
 
-def _longrepr_text(report: pytest.TestReport) -> str:
+def _longrepr_text(report: pytest.TestReport | pytest.CollectReport) -> str:
     """The failure text without xdist's ``[gw0] linux -- Python ...`` line (``longreprtext`` adds it)."""
     return "" if report.longrepr is None else str(report.longrepr)
 
@@ -71,7 +75,7 @@ class _Collector:
         self.phases: dict[str, dict[str, tuple[str, pytest.TestReport]]] = {}
         self.collect_errors: dict[str, pytest.CollectReport] = {}
         self.worker_commits: set[str] = set()
-        self.vllm_imports: list[dict] = []  # what each xdist worker imported as vLLM
+        self.vllm_imports: list[dict[str, Any]] = []  # what each xdist worker imported as vLLM
 
     def add(self, report: pytest.TestReport) -> None:
         category = self.config.hook.pytest_report_teststatus(report=report, config=self.config)[0]
@@ -97,7 +101,8 @@ class _Collector:
         cause, message = failure_cause(outcome, message)
         return CaseResult(
             run=run, nodeid=nodeid, check=identity.check, platform=identity.platform, backend=identity.backend,
-            connector=identity.connector, variant=identity.variant, params=identity.params, outcome=outcome,
+            connector=identity.connector, variant=identity.variant, params=identity.params,
+            outcome=cast("OutcomeName", outcome),  # a category of OUTCOMES (add), or "error"
             duration=round(sum(report.duration for _, report in phases.values()), 6),
             message=message, details=details, expected=expected_from_properties(properties), cause=cause,
         )
@@ -114,15 +119,18 @@ class _Collector:
     def run_info(self, exitstatus: int) -> RunInfo:
         from ..reliability.library_copies import notes
         from .expectations import passing_as_dicts, stale_as_dicts
+        from .preflight import found_mismatches, waivers
 
         commits = {c for c in (_vllm_commit(), *self.worker_commits) if c}
-        return RunInfo(
+        return RunInfo.model_validate(dict(  # the expectations and imports as dicts: pydantic builds their models
             id=self.platform, **environment(self.config), vllm_commit=", ".join(sorted(commits)) or None,
             started=self.started.isoformat(timespec="seconds"), duration=round(time.monotonic() - self.clock, 3),
             exitstatus=int(exitstatus), stale_expectations=stale_as_dicts(self.config),
-            passing_expectations=passing_as_dicts(self.config), environment_notes=notes(self.config),
+            passing_expectations=passing_as_dicts(self.config),
+            environment_notes=[*waivers(), *notes(self.config)],
+            vllm_mismatches=[m.line() for m in found_mismatches(self.config)],
             vllm_imports=[*filter(None, [vllm_source.imported("controller")]), *self.vllm_imports],
-        )
+        ))
 
     # hooks: this object is registered as a plugin of the controller
 
@@ -134,7 +142,7 @@ class _Collector:
             self.collect_errors[report.nodeid] = report
 
     @pytest.hookimpl(optionalhook=True)
-    def pytest_testnodedown(self, node, error) -> None:
+    def pytest_testnodedown(self, node: Any, error: object) -> None:  # node: xdist's WorkerController (no types)
         output = getattr(node, "workeroutput", {}).get(_WORKER_KEY, {})
         if output.get("vllm_commit"):
             self.worker_commits.add(output["vllm_commit"])
@@ -210,7 +218,13 @@ def pytest_sessionstart(session: pytest.Session) -> None:
                 junit.add_global_property(ident.RUN_PROPERTY_PREFIX + name, value)
 
 
-def junit_writer(config: pytest.Config):
+class JUnitWriter(Protocol):
+    """What kvconform uses of pytest's JUnit writer."""
+
+    def add_global_property(self, name: str, value: object) -> None: ...
+
+
+def junit_writer(config: pytest.Config) -> JUnitWriter | None:
     """pytest's JUnit writer of this run, if it writes one and has ``add_global_property`` (feature-tested: None
     where pytest moved it, and under ``--kvconform-public-apis-only``, so the JUnit file has no run properties)."""
     if public_only(config):
@@ -235,5 +249,5 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     config = session.config
     if hasattr(config, "workerinput"):
         worker = config.workerinput.get("workerid", "worker")
-        config.workeroutput[_WORKER_KEY] = {"vllm_commit": _vllm_commit(),
+        config.workeroutput[_WORKER_KEY] = {"vllm_commit": _vllm_commit(),  # type: ignore[attr-defined]  # xdist's
                                             "vllm_import": vllm_source.imported(worker)}

@@ -42,11 +42,28 @@ from __future__ import annotations
 
 import difflib
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol
 
 import pytest
 
 from kvconform.reports.identity import connector_in_nodeid
+
+
+class _Gateway(Protocol):
+    id: str
+
+
+class Worker(Protocol):
+    """What this scheduler uses of an xdist worker (its ``WorkerController``; xdist ships no types)."""
+
+    gateway: _Gateway
+    shutting_down: bool
+
+    def send_runtest_some(self, indices: Sequence[int]) -> None: ...
+
+    def shutdown(self) -> None: ...
+
 
 TOP_UP = 2  # tests a worker holds before it is given no more (it runs one once it knows the next)
 
@@ -63,20 +80,21 @@ def worker_count(config: pytest.Config) -> int:
 class ConnectorScheduling:
     """A connector's tests in one module as one scope, queued in collection order (xdist's scheduler contract)."""
 
-    def __init__(self, config: pytest.Config, connector_ids: Iterable[str], log=None) -> None:
+    def __init__(self, config: pytest.Config, connector_ids: Iterable[str],
+                 log: Callable[..., None] | None = None) -> None:
         self.config = config
         self.log = log if log is not None else (lambda *args: None)
         self.connector_ids = tuple(connector_ids)
         self.numnodes = worker_count(config)
         self.collection: list[str] | None = None
         self.workqueue: OrderedDict[str, dict[str, bool]] = OrderedDict()  # scope -> {test id: done}
-        self.assigned_work: dict[object, dict[str, dict[str, bool]]] = {}  # worker -> its scopes
-        self.registered_collections: dict[object, list[str]] = {}
+        self.assigned_work: dict[Worker, dict[str, dict[str, bool]]] = {}  # worker -> its scopes
+        self.registered_collections: dict[Worker, list[str]] = {}
 
     # --- what xdist's session reads ---
 
     @property
-    def nodes(self) -> list:
+    def nodes(self) -> list[Worker]:
         return list(self.assigned_work)
 
     @property
@@ -96,11 +114,11 @@ class ConnectorScheduling:
 
     # --- what xdist's session calls ---
 
-    def add_node(self, node) -> None:
+    def add_node(self, node: Worker) -> None:
         assert node not in self.assigned_work
         self.assigned_work[node] = {}
 
-    def add_node_collection(self, node, collection: Sequence[str]) -> None:
+    def add_node_collection(self, node: Worker, collection: Sequence[str]) -> None:
         """A worker's collection; a worker that replaces a dead one must have collected the same tests."""
         assert node in self.assigned_work
         if self.collection_is_completed and self.collection is not None and list(collection) != self.collection:
@@ -108,7 +126,7 @@ class ConnectorScheduling:
             return
         self.registered_collections[node] = list(collection)
 
-    def mark_test_complete(self, node, item_index: int, duration: float = 0) -> None:
+    def mark_test_complete(self, node: Worker, item_index: int, duration: float = 0) -> None:
         nodeid = self.registered_collections[node][item_index]
         self.assigned_work[node][self._split_scope(nodeid)][nodeid] = True
         self._reschedule(node)
@@ -116,10 +134,10 @@ class ConnectorScheduling:
     def mark_test_pending(self, item: str) -> None:
         raise NotImplementedError("only --dist each sends a test back as pending")
 
-    def remove_pending_tests_from_node(self, node, indices: Sequence[int]) -> None:
+    def remove_pending_tests_from_node(self, node: Worker, indices: Sequence[int]) -> None:
         raise NotImplementedError("only --dist worksteal takes tests back from a worker")
 
-    def remove_node(self, node) -> str | None:
+    def remove_node(self, node: Worker) -> str | None:
         """Forget a worker; if it died mid-scope, return the test it was running and requeue the rest, first."""
         workload = self.assigned_work.pop(node)  # its collection stays: a replacement's is compared with it
         pending = [(scope, nodeid) for scope, unit in workload.items() for nodeid, done in unit.items() if not done]
@@ -181,13 +199,13 @@ class ConnectorScheduling:
     def _pending_of(workload: dict[str, dict[str, bool]]) -> int:
         return sum(not done for unit in workload.values() for done in unit.values())
 
-    def _assign_work_unit(self, node) -> None:
+    def _assign_work_unit(self, node: Worker) -> None:
         scope, unit = self.workqueue.popitem(last=False)
         self.assigned_work[node][scope] = unit
         collection = self.registered_collections[node]
         node.send_runtest_some([collection.index(nodeid) for nodeid, done in unit.items() if not done])
 
-    def _reschedule(self, node) -> None:
+    def _reschedule(self, node: Worker) -> None:
         """Another scope once the worker is down to ``TOP_UP`` tests, and more until it holds that many.
 
         The second part is what a fresh worker needs: given just the one test left
@@ -203,7 +221,8 @@ class ConnectorScheduling:
             self._assign_work_unit(node)
 
 
-def _collection_diff(expected: Sequence[str], collected: Sequence[str], node, first_node=None) -> str:
+def _collection_diff(expected: Sequence[str], collected: Sequence[str], node: Worker,
+                     first_node: Worker | None = None) -> str:
     first = first_node.gateway.id if first_node is not None else "the run"
     diff = difflib.unified_diff(list(expected), list(collected), first, node.gateway.id, lineterm="")
     return f"Different tests were collected between {first} and {node.gateway.id}:\n" + "\n".join(diff)

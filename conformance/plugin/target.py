@@ -33,7 +33,7 @@ class RunTarget:
 TARGET_KEY = pytest.StashKey[RunTarget]()
 
 CONFORMANCE_DIR = Path(__file__).resolve().parents[1]
-PACKAGE = __spec__.parent.rpartition(".")[0]  # "kvconform.conformance": the name `pytest --pyargs` takes
+PACKAGE = (__spec__.parent or "").rpartition(".")[0]  # "kvconform.conformance": the name `pytest --pyargs` takes
 
 
 def run_target(config: pytest.Config) -> RunTarget:

@@ -9,6 +9,7 @@ connector stored.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Generator
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ _TMP_PATH_KEY = pytest.StashKey[Path]()
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item: pytest.Item):
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
     funcargs = getattr(item, "funcargs", None) or {}
     if connector_of(item) is not None and "tmp_path" in funcargs:
         item.stash[_TMP_PATH_KEY] = funcargs["tmp_path"]
@@ -27,7 +28,8 @@ def pytest_runtest_call(item: pytest.Item):
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)  # outermost: sees the teardown report as the other plugins left it
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+def pytest_runtest_makereport(item: pytest.Item,
+                              call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
     if connector_of(item) is None:
         return report

@@ -19,6 +19,7 @@ import shutil
 import signal
 import tempfile
 from pathlib import Path
+from typing import Any, TypedDict
 
 import pytest
 
@@ -30,22 +31,28 @@ from .watched import check_of, connector_of
 LEDGER_INPUT_KEY = "kvconform_ledger"  # xdist workerinput: the ledger file's path
 
 
+class LedgerEntry(TypedDict):
+    nodeid: str
+    connector: str | None
+    what: str  # "crashed the test process", "timed out"
+
+
 class Ledger:
     """Tests that crashed their process or timed out, in memory; under xdist also in a file all workers share."""
 
     def __init__(self, path: Path | None = None):
         self.path = path
-        self._entries: list[dict] = []
+        self._entries: list[LedgerEntry] = []
 
     def add(self, nodeid: str, connector: str | None, what: str) -> None:
-        entry = {"nodeid": nodeid, "connector": connector, "what": what}
+        entry: LedgerEntry = {"nodeid": nodeid, "connector": connector, "what": what}
         if self.path is None:
             self._entries.append(entry)
             return
         with self.path.open("a") as handle:
             handle.write(json.dumps(entry) + "\n")
 
-    def entries(self) -> list[dict]:
+    def entries(self) -> list[LedgerEntry]:
         if self.path is None:
             return list(self._entries)
         try:
@@ -65,8 +72,8 @@ class Ledger:
 
 
 _LEDGER_KEY = pytest.StashKey[Ledger]()
-_ITEMS_BY_ID_KEY = pytest.StashKey[dict]()
-_HELD_WRITTEN_KEY = pytest.StashKey[list]()
+_ITEMS_BY_ID_KEY = pytest.StashKey[dict[str, pytest.Item]]()
+_HELD_WRITTEN_KEY = pytest.StashKey[list[str]]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -92,7 +99,8 @@ def record_held(config: pytest.Config, held: list[str]) -> None:
     controller to report if the worker dies first; nothing outside xdist."""
     shared = getattr(config, "workerinput", {}).get(LEDGER_INPUT_KEY)
     if shared and config.stash.get(_HELD_WRITTEN_KEY, []) != held:
-        _held_file(Path(shared).parent, config.workerinput["workerid"]).write_text(json.dumps(held))
+        worker = config.workerinput["workerid"]  # type: ignore[attr-defined]  # set by xdist
+        _held_file(Path(shared).parent, worker).write_text(json.dumps(held))
         config.stash[_HELD_WRITTEN_KEY] = held
 
 
@@ -139,7 +147,7 @@ def how_it_ended(returncode: int | None) -> str | None:
         return f"killed by signal {-returncode}"
 
 
-def _worker_returncode(node) -> int | None:
+def _worker_returncode(node: Any) -> int | None:  # node: xdist's WorkerController
     """The dead worker's return code, when execnet still holds its process (a private detail, feature-tested:
     None if not; ``private_apis.PRIVATE_USES``)."""
     popen = getattr(getattr(getattr(node, "gateway", None), "_io", None), "popen", None)
@@ -155,7 +163,7 @@ class CrashReporter:
     def __init__(self, config: pytest.Config):
         self.config = config
         self.endings: dict[str, str] = {}
-        self.unsent: dict[str, tuple[object, list[str]]] = {}  # a dead worker -> (its node, results it held)
+        self.unsent: dict[str, tuple[Any, list[str]]] = {}  # a dead worker -> (its node, results it held)
 
     def _connector_names(self) -> list[str]:
         try:
@@ -166,17 +174,19 @@ class CrashReporter:
             return []
 
     @pytest.hookimpl(optionalhook=True)
-    def pytest_configure_node(self, node) -> None:
+    def pytest_configure_node(self, node: Any) -> None:  # node: xdist's WorkerController
         node.workerinput[LEDGER_INPUT_KEY] = str(self.config.stash[_LEDGER_KEY].share(self.config))
 
     def _held_by(self, worker: str) -> list[str]:
         try:
-            return json.loads(_held_file(self.config.stash[_LEDGER_KEY].share(self.config).parent, worker).read_text())
+            held: list[str] = json.loads(
+                _held_file(self.config.stash[_LEDGER_KEY].share(self.config).parent, worker).read_text())
+            return held
         except (OSError, ValueError):
             return []
 
     @pytest.hookimpl(optionalhook=True)
-    def pytest_testnodedown(self, node, error) -> None:
+    def pytest_testnodedown(self, node: Any, error: object) -> None:  # node: xdist's WorkerController
         if not error:
             return
         worker = node.gateway.id
@@ -196,12 +206,12 @@ class CrashReporter:
                 when="teardown", longrepr=f"{connector or 'the code under test'}: pytest worker {worker} died "
                 f"({self.endings[worker]}) while this test's connector shutdown was still running in the "
                 f"background; its result was never sent")
-            report.node = node
+            report.node = node  # type: ignore[attr-defined]  # as xdist's reports carry their worker
             self.config.hook.pytest_runtest_logreport(report=report)
         return unsent
 
     @pytest.hookimpl(optionalhook=True)
-    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched) -> None:
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: object) -> None:
         worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "?")
         connector = connector_in_nodeid(crashitem, self._connector_names())
         ending = self.endings.get(worker, "it died")

@@ -20,14 +20,16 @@ from __future__ import annotations
 
 import ast
 import gc
+from collections.abc import Callable, Generator
+from typing import Any
 
 import pytest
 
 from .watched import connector_of
 
 
-def _without_collection(parse):
-    def parse_without_collection(*args, **kwargs):
+def _without_collection(parse: Callable[..., ast.AST]) -> Callable[..., ast.AST]:
+    def parse_without_collection(*args: Any, **kwargs: Any) -> ast.AST:
         if not gc.isenabled():
             return parse(*args, **kwargs)
         gc.disable()
@@ -36,7 +38,7 @@ def _without_collection(parse):
         finally:
             gc.enable()
 
-    parse_without_collection._kvconform_original = parse
+    parse_without_collection._kvconform_original = parse  # type: ignore[attr-defined]  # a marker on the function
     return parse_without_collection
 
 
@@ -44,11 +46,12 @@ def pytest_configure(config: pytest.Config) -> None:
     from ..plugin.target import is_active
 
     if is_active(config) and not hasattr(ast.parse, "_kvconform_original"):  # only in kvconform's own runs
-        ast.parse = _without_collection(ast.parse)
+        ast.parse = _without_collection(ast.parse)  # type: ignore[assignment]  # the same signature, wrapped
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+def pytest_runtest_makereport(item: pytest.Item,
+                              call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     if connector_of(item) is None or not gc.isenabled():
         return (yield)
     gc.disable()

@@ -59,7 +59,9 @@ import bdb
 import sys
 import time
 from collections import deque
+from collections.abc import Generator
 from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import pytest
 
@@ -76,7 +78,7 @@ NOT_DEFERRED_UNDER = ("usepdb", "trace", "setupshow", "setuponly", "setupplan")
 PHASE_HOOKS = {"setup": "pytest_runtest_setup", "call": "pytest_runtest_call", "teardown": "pytest_runtest_teardown"}
 
 _ENABLED_KEY = pytest.StashKey[bool]()
-_HELD_KEY = pytest.StashKey[deque]()
+_HELD_KEY = pytest.StashKey["deque[_Held]"]()
 _XDIST_WORKER_KEY = pytest.StashKey[bool]()
 _INTERACTOR_KEY = pytest.StashKey[object]()
 
@@ -143,17 +145,17 @@ def run_phases(item: pytest.Item, nextitem: pytest.Item | None) -> list[pytest.T
     return reports
 
 
-def _phase(item: pytest.Item, when: str, **kwargs) -> pytest.TestReport:
+def _phase(item: pytest.Item, when: Literal["setup", "call", "teardown"], **kwargs: object) -> pytest.TestReport:
     hook = getattr(item.ihook, PHASE_HOOKS[when])
     call = pytest.CallInfo.from_call(lambda: hook(item=item, **kwargs), when=when,
                                      reraise=(pytest.exit.Exception, KeyboardInterrupt))  # never under --pdb
-    report = item.ihook.pytest_runtest_makereport(item=item, call=call)
+    report: pytest.TestReport = item.ihook.pytest_runtest_makereport(item=item, call=call)
     if _interactive(call, report):
         item.ihook.pytest_exception_interact(node=item, call=call, report=report)
     return report
 
 
-def _interactive(call: pytest.CallInfo, report: pytest.TestReport) -> bool:
+def _interactive(call: pytest.CallInfo[None], report: pytest.TestReport) -> bool:
     """Whether pytest offers the exception to ``pytest_exception_interact``: an error, not a skip or an xfail."""
     if call.excinfo is None or hasattr(report, "wasxfail"):
         return False
@@ -175,7 +177,7 @@ def _would_run_another_connector(held: deque[_Held], item: pytest.Item) -> bool:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtestloop(session: pytest.Session):
+def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, object]:
     """Whatever ends the loop (the last test, -x, an interrupt), no held report is lost."""
     try:
         return (yield)
@@ -230,12 +232,12 @@ class _xdist_index_of:  # noqa: N801 - used as a context manager, like contextli
         if self.worker is not None:
             self.saved, self.worker.item_index = self.worker.item_index, self.index
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self.worker is not None:
             self.worker.item_index = self.saved
 
 
-def _index_keeper(item: pytest.Item):
+def _index_keeper(item: pytest.Item) -> Any:
     """The feature test of xdist's private index: its worker plugin, if it holds ``item`` (the test starting)
     as the current one by index; None where it does not, outside a worker and under
     ``--kvconform-public-apis-only``, where no report is held past its test."""
@@ -244,13 +246,14 @@ def _index_keeper(item: pytest.Item):
     return worker if index is not None and items[index] is item else None
 
 
-def _current_index(worker, items: list[pytest.Item]) -> int | None:
+def _current_index(worker: Any, items: list[pytest.Item]) -> int | None:
     index = getattr(worker, "item_index", None)
     return index if isinstance(index, int) and 0 <= index < len(items) else None
 
 
-def _worker_interactor(config: pytest.Config):
-    """xdist's worker-side plugin (it keeps the current test's index), looked up once; None outside a worker."""
+def _worker_interactor(config: pytest.Config) -> Any:
+    """xdist's worker-side plugin (it keeps the current test's index; xdist ships no types), looked up once;
+    None outside a worker."""
     if _INTERACTOR_KEY not in config.stash:
         config.stash[_INTERACTOR_KEY] = None if public_only(config) else next(
             (p for p in config.pluginmanager.get_plugins()

@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -67,7 +68,8 @@ def _read_own_maps() -> list[str]:
 
 def notes(config: pytest.Config) -> list[str]:
     """The lines found in this run's processes, once each."""
-    return list(dict.fromkeys(config.stash.get(_NOTES_KEY, [])))
+    noted: list[str] = config.stash.get(_NOTES_KEY, [])
+    return list(dict.fromkeys(noted))
 
 
 @pytest.hookimpl(tryfirst=True)  # before results.json is written (conformance/plugin/results_json.py: trylast)
@@ -77,17 +79,17 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     found = _read_own_maps()
     session.config.stash.setdefault(_NOTES_KEY, []).extend(found)
     if hasattr(session.config, "workerinput"):
-        session.config.workeroutput[_WORKER_OUTPUT] = found
+        session.config.workeroutput[_WORKER_OUTPUT] = found  # type: ignore[attr-defined]  # set by xdist
 
 
 @pytest.hookimpl(optionalhook=True)
-def pytest_testnodedown(node, error) -> None:
+def pytest_testnodedown(node: Any, error: object) -> None:  # node: xdist's WorkerController
     """xdist controller: what a worker found in its own process."""
     found = getattr(node, "workeroutput", {}).get(_WORKER_OUTPUT)
     if found:
         node.config.stash.setdefault(_NOTES_KEY, []).extend(found)
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
     for line in notes(config):
         terminalreporter.write_line(f"kvconform: {line}", yellow=True)

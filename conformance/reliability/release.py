@@ -41,6 +41,7 @@ import functools
 import gc
 import sys
 import threading
+from collections.abc import Generator
 
 import pytest
 
@@ -50,7 +51,7 @@ POST_MORTEM = ("last_type", "last_value", "last_traceback", "last_exc")  # pytes
 
 _FROZEN_KEY = pytest.StashKey[bool]()
 _SKIPPED_AT_SETUP_KEY = pytest.StashKey[bool]()
-_THREADS_KEY = pytest.StashKey[set]()  # the threads alive when the tests began (xdist's, say)
+_THREADS_KEY = pytest.StashKey[set[threading.Thread]]()  # the threads alive when the tests began (xdist's, say)
 _PAUSED_KEY = pytest.StashKey[bool]()  # automatic collection is off for the imports and this plugin turned it off
 
 
@@ -80,14 +81,15 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtestloop(session: pytest.Session):
+def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, object]:
     """Tests run with automatic collection on, also where no collection ran here (the xdist controller)."""
     _resume(session.config)
     return (yield)
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+def pytest_runtest_makereport(item: pytest.Item,
+                              call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     """Note a test skipped at setup (over a thousand in a full run): it built nothing to release, and any
     garbage a skipping fixture did leave goes with the next test that runs (each pass is a full one)."""
     report = yield
@@ -97,7 +99,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
     try:
         return (yield)
     finally:

@@ -14,9 +14,14 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from ..connectors.selection import ConnectorParam
 
 from ..plugin.options import STORAGE_INI
 from .watched import connector_of, teardown_check
@@ -46,8 +51,8 @@ DEFAULT_STORAGE: dict[str, tuple[DefaultStorage, ...]] = {
 }
 SHOWN = 5  # entries named in a message; the rest are counted
 
-_TABLE_KEY = pytest.StashKey[dict]()
-_BEFORE_KEY = pytest.StashKey[dict]()
+_TABLE_KEY = pytest.StashKey["dict[str, tuple[DefaultStorage, ...]]"]()
+_BEFORE_KEY = pytest.StashKey["dict[DefaultStorage, set[str]]"]()
 
 
 def storage_table(lines: list[str]) -> dict[str, tuple[DefaultStorage, ...]]:
@@ -73,7 +78,8 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(exc)) from None
 
 
-def default_storage(table: dict[str, tuple[DefaultStorage, ...]], connector) -> tuple[DefaultStorage, ...]:
+def default_storage(table: dict[str, tuple[DefaultStorage, ...]],
+                    connector: ConnectorParam) -> tuple[DefaultStorage, ...]:
     """The locations a connector (or what it wraps or subclasses) writes to when not configured."""
     names = [connector.name, connector.class_name, *connector.profile.wraps]
     if connector.is_third_party:
@@ -100,7 +106,7 @@ def new_entries(before: dict[DefaultStorage, set[str]]) -> dict[DefaultStorage, 
     return {location: sorted(names) for location, names in after.items() if names}
 
 
-def _litter(item: pytest.Item, connector):
+def _litter(item: pytest.Item, connector: ConnectorParam) -> Callable[[], list[str]]:
     """What the test wrote to the connector's default locations, read at its teardown (a later test may write)."""
     found = new_entries(item.stash[_BEFORE_KEY]) if _BEFORE_KEY in item.stash else {}
     problems = []

@@ -14,15 +14,20 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from ..connectors.selection import ConnectorParam
 
 from .watched import connector_of, teardown_check
 
 LEAK_GRACE_S = 2.0
 
-_BEFORE_KEY = pytest.StashKey[set]()
-_AT_START_KEY = pytest.StashKey[set]()
+_BEFORE_KEY = pytest.StashKey[set[threading.Thread]]()
+_AT_START_KEY = pytest.StashKey[set[threading.Thread]]()
 _EXIT_STATUS_KEY = pytest.StashKey[int]()
 
 
@@ -53,7 +58,7 @@ def still_running(threads: list[threading.Thread], grace_s: float = LEAK_GRACE_S
     return [t for t in threads if t.is_alive()]
 
 
-def _leaks(item: pytest.Item, connector):
+def _leaks(item: pytest.Item, connector: ConnectorParam) -> Callable[[], list[str]]:
     """The threads born during the test, as its teardown ends; judged once its background closes have ended."""
     born = new_threads(item.stash[_BEFORE_KEY]) if _BEFORE_KEY in item.stash else []
 

@@ -10,6 +10,7 @@ its ini/env setting) when the user set one, else ``DEFAULT_TIMEOUT_S``.
 from __future__ import annotations
 
 import os
+from collections.abc import Generator
 
 import pytest
 
@@ -30,7 +31,7 @@ def effective_timeout(config: pytest.Config) -> float | None:
     """The conformance tests' limit: ours when given, none when pytest-timeout was given one, else the default."""
     if not config.pluginmanager.hasplugin("timeout"):
         return None
-    ours = config.getoption("kvconform_timeout")
+    ours: float | None = config.getoption("kvconform_timeout")
     if ours is not None:
         return ours
     theirs = config.getoption("timeout", None) or os.environ.get("PYTEST_TIMEOUT") or config.getini("timeout")
@@ -57,13 +58,14 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"kvconform: per-test timeout {limit}"
 
 
-def _is_timeout(call: pytest.CallInfo) -> bool:
+def _is_timeout(call: pytest.CallInfo[None]) -> bool:
     return (call.excinfo is not None and call.excinfo.errisinstance(pytest.fail.Exception)
             and str(call.excinfo.value).startswith("Timeout"))
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+def pytest_runtest_makereport(item: pytest.Item,
+                              call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
     connector = connector_of(item)
     if connector is None or not report.failed or not _is_timeout(call):

@@ -10,18 +10,28 @@ running in the background have ended (``after_closes``; ``deferred.py``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator, Iterable
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+if TYPE_CHECKING:
+    from ..connectors.selection import ConnectorParam
+    from ..engine.closing import BackgroundClose
+
+MakeReportWrapper = Callable[[pytest.Item, pytest.CallInfo[None]],
+                             Generator[None, pytest.TestReport, pytest.TestReport]]
+
 _CALL_PASSED_KEY = pytest.StashKey[bool]()
 _FLAGGED_KEY = pytest.StashKey[bool]()
-CLOSES_KEY = pytest.StashKey[list]()  # the test's background closes (engine/closing.py), set by deferred.py
-WAITING_KEY = pytest.StashKey[list]()  # what to run once they have ended
+# the test's background closes (engine/closing.py), set by deferred.py
+CLOSES_KEY = pytest.StashKey["list[BackgroundClose]"]()
+WAITING_KEY = pytest.StashKey[list[Callable[[], None]]]()  # what to run once they have ended
 
 
-def connector_of(item: pytest.Item):
-    """The ``ConnectorParam`` a conformance test runs, or None for any other test."""
+def connector_of(item: pytest.Item) -> Any:
+    """The ``ConnectorParam`` a conformance test runs, or None for any other test (Any: another project's test
+    may have a ``connector`` parameter of its own, of any type)."""
     callspec = getattr(item, "callspec", None)
     return callspec.params.get("connector") if callspec is not None else None
 
@@ -57,7 +67,7 @@ def report_left_behind(item: pytest.Item, report: pytest.TestReport, problem: st
         report.sections.append(("kvconform: left behind", problem))
 
 
-def closes_running(item: pytest.Item) -> list:
+def closes_running(item: pytest.Item) -> list[BackgroundClose]:
     """The test's background closes that have not ended yet."""
     return [c for c in item.stash.get(CLOSES_KEY, []) if not c.done()]
 
@@ -70,7 +80,7 @@ def after_closes(item: pytest.Item, action: Callable[[], None]) -> None:
         action()
 
 
-def teardown_check(observe: Callable[[pytest.Item, object], Callable[[], Iterable[str]]]):
+def teardown_check(observe: Callable[[pytest.Item, ConnectorParam], Callable[[], Iterable[str]]]) -> MakeReportWrapper:
     """A ``pytest_runtest_makereport`` hook that reports every problem a conformance test left behind.
 
     ``observe(item, connector)`` runs at the test's teardown and returns the judge, which
@@ -78,7 +88,8 @@ def teardown_check(observe: Callable[[pytest.Item, object], Callable[[], Iterabl
     the threads and storage plugins: only the finding differs)."""
 
     @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    def pytest_runtest_makereport(item: pytest.Item,
+                                  call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         report = yield
         connector = connector_of(item)
         if connector is None:
@@ -86,7 +97,12 @@ def teardown_check(observe: Callable[[pytest.Item, object], Callable[[], Iterabl
         note_call(item, report)
         if call.when == "teardown":
             judge = observe(item, connector)
-            after_closes(item, lambda: [report_left_behind(item, report, p) for p in judge()])
+
+            def report_each() -> None:
+                for problem in judge():
+                    report_left_behind(item, report, problem)
+
+            after_closes(item, report_each)
         return report
 
     return pytest_runtest_makereport

@@ -17,21 +17,25 @@ open, said without judging the test, like a failed test's leaked threads.
 
 from __future__ import annotations
 
+from collections.abc import Generator
+from typing import Any
+
 import pytest
 
 from .watched import after_closes, connector_of
 
-_CREATED_KEY = pytest.StashKey[list]()
-_PARKED: list = []  # open contexts of finished tests: never collected, so never destroyed mid-run
-_watching: list | None = None  # the running conformance test's new contexts
+_CREATED_KEY = pytest.StashKey[list[Any]]()  # pyzmq's Contexts (pyzmq is not followed: Any)
+_PARKED: list[Any] = []  # open contexts of finished tests: never collected, so never destroyed mid-run
+_watching: list[Any] | None = None  # the running conformance test's new contexts
 
 
-def _zmq_context_class():
+def _zmq_context_class() -> type[Any] | None:
     try:
         from zmq.sugar.context import Context
     except ImportError:  # pyzmq absent: nothing to watch
         return None
-    return Context
+    context: type[Any] = Context
+    return context
 
 
 def pytest_configure(config: pytest.Config | None) -> None:
@@ -44,12 +48,12 @@ def pytest_configure(config: pytest.Config | None) -> None:
         return
     original = context_class.__init__
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
         if _watching is not None:
             _watching.append(self)
 
-    __init__._kvconform_watched = True
+    __init__._kvconform_watched = True  # type: ignore[attr-defined]  # a marker on the function
     context_class.__init__ = __init__
 
 
@@ -61,7 +65,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+def pytest_runtest_makereport(item: pytest.Item,
+                              call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     global _watching
     report = yield
     if call.when == "teardown" and _CREATED_KEY in item.stash:
@@ -72,7 +77,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     return report
 
 
-def _park_open(item: pytest.Item, report: pytest.TestReport, created: list) -> None:
+def _park_open(item: pytest.Item, report: pytest.TestReport, created: list[Any]) -> None:
     left_open = [c for c in created if not c.closed]
     if left_open:
         _PARKED.extend(left_open)

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from kvconform import platforms
+from kvconform.platforms.spec import PlatformSpec
 
 from . import torch_only
 
@@ -16,7 +17,7 @@ CONNECTORS = ("ExampleConnector", "DecodeBenchConnector", "NixlConnector", "Mult
 TIME_LIMIT_S = 540  # under 10 minutes with the torch-only part
 
 
-def suite_command(spec, device_count: int, out: Path, extra: list[str]) -> list[str]:
+def suite_command(spec: PlatformSpec, device_count: int, out: Path, extra: list[str]) -> list[str]:
     """The bounded run: four connectors, the platform's first backend, first case per check, results in ``out``."""
     workers = max(1, device_count) if spec.torch_device_type != "cpu" else 1
     command = [sys.executable, "-P", "-m", "pytest", "--pyargs", "kvconform.conformance", f"--platform={spec.name}",

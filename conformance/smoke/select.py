@@ -20,7 +20,8 @@ def _key(item: pytest.Item) -> tuple[str, str]:
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     seen: set[tuple[str, str]] = set()
-    kept, dropped = [], []
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
     for item in items:
         key = _key(item)
         (dropped if key in seen else kept).append(item)

@@ -11,9 +11,12 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from kvconform import platforms
+from kvconform.platforms.spec import PlatformSpec, Probe
 
 
 @dataclass
@@ -28,7 +31,7 @@ _SEEN_BY_WORKER = ("import json, torch; m = getattr(torch, {type!r}); "
                    "print(json.dumps([m.device_count(), m.get_device_name(0) if m.device_count() else None]))")
 
 
-def detection(spec, probe) -> Row:
+def detection(spec: PlatformSpec, probe: Probe) -> Row:
     try:
         name = spec.device_name(0)
     except Exception as exc:
@@ -37,7 +40,7 @@ def detection(spec, probe) -> Row:
     return Row("platform detection", "passed", f"{spec.name}: {probe.reason}; device 0 is {name}")
 
 
-def pinning(spec, count: int) -> Row:
+def pinning(spec: PlatformSpec, count: int) -> Row:
     """Each of two xdist workers, given the platform's visibility variables, sees exactly its own device."""
     from ..plugin.devices import visibility_env
 
@@ -59,11 +62,11 @@ def pinning(spec, count: int) -> Row:
     return Row("xdist worker pinning", "passed", "; ".join(seen))
 
 
-def env_text(spec, env: dict) -> str:
+def env_text(spec: PlatformSpec, env: dict[str, str]) -> str:
     return ", ".join(f"{var}={env[var]}" for var in spec.visibility_vars if var in env)
 
 
-def device_guard(spec, count: int) -> list[Row]:
+def device_guard(spec: PlatformSpec, count: int) -> list[Row]:
     """The guard on real device tensors, in a worker made faithful (cache device current)."""
     import torch
 
@@ -75,7 +78,7 @@ def device_guard(spec, count: int) -> list[Row]:
     guard = DeviceGuard("smoke", {"layer.0": cache}, torch.device(device))
     rows = []
 
-    def allowed(name: str, action) -> None:
+    def allowed(name: str, action: Callable[[], object]) -> None:
         try:
             with guard:
                 action()
@@ -83,7 +86,7 @@ def device_guard(spec, count: int) -> list[Row]:
         except Exception as exc:
             rows.append(Row(name, "failed", f"{type(exc).__name__}: {exc}"))
 
-    def caught(name: str, action) -> None:
+    def caught(name: str, action: Callable[[], object]) -> None:
         try:
             with guard:
                 action()
@@ -110,7 +113,7 @@ def device_guard(spec, count: int) -> list[Row]:
     return rows
 
 
-def run(platform: str = "auto") -> tuple[dict, bool]:
+def run(platform: str = "auto") -> tuple[dict[str, Any], bool]:
     """All torch-only checks; (a JSON-ready report, whether every applicable check passed)."""
     spec, probe = platforms.resolve(platform)
     rows = [detection(spec, probe), pinning(spec, probe.device_count), *device_guard(spec, probe.device_count)]

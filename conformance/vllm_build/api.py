@@ -6,11 +6,13 @@ vLLM moves, adds and drops those between releases: 0.32 added ``resolve_cache_hi
 and ``KVCacheConfig.hash_block_size`` / ``.cache_hit_alignment_tokens``, which 0.31 lacks; 0.33 moved
 ``get_kv_cache_groups`` and ``get_kv_cache_config_from_groups`` from ``vllm.v1.core.kv_cache_utils`` to
 ``vllm.v1.core.kv_cache_planning`` (same signatures) and dropped the KDA RecoverSSM record from the
-Mamba state calculators. Every such name is looked up here (``find``, ``optional``, ``has_field``),
-so that a vLLM release that moves one is one edit to ``PLACES``, and a name that no known place
-holds fails the check that needs it with one line (``VllmApiError``: the name, the places tried,
-the installed vLLM) that the reports class as "kvconform cannot drive this vLLM", never as the
-connector's failure, never as a skip, and never as a bare ImportError deep inside a test.
+Mamba state calculators; 0.34 dropped ``ModelRunnerOutput.req_id_to_index``. Every such name is
+looked up here (``find``, ``optional``, ``has_field``), so that a vLLM release that moves one is one
+edit to ``PLACES``, and a name that no known place holds fails the check that needs it with one line
+(``VllmApiError``: the name, the places tried, the installed vLLM) that the reports class as
+"kvconform cannot drive this vLLM", never as the connector's failure, never as a skip, and never as a
+bare ImportError deep inside a test. What the harness relies on of each name beyond where it lives
+(the fields it passes, what vLLM reads of its stand-ins) is ``engine/shapes.py``'s table.
 
 What a test may import from vLLM directly is the connectors' public surface, ``CONNECTOR_API``:
 the names a connector is built from and handed, which are the API under test and do not move
@@ -84,6 +86,8 @@ _REQUEST = ("vllm.v1.request",)
 _PARALLEL_STATE = ("vllm.distributed.parallel_state",)
 _MAMBA_UTILS = ("vllm.model_executor.layers.mamba.mamba_utils",)
 _KDA_RECORD_DROPPED = "vLLM 0.33's KDA layers keep only their conv and recurrent states in the KV cache"
+_INDEXED_BY_REQ_IDS = "dropped in vLLM 0.34: the scheduler finds a request's output by its place in req_ids"
+_LAYOUT_IN_CONFIG = "a vLLM whose KVCacheConfig does not carry the engine core's KV cache layout to its workers"
 _NEW_IN_032 = "new in vLLM 0.32: 0.31's engine core records no hash block size or cache-hit alignment in the config"
 
 
@@ -105,6 +109,8 @@ PLACES: dict[str, Place] = {
                                            field=True),
     "KVCacheConfig.cache_hit_alignment_tokens": Place(_KV_CACHE_INTERFACE, "KVCacheConfig.cache_hit_alignment_tokens",
                                                       _NEW_IN_032, field=True),
+    "KVCacheConfig.kv_cache_layout": Place(_KV_CACHE_INTERFACE, "KVCacheConfig.kv_cache_layout", _LAYOUT_IN_CONFIG,
+                                           field=True),
     # layouts, backends and the runner's allocation
     **_same_name(_KV_CACHE_LAYOUT, "KVCacheLayout"),
     **_same_name(_BACKEND_REGISTRY, "AttentionBackendEnum", "MambaAttentionBackendEnum"),
@@ -118,6 +124,8 @@ PLACES: dict[str, Place] = {
     **_same_name(_KV_CACHE_MANAGER, "KVCacheBlocks"),
     **_same_name(_STRUCTURED_OUTPUT, "StructuredOutputManager"),
     **_same_name(_OUTPUTS, "ModelRunnerOutput", "KVConnectorOutput"),
+    "ModelRunnerOutput.req_id_to_index": Place(_OUTPUTS, "ModelRunnerOutput.req_id_to_index", _INDEXED_BY_REQ_IDS,
+                                               field=True),
     **_same_name(_REQUEST, "Request", "RequestStatus"),
     **_same_name(("vllm.utils.hashing",), "get_hash_fn_by_name"),
     # a one-process tensor-parallel world, as a worker has

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 from pathlib import Path
+from typing import TypeGuard
 
 FACTORY_MODULE = "vllm.distributed.kv_transfer.kv_connector.factory"
 FACTORY_FILE = FACTORY_MODULE.replace(".", "/") + ".py"
@@ -25,11 +26,12 @@ class FactorySourceError(Exception):
 def _string_args(call: ast.Call, names: tuple[str, ...]) -> tuple[str, ...] | None:
     values = dict(zip(names, call.args, strict=False))  # a call may pass fewer positionally
     values.update({kw.arg: kw.value for kw in call.keywords if kw.arg in names})
-    strings = tuple(getattr(values.get(n), "value", None) for n in names)
-    return strings if all(isinstance(s, str) for s in strings) else None
+    values_of = [getattr(values.get(n), "value", None) for n in names]
+    strings = tuple(s for s in values_of if isinstance(s, str))
+    return strings if len(strings) == len(values_of) else None
 
 
-def _is_registration(node: ast.AST) -> bool:
+def _is_registration(node: ast.AST) -> TypeGuard[ast.Call]:
     return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
             and node.func.attr == "register_connector")
 

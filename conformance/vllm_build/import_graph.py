@@ -19,6 +19,7 @@ import ast
 import os
 import re
 from collections import deque
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -74,7 +75,7 @@ _GLOB_SPLIT = re.compile(r"(\*\*/|\*\*|\*|\?)")
 
 
 @lru_cache(maxsize=256)
-def compile_glob(pattern: str) -> re.Pattern:
+def compile_glob(pattern: str) -> re.Pattern[str]:
     """A path glob as a regex matched against a whole path (``fnmatch``'s ``*`` would cross folders)."""
     return re.compile("".join(_GLOB_TOKENS.get(part) or re.escape(part) for part in _GLOB_SPLIT.split(pattern)))
 
@@ -160,7 +161,7 @@ def import_targets(path: str, source: str) -> list[tuple[str, tuple[str, ...]]]:
     return targets
 
 
-def _import_statements(tree: ast.Module):
+def _import_statements(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
     """Every import statement, however deeply nested in functions, classes, ifs and trys.
 
     Imports are statements, so only statement lists are searched: much faster
@@ -213,7 +214,7 @@ def loaded_files(tree: SourceTree, module: str) -> set[str]:
     return seen
 
 
-def installed_sources(root: Path, roots=IMPORT_GRAPH_ROOTS) -> dict[str, str]:
+def installed_sources(root: Path, roots: Mapping[str, str] = IMPORT_GRAPH_ROOTS) -> dict[str, str]:
     """path -> source of every ``.py`` file under ``roots`` of an installed vLLM whose package folder
     is ``root``'s ``vllm/`` (``root`` is the folder that holds ``vllm``), as the gate reads a checkout.
 

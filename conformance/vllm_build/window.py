@@ -18,6 +18,7 @@ local build label (``+cpu``, ``+cu129``) names a build of its release.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import EllipsisType
 
 from .versions import installed
 
@@ -45,7 +46,7 @@ class VllmStatus:
 
 
 def window() -> str:
-    """The window in words, for messages: ``vLLM 0.31 and newer (CI tests 0.31.0, 0.32.0 and 0.33.0)``."""
+    """The window in words, for messages: ``vLLM 0.31 and newer (CI tests 0.31.0, 0.32.0, 0.33.0 and 0.34.0)``."""
     oldest = TESTED_VLLM[0].rsplit(".", 1)[0]
     tested = ", ".join(TESTED_VLLM[:-1]) + f" and {TESTED_VLLM[-1]}" if len(TESTED_VLLM) > 1 else TESTED_VLLM[0]
     return f"vLLM {oldest} and newer (CI tests {tested})"
@@ -56,7 +57,7 @@ def installed_vllm() -> tuple[str, str] | None:
     return installed(*VLLM_DISTRIBUTIONS)
 
 
-def vllm_status(found: tuple[str, str] | None = ..., *, tested_only: bool = False) -> VllmStatus:  # type: ignore[assignment]
+def vllm_status(found: tuple[str, str] | None | EllipsisType = ..., *, tested_only: bool = False) -> VllmStatus:
     """Where the installed vLLM stands; ``VllmVersionError`` when the harness cannot run on it.
 
     ``found`` is (version, distribution), or None for "not installed"; by default the installed one.
@@ -64,7 +65,7 @@ def vllm_status(found: tuple[str, str] | None = ..., *, tested_only: bool = Fals
     """
     from packaging.version import InvalidVersion, Version
 
-    found = installed_vllm() if found is ... else found
+    found = installed_vllm() if isinstance(found, EllipsisType) else found
     if found is None:
         raise VllmVersionError(f"vLLM is not installed (no {' or '.join(VLLM_DISTRIBUTIONS)} distribution found); "
                                f"kvconform runs on {window()}")

@@ -23,6 +23,8 @@ workload, so a generated workload needs no expected result of its own:
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+
 import torch
 
 from ..engine.check_failure import CheckFailure
@@ -109,7 +111,8 @@ def claim_within_known(rid: str, prompt: list[int], num_computed: int, external:
     return None
 
 
-def promised_tokens(prompt: list[int], stored, promise_name: str, block_size: int) -> tuple[int, int | None]:
+def promised_tokens(prompt: list[int], stored: Iterable[Sequence[int]], promise_name: str,
+                    block_size: int) -> tuple[int, int | None]:
     """(tokens the promise owes ``prompt`` at least, length of the stored prompt that owes them): the most over the
     stored prompts ``prompt`` starts with that the promise covers; (0, None) when none does. What a claim may
     reach at most, the stored prompt, ``claim_within_known`` checks for every connector."""
@@ -127,7 +130,7 @@ def promised_tokens(prompt: list[int], stored, promise_name: str, block_size: in
 
 
 def claim_meets_promise(rid: str, prompt: list[int], num_computed: int, external: int | None,
-                        stored, promise_name: str | None, block_size: int) -> str | None:
+                        stored: Iterable[Sequence[int]], promise_name: str | None, block_size: int) -> str | None:
     """None when the claim covers the promised hit of every stored prompt ``prompt`` starts with (and the
     promise covers); else what was promised and what was offered, in words."""
     if promise_name is None or external is None:

@@ -60,7 +60,8 @@ class PrefixKV:
 
     def slot_nbytes(self, layer: str) -> int:
         view = self.caches[layer]
-        return view.shape[1] * view.shape[3] * view.element_size()
+        nbytes: int = view.shape[1] * view.shape[3] * view.element_size()
+        return nbytes
 
     def expected(self, layer: str, tokens: list[int], positions: range) -> torch.Tensor:
         """[T, nbytes]: the KV bytes of ``tokens``' positions, as the producer's forward wrote them."""

@@ -13,9 +13,13 @@ connector the peer is one more engine of that connector over the same store.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..engine.rig import AnyRig
 
 
-def peer_rig(rig):
+def peer_rig(rig: AnyRig) -> AnyRig:
     """The workload's rig with the peer's connector (``last_child()`` of the connector under test: a wrapper's last
     child, else itself): same platform, shape, storage folder and sizes."""
     return replace(rig, connector=rig.connector.last_child())

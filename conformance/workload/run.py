@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..engine.prompts import prompts_of
 from ..engine.rig import Rig
@@ -26,6 +27,15 @@ from .kv import PrefixKV
 from .peer import peer_rig
 from .spec import OCCUPANT_LENGTH, OCCUPANT_TOKENS, RequestSpec, WorkloadSpec
 
+if TYPE_CHECKING:
+    import torch
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.outputs import KVConnectorOutput
+    from vllm.v1.request import Request
+
+    from ..engine.rig import ConnectorUnderTest, EngineStandIn
+    from ..engine.scheduler import Claim
+
 PHASE_FILL_SEEDS = {"producer": 11, "peer": 13, "consumer": 12}  # caches start with other bytes, as a busy server's do
 OCCUPANT_FAMILIES = {"producer": 10_000, "peer": 30_000, "consumer": 20_000}  # prompts of their own: no hits
 
@@ -34,7 +44,7 @@ OCCUPANT_FAMILIES = {"producer": 10_000, "peer": 30_000, "consumer": 20_000}  # 
 class WorkloadRig(Rig):
     """A Rig sized by the workload: its pool size, token budget and sequence limit."""
 
-    workload: WorkloadSpec | None = None
+    workload: WorkloadSpec = field(kw_only=True)
 
     @property
     def num_blocks(self) -> int:
@@ -79,12 +89,12 @@ class Ledger:
 class EnginePhase:
     """One engine (producer or consumer) stepped through its part of the workload."""
 
-    def __init__(self, name: str, rig: WorkloadRig, side, spec: WorkloadSpec, ledger: Ledger,
-                 report: WorkloadReport, tested=None):
+    def __init__(self, name: str, rig: WorkloadRig, side: EngineStandIn, spec: WorkloadSpec, ledger: Ledger,
+                 report: WorkloadReport, tested: ConnectorUnderTest | None = None):
         self.name, self.rig, self.side, self.spec = name, rig, side, spec
         self.tested = tested or rig.connector  # the connector under test (the peer may run one of its children)
         self.ledger, self.report = ledger, report
-        self.block_size = rig.shape.block_size
+        self.block_size = rig.block_size
         self.whole_blocks = rig.connector.profile.is_pair()
         self.kv = PrefixKV(side.caches, self.block_size)
         self.driver = side.scheduler
@@ -112,7 +122,7 @@ class EnginePhase:
 
     def _watch_request_finished(self) -> None:
         """Record which finished requests the connector keeps blocks for (delayed frees)."""
-        def note(request, table: list[int], kept: bool) -> None:
+        def note(request: Request, table: list[int], kept: bool) -> None:
             if kept:
                 tokens = list(request.all_token_ids[:request.num_computed_tokens])
                 self.held[request.request_id] = checks.held_blocks(table, tokens, self.block_size)
@@ -189,7 +199,7 @@ class EnginePhase:
                 loading.append(f"{rid} ({claim.num_external_tokens} external tokens claimed)")
         return f" (requests loading external KV: {', '.join(loading)})" if loading else ""
 
-    def step(self, scheduler_output):
+    def step(self, scheduler_output: SchedulerOutput) -> KVConnectorOutput:
         """The worker side of one step (``SchedulerDriver.step`` calls this), checked before and after."""
         allocated = {rid: (self._blocks(rid), list(self.scheduler.requests[rid].all_token_ids))
                      for rid in scheduler_output.num_scheduled_tokens}
@@ -224,7 +234,7 @@ class EnginePhase:
         except (KeyError, IndexError):
             return []
 
-    def _forward_plan(self, scheduler_output) -> list[tuple[str, list[int], list[int], range]]:
+    def _forward_plan(self, scheduler_output: SchedulerOutput) -> list[tuple[str, list[int], list[int], range]]:
         plan = []
         for rid, count in scheduler_output.num_scheduled_tokens.items():
             req = self.scheduler.requests[rid]
@@ -234,7 +244,7 @@ class EnginePhase:
                 self.report.chunked_steps += 1
         return plan
 
-    def _forward(self, layer: str, scheduler_output) -> None:
+    def _forward(self, layer: str, scheduler_output: SchedulerOutput) -> None:
         for _rid, blocks, tokens, positions in self._plan:
             self.kv.write(layer, blocks, tokens, positions)
 
@@ -263,7 +273,7 @@ class EnginePhase:
                         self.awaiting_recv.add(rid)
             self.claims_checked[rid] = len(claims)
 
-    def _note_hit(self, rid: str, prompt: list[int], claim, promise: str | None) -> None:
+    def _note_hit(self, rid: str, prompt: list[int], claim: Claim, promise: str | None) -> None:
         """Count, for the report, the promises held and the hits on prompts only the peer had computed."""
         if self.name != "consumer" or claim.num_external_tokens is None:
             return
@@ -278,7 +288,7 @@ class EnginePhase:
         if sources == {"peer"}:
             self.report.peer_hits += 1
 
-    def _writable(self, scheduler_output):
+    def _writable(self, scheduler_output: SchedulerOutput) -> dict[str, torch.Tensor]:
         """Per layer [B, N]: slots the forward wrote, and the slots of requests loading external KV."""
         import torch
 
@@ -292,7 +302,7 @@ class EnginePhase:
             checks.allow(mask, self._blocks(rid), range(0, upto), self.block_size, self.whole_blocks)
         return {layer: mask for layer in self.kv.caches}
 
-    def _check_computed(self, scheduler_output, kv_output) -> None:
+    def _check_computed(self, scheduler_output: SchedulerOutput, kv_output: KVConnectorOutput) -> None:
         trusted = {rid: (req.num_computed_tokens, "tokens the scheduler counts as computed")
                    for rid, req in self.scheduler.requests.items() if rid in scheduler_output.num_scheduled_tokens}
         for rid in kv_output.finished_recving or ():

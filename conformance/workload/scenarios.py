@@ -8,6 +8,8 @@ fails rather than passing on nothing.
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 from .spec import RequestSpec as R
 from .spec import WorkloadSpec
 
@@ -23,7 +25,13 @@ EXERCISES: dict[str, str] = {"chunked-prefill": "chunked_steps", "memory-pressur
 # 7 usable blocks, all taken by the first step's prefills (2 + 2 + 3); in the next step the two 64-token
 # requests each need a block for their first decoded token, so the third request's blocks are freed (by a
 # preemption or an abort) and handed to them while its KV, saved in the step before, may still be in flight
-_TIGHT = dict(num_blocks=8, max_seqs=4, token_budget=256)
+class _Pool(TypedDict):
+    num_blocks: int
+    max_seqs: int
+    token_budget: int
+
+
+_TIGHT: _Pool = {"num_blocks": 8, "max_seqs": 4, "token_budget": 256}
 _FIRST, _SECOND = R(family=10, length=64, max_tokens=3), R(family=11, length=64, max_tokens=3)
 
 WORKLOAD_SCENARIOS: dict[str, WorkloadSpec] = {s.label: s for s in (

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field, fields
+from typing import Any
 
 from ..engine.prompts import prompt_rng
 
@@ -120,7 +121,7 @@ OCCUPANT_LENGTH = 40
 OCCUPANT_TOKENS = 4  # decode steps an occupant keeps its blocks after the other requests arrive
 
 
-def _tokens(key: tuple, count: int) -> list[int]:
+def _tokens(key: tuple[object, ...], count: int) -> list[int]:
     rng = prompt_rng(repr(key))  # the current owner's: no other test's or workload's prompts
     return [rng.randrange(1, VOCAB + 1) for _ in range(count)]
 
@@ -129,11 +130,11 @@ _REQUEST_DEFAULTS = asdict(RequestSpec())
 _DEFAULTS = {k: v for k, v in asdict(WorkloadSpec()).items() if k not in SIDES}
 
 
-def _compact(request: RequestSpec) -> dict:
+def _compact(request: RequestSpec) -> dict[str, Any]:
     return {k: v for k, v in asdict(request).items() if v != _REQUEST_DEFAULTS[k]}
 
 
-def _request(data, side: str, index: int) -> RequestSpec:
+def _request(data: object, side: str, index: int) -> RequestSpec:
     if not isinstance(data, dict):
         raise SpecError(f"{side}[{index}] must be a JSON object")
     unknown = sorted(set(data) - set(_REQUEST_DEFAULTS))

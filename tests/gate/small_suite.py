@@ -60,9 +60,16 @@ RECORDER = textwrap.dedent('''
     import importlib.util, json, os, time
     from pathlib import Path
 
+    import pytest
+
     def pytest_configure(config):
         if "GATE_SUITE_MARKS" in os.environ:
             Path(os.environ["GATE_SUITE_MARKS"], "run-started").write_text(str(time.time()))
+
+    def pytest_sessionstart(session):  # as the suite's session check stops a run where vLLM refuses the platform
+        if os.environ.get("GATE_SUITE_REFUSE"):
+            raise pytest.UsageError("kvconform: vLLM cannot configure the cpu platform here: " +
+                                    os.environ["GATE_SUITE_REFUSE"] + "; no connector was tested")
 
     def pytest_sessionfinish(session):
         record = {"process": "controller", "file": os.environ.get("GATE_SUITE_VLLM_FILE")

@@ -14,15 +14,18 @@ import importlib.util
 import pytest
 
 from kvconform.pipelines import overlay
-from tests.gate.vllm_checkout import CONNECTORS
+from tests.gate.vllm_checkout import (
+    COMMENTED,
+    CONNECTORS,
+    EXAMPLE,
+    FIXED,
+    REVERTED,
+    ROUNDTRIP_ONLY,
+    change_example,
+)
 from tests.load import stretched
 
-EXAMPLE = f"{CONNECTORS}/v1/example_connector.py"
 LMCACHE = f"{CONNECTORS}/v1/lmcache_connector.py"
-ROUNDTRIP_ONLY = "test_roundtrip and not layout and not mla and not scenario and not other_device"
-# vLLM PR #51806's fix, and the line it replaced.
-FIXED = "kv_cache = kv_cache_cpu.to(kv_cache_layer.device, non_blocking=True)"
-REVERTED = 'kv_cache = kv_cache_cpu.to("cuda", non_blocking=True)'
 
 pytestmark = pytest.mark.timeout(stretched(1200))
 
@@ -48,8 +51,7 @@ def test_reverting_the_fix_of_pr_51806_fails_naming_the_device(gate, vllm_repo):
 
 
 def test_a_harmless_change_to_the_same_file_passes(gate, vllm_repo):
-    source = vllm_repo.text(EXAMPLE)
-    head = vllm_repo.commit({EXAMPLE: source.replace(FIXED, FIXED + "  # loads onto the layer's own device")})
+    head = change_example(vllm_repo, COMMENTED)
     result = gate_run(gate, vllm_repo, head, "-k", ROUNDTRIP_ONLY)
     assert result.status == 0, result.out[-3000:]
     assert (f"kvconform gate: PASS: ExampleConnector, MultiConnector on cpu (tested checkout {head[:12]} "

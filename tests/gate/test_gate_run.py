@@ -51,6 +51,16 @@ def test_the_run_imports_the_checkout_and_the_overlay_is_gone_after(gate, vllm_r
     assert not Path(record["file"]).exists()  # a temporary folder, removed after the run
 
 
+def test_no_verdict_where_vllm_cannot_run_here(gate, vllm_repo, small_suite, monkeypatch):
+    """The suite stops before any test with status 4 where vLLM refuses the platform: no connector is blamed."""
+    head = vllm_repo.touch(EXAMPLE)
+    monkeypatch.setenv("GATE_SUITE_REFUSE", "RuntimeError: vLLM on x86 CPUs requires Triton (triton-cpu)")
+    result = run_gate(gate, vllm_repo, head, monkeypatch, "ExampleConnector=pass,MultiConnector=pass")
+    assert result.status == gate_cli.EXIT_BUILD_NEEDED == 4, result.out + result.err
+    assert "kvconform gate: NO VERDICT: pytest stopped before any test (status 4" in result.out
+    assert "FAIL" not in result.out and "PASS" not in result.out
+
+
 def test_fails_with_the_failing_test_ids(gate, vllm_repo, small_suite, monkeypatch):
     head = vllm_repo.touch(EXAMPLE)
     result = run_gate(gate, vllm_repo, head, monkeypatch, "ExampleConnector=fail,MultiConnector=pass")
@@ -224,6 +234,8 @@ def test_the_real_command_is_an_argument_list_with_glued_values():
     assert "--connector=--rf" in command and "--connector=$(touch pwned)" in command
     assert "--rf" not in command and "--platform=cpu" in command
     assert "--junitxml=/r/junit.xml" in command and "--kvconform-json=/r/results.json" in command
+    # the overlay stays first on sys.path from a wheel too (tests/gate/test_gate_wheel.py runs it)
+    assert "--import-mode=append" in command
 
 
 @pytest.mark.parametrize("status", [2, 3, 4])

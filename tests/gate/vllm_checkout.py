@@ -3,6 +3,9 @@
 As a git clone of vLLM has them: every ``.py`` file of the package and nothing the
 build makes (compiled extensions, data files it ships, ``_version.py``), so the
 gate's overlay has to borrow those from the installed build, as it must for a real checkout.
+
+Also the changes the gate is tried on (``change_example``): ExampleConnector's load line, as vLLM PR #51806
+fixed it, with a comment beside it or broken again. The project's tests and ``.ci/wheel_check.py`` share them.
 """
 
 from __future__ import annotations
@@ -20,6 +23,14 @@ VLLM_SOURCE = Path(importlib.util.find_spec("vllm").submodule_search_locations[0
 KV_TRANSFER = "vllm/distributed/kv_transfer"
 CONNECTORS = f"{KV_TRANSFER}/kv_connector"
 FACTORY = f"{CONNECTORS}/factory.py"
+EXAMPLE = f"{CONNECTORS}/v1/example_connector.py"
+# ExampleConnector's load as vLLM PR #51806 fixed it; the line that PR replaced; the load of vLLM issue #42924
+FIXED = "kv_cache = kv_cache_cpu.to(kv_cache_layer.device, non_blocking=True)"
+REVERTED = 'kv_cache = kv_cache_cpu.to("cuda", non_blocking=True)'
+CUDA_LOAD = "kv_cache = kv_cache_cpu.cuda()"
+COMMENTED = FIXED + "  # loads onto the layer's own device"  # a change that changes nothing
+# The round-trips a change to that load risks, without the layouts, MLA, scenarios and other devices (-k)
+ROUNDTRIP_ONLY = "test_roundtrip and not layout and not mla and not scenario and not other_device"
 # What a test clone checks out (with the files of every folder above them).
 SPARSE_FOLDERS = (KV_TRANSFER, "vllm/v1/attention/backends")
 
@@ -80,6 +91,17 @@ class VllmRepo:
     def text(self, path: str) -> str:
         """A file's content at HEAD (the clone checks out only part of the tree)."""
         return git(self.path, "show", f"HEAD:{path}", strip=False)
+
+
+def change_example(repo: VllmRepo, line: str, message: str = "change ExampleConnector's load") -> str:
+    """Commit ExampleConnector's module with its load line (``FIXED``) replaced by ``line``; returns the commit.
+
+    The installed vLLM must have the fixed line, once, for the change to be the one named."""
+    source = repo.text(EXAMPLE)
+    if source.count(FIXED) != 1:
+        raise ValueError(f"{EXAMPLE} holds {FIXED!r} {source.count(FIXED)} times, not once: "
+                         "the installed vLLM is not the one these changes are written for")
+    return repo.commit({EXAMPLE: source.replace(FIXED, line)}, message=message)
 
 
 @dataclass

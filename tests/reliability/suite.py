@@ -22,6 +22,7 @@ from tests.load import describe_load, stretched
 
 REPO = Path(__file__).resolve().parents[2]
 MISBEHAVING = "tests.broken_connectors.misbehaving"
+PROFILES = REPO / "tests" / "broken_connectors" / "misbehaving.yaml"
 RUN_DEADLINE_S = 300  # the whole subprocess on a quiet machine (stretched under load: tests/load.py)
 
 
@@ -56,7 +57,7 @@ def no_expectations(tmp: Path) -> Path:
 
 
 def misbehaving(*names: str) -> list[str]:
-    return [arg for name in names for arg in ("--connector", f"{MISBEHAVING}:{name}")]
+    return ["--profiles", str(PROFILES), *(arg for name in names for arg in ("--connector", f"{MISBEHAVING}:{name}"))]
 
 
 def _read_junit(path: Path) -> list[Case]:

@@ -1,4 +1,4 @@
-"""The session's questions before any test (conformance/plugin/preflight.py, conformance/vllm_build/shapes.py).
+"""The session's questions before any test (conformance/plugin/preflight.py, conformance/engine/shapes.py).
 
 A vLLM that cannot configure the platform stops the run in one line with status 4; a vLLM whose internals
 kvconform no longer fits is named once in the header and the verdict, and the checks that need what moved

@@ -1,0 +1,143 @@
+"""Whether a connector that no profile names can be built here at all, asked once per test process.
+
+A connector without a profile (a third-party one, or one a new vLLM release registers before
+``connectors.yaml`` has a row for it) meets the suite with nothing said about what it needs. When
+building it raises (a library built without a feature it needs, a platform it was written for),
+every check that builds it fails with that one error: fifty red cells that say one thing. So before
+its first check runs, both halves of it are built for each kv_role through vLLM's own
+``KVConnectorFactory`` from a real config, and the outcome is kept per connector and platform for the
+process. The contract check's scheduler test reports a failure as the connector's failure, with its
+message; every other check that would build it reads ``not run: the connector could not be constructed
+here (...)`` (a skip the reports show as not run, apart from ordinary skips): one red row.
+
+The attempt's inputs are its own (a fresh storage folder, the tiny model, the platform's first backend
+vLLM can load, the block size vLLM prefers for it), whichever test asks first, so its outcome does not
+depend on which tests ran before. A connector with a profile is never gated here: its profile says what
+it needs (packages, platforms, the refusal it words), and each of its checks builds it and judges what
+it raises. Static checks (lint) read source and are never gated.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kvconform.errors import one_line
+
+from ..engine import kvcache
+from ..engine.affinity import restore_harness_affinity
+from ..engine.device_guard import worker_device_index
+from ..engine.distributed import single_rank_parallel_state
+from ..engine.kvcache import CacheShape
+from ..engine.model import write_tiny_model
+from ..engine.rig import ConnectorRefused, Rig, refusal_as
+from ..vllm_build.api import VllmApiError
+
+if TYPE_CHECKING:
+    from kvconform.platforms.spec import PlatformSpec
+
+    from .selection import ConnectorParam
+
+NOT_RUN = "not run: the connector could not be constructed here"
+MESSAGE_LIMIT = 240  # the connector's error, in one line: it is quoted in every not-run reason
+SIDES = ("scheduler", "worker")
+
+
+@dataclass(frozen=True)
+class ConstructionFailure:
+    """The first construction of a connector that raised: which half, at which stage, and what it raised."""
+
+    connector: str
+    where: str  # "kv_both, worker side, in vLLM's KVConnectorFactory"
+    error: str  # "RuntimeError: Embedded UMBP requires MORI built with BUILD_UMBP=ON"
+
+    def failure(self) -> str:
+        """The construction test's failure: the connector's error first, then what it means for the run."""
+        return (f"{self.connector} could not be constructed here ({self.where}): {self.error}; no profile names "
+                f"it, so its other checks are not run (a profile, --profiles FILE, says what it needs: "
+                f"requires.packages, requires.platforms, refusal)")
+
+    def not_run(self) -> str:
+        """The skip reason of each of its other checks."""
+        return f"{NOT_RUN} ({self.error})"
+
+
+def _error(exc: BaseException) -> str:
+    said = one_line(str(exc), MESSAGE_LIMIT)
+    return f"{type(exc).__name__}: {said}" if said else type(exc).__name__
+
+
+def first_failure(rig: Rig) -> ConstructionFailure | None:
+    """Build the scheduler and the worker half of the rig's connector for each kv_role its profile lists, each
+    from a fresh ``VllmConfig`` and ``KVCacheConfig`` through vLLM's ``KVConnectorFactory``, and shut each down;
+    the first that raised, or None. A refusal its profile words (``ConnectorRefused``) and kvconform's own
+    misfit with this vLLM (``VllmApiError``) are raised, never counted as the connector's failure."""
+    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+
+    for kv_role in dict.fromkeys(rig.connector.profile.roles or ["kv_both"]):
+        for side in SIDES:
+            stage = "vLLM's config refused it"
+            try:
+                with refusal_as(ConnectorRefused, rig.connector), restore_harness_affinity():
+                    config = rig.vllm_config(kv_role)
+                    groups = [(rig.layer_names(), rig.attention_spec())]
+                    kv_cache_config = kvcache.build_kv_cache_config(config, groups, rig.num_blocks)
+                    stage = "in vLLM's KVConnectorFactory"
+                    built = KVConnectorFactory.create_connector(config, KVConnectorRole[side.upper()],
+                                                                kv_cache_config)
+            except (ConnectorRefused, VllmApiError):
+                raise
+            except Exception as exc:
+                return ConstructionFailure(rig.connector.name, f"{kv_role}, {side} side, {stage}", _error(exc))
+            _shut_down(built)
+    return None
+
+
+def _shut_down(connector: object) -> None:
+    """End what building it started; how it shuts down is judged by the checks that drive it, not here."""
+    try:
+        connector.shutdown()  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - the checks' own shutdowns judge this; the attempt only frees what it built
+        pass
+
+
+def _backend(platform: PlatformSpec) -> str:
+    """The platform's first connector backend vLLM can load here (every check's default axis starts there)."""
+    from kvconform.platforms.vllm_backends import confirm
+
+    usable = [backend for backend in platform.backends if confirm(backend).confirmed is not False]
+    return (usable or list(platform.backends))[0]
+
+
+def _attempt(connector: ConnectorParam, platform: PlatformSpec) -> ConstructionFailure | None:
+    """``first_failure`` on a rig of its own: the same inputs whichever test asks first."""
+    from vllm.config import VllmConfig
+
+    from kvconform.platforms import probe
+
+    rank = worker_device_index(probe(platform.name).device_count)  # the device the checks' caches go on
+    with tempfile.TemporaryDirectory(prefix="kvconform-construction-") as folder:
+        root = Path(folder)
+        storage = root / "kv-storage"
+        storage.mkdir()
+        rig = Rig(connector, platform, _backend(platform), CacheShape(), write_tiny_model(root / "tiny-model"),
+                  storage, platform.device(rank))
+        # the test process's world of one (conformance/conftest.py's worker_process); a world of its own elsewhere
+        with single_rank_parallel_state(VllmConfig(), local_rank=rank):
+            return first_failure(rig)
+
+
+# (module path, name, variant, platform) -> its first construction failure, or None: one attempt per process
+_OUTCOMES: dict[tuple[str | None, str, str | None, str], ConstructionFailure | None] = {}
+
+
+def construction_failure(connector: ConnectorParam, platform: PlatformSpec) -> ConstructionFailure | None:
+    """Why ``connector`` (one no profile names) could not be built on ``platform``, or None; asked once per
+    test process. An attempt that raised (kvconform cannot drive this vLLM) is not kept: it is each test's error."""
+    key = (connector.module_path, connector.name, connector.variant, platform.name)
+    if key not in _OUTCOMES:
+        _OUTCOMES[key] = _attempt(connector, platform)
+    return _OUTCOMES[key]
