@@ -12,8 +12,10 @@ edit above it, or the same code in another vLLM release.
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Iterator
+import re
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from typing import Any, TypeGuard
 
 from .guards import Polarity, polarity
 from .names import dotted, import_aliases, resolved, static_prefix
@@ -64,12 +66,13 @@ class Site:
         return text if len(text) <= SNIPPET_LIMIT else text[: SNIPPET_LIMIT - 3] + "..."
 
 
-def _at(node: ast.AST) -> tuple[int, int]:
+def _at(node: ast.expr) -> tuple[int, int]:
     return node.lineno, node.col_offset + 1
 
 
 def _at_method(func: ast.Attribute) -> tuple[int, int]:
     """Where ``.name`` of ``obj.name(...)`` starts: a long chain is reported at its method, not its head."""
+    assert func.end_lineno is not None and func.end_col_offset is not None  # set on every parsed node
     return func.end_lineno, func.end_col_offset - len(func.attr) + 1
 
 
@@ -77,7 +80,7 @@ def _keyword(call: ast.Call, name: str) -> ast.expr | None:
     return next((kw.value for kw in call.keywords if kw.arg == name), None)
 
 
-def _matches(pattern, node: ast.AST | None) -> bool:
+def _matches(pattern: re.Pattern[str], node: ast.expr | None) -> bool:
     prefix = static_prefix(node) if node is not None else None
     return prefix is not None and pattern.fullmatch(prefix) is not None
 
@@ -90,7 +93,7 @@ def _method_name(call: ast.Call) -> str | None:
 
 def cuda_method(call: ast.Call, site: Site) -> Iterator[Hit]:
     """KVC001: ``tensor.cuda()``."""
-    if _method_name(call) == "cuda":
+    if isinstance(call.func, ast.Attribute) and call.func.attr == "cuda":
         yield Hit("KVC001", *_at_method(call.func), ".cuda()")
 
 
@@ -108,7 +111,7 @@ def cuda_device_literal(call: ast.Call, site: Site) -> Iterator[Hit]:
     if _method_name(call) == "to" and call.args and _matches(CUDA_DEVICE_STRING, call.args[0]):
         yield Hit("KVC003", *_at(call.args[0]), f"{site.snippet(call.args[0])} passed to .to()")
     device = _keyword(call, "device")
-    if _matches(CUDA_DEVICE_STRING, device):
+    if device is not None and _matches(CUDA_DEVICE_STRING, device):
         yield Hit("KVC003", *_at(device), f"device={site.snippet(device)}")
 
 
@@ -132,7 +135,7 @@ def accelerator_device_index(call: ast.Call, site: Site) -> Iterator[Hit]:
         yield Hit("KVC008", *_at(call), name)
 
 
-def _mla_classes(nodes: list[ast.AST]) -> Iterator[Hit]:
+def _mla_classes(nodes: Sequence[ast.expr]) -> Iterator[Hit]:
     for node in nodes:
         for cls in node.elts if isinstance(node, ast.Tuple) else [node]:
             name = dotted(cls)
@@ -158,7 +161,7 @@ def mla_type_compare(compare: ast.Compare, site: Site) -> Iterator[Hit]:
         yield from _mla_classes(compare.comparators)
 
 
-def _is_host_device(node: ast.AST | None, site: Site) -> bool:
+def _is_host_device(node: ast.expr | None, site: Site) -> TypeGuard[ast.expr]:
     if isinstance(node, ast.Call) and site.resolve(node.func) == "torch.device" and node.args:
         node = node.args[0]
     return _matches(HOST_DEVICE_STRING, node)
@@ -166,7 +169,7 @@ def _is_host_device(node: ast.AST | None, site: Site) -> bool:
 
 def nonblocking_to_host(call: ast.Call, site: Site) -> Iterator[Hit]:
     """KVC007: ``x.to("cpu", non_blocking=True)``."""
-    if _method_name(call) != "to":
+    if not isinstance(call.func, ast.Attribute) or call.func.attr != "to":
         return
     non_blocking = _keyword(call, "non_blocking")
     device = call.args[0] if call.args else _keyword(call, "device")
@@ -174,7 +177,9 @@ def nonblocking_to_host(call: ast.Call, site: Site) -> Iterator[Hit]:
         yield Hit("KVC007", *_at_method(call.func), f".to({site.snippet(device)}, non_blocking=True)")
 
 
-Matcher = Callable[[ast.AST, Site], Iterator[Hit]]
+# A matcher takes the node type it is listed under (an ast.Call, an ast.Compare), which a dict's value type
+# cannot say per key: the node is Any to the table.
+Matcher = Callable[[Any, Site], Iterator[Hit]]
 
 MATCHERS: dict[type[ast.AST], tuple[Matcher, ...]] = {
     ast.Call: (cuda_method, cuda_torch_device, cuda_device_literal, torch_cuda_call,
@@ -222,7 +227,7 @@ class _Walker:
         finally:
             self.scope.pop()
 
-    def _visit_any(self, value, guarded: bool) -> None:
+    def _visit_any(self, value: object, guarded: bool) -> None:
         if isinstance(value, ast.AST):
             self.visit(value, guarded)
         elif isinstance(value, list) and value and isinstance(value[0], ast.stmt):
@@ -258,7 +263,7 @@ class _Walker:
 
 
 # Nodes the walk treats specially: branches carry the guard down, definitions name the scope.
-_HANDLERS: dict[type[ast.AST], Callable[[_Walker, ast.AST, bool], None]] = {
+_HANDLERS: dict[type[ast.AST], Callable[[_Walker, Any, bool], None]] = {  # each takes its key's node type
     ast.If: _Walker._branch,
     ast.While: _Walker._branch,
     ast.IfExp: _Walker._branch,
@@ -277,9 +282,9 @@ def _character_column(lines: list[str], hit: Hit) -> Hit:
     return replace(hit, col=len(head.decode("utf-8", errors="replace")) + 1)
 
 
-def check_tree(tree: ast.Module, source: str) -> list[Hit]:
-    """Every rule's hits in a parsed module, in walk order."""
-    walker = _Walker(source, import_aliases(tree))
+def check_tree(tree: ast.Module, source: str, aliases: dict[str, str] | None = None) -> list[Hit]:
+    """Every rule's hits in a parsed module, in walk order; ``aliases``: its ``import_aliases``, when known."""
+    walker = _Walker(source, import_aliases(tree) if aliases is None else aliases)
     walker._block(tree.body, guarded=False)
     lines = source.replace("\r\n", "\n").replace("\r", "\n").split("\n")  # the AST's line breaks only
     return [_character_column(lines, hit) for hit in walker.hits]

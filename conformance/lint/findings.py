@@ -13,6 +13,7 @@ import io
 import tokenize
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from .checker import MODULE_SCOPE, Hit, check_tree
 from .rules import RULES
@@ -41,7 +42,7 @@ class Finding:
         return cls(str(path), hit.line, hit.col, rule.id, rule.severity,
                    rule.message.format(detail=hit.detail), rule.fix, hit.function, hit.call)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def key(self) -> dict[str, str]:
@@ -66,9 +67,14 @@ def lint_source(data: bytes, path: Path) -> list[Finding]:
         tree = ast.parse(data, filename=str(path))
     except (SyntaxError, ValueError) as error:  # ValueError: null bytes, an unknown encoding
         return [Finding.from_hit(path, _unparseable(error))]
+    return lint_tree(tree, data, path)
+
+
+def lint_tree(tree: ast.Module, data: bytes, path: Path, aliases: dict[str, str] | None = None) -> list[Finding]:
+    """The findings in ``tree``, parsed from ``data``, inline suppressions applied (``aliases``: as check_tree)."""
     source = data.decode(_encoding(data), errors="replace")
     allowed = allowed_rules(data)
-    return [Finding.from_hit(path, hit) for hit in check_tree(tree, source)
+    return [Finding.from_hit(path, hit) for hit in check_tree(tree, source, aliases)
             if hit.rule not in allowed.get(hit.line, ())]
 
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import ast
 import enum
+from collections.abc import Callable
+from typing import Any
 
 from .names import ends_with, resolved, static_prefix
 from .rules import CUDA_DEVICE_STRING
@@ -106,7 +108,8 @@ def _boolop_polarity(node: ast.BoolOp, aliases: dict[str, str]) -> Polarity:
     return Polarity.TRUE if all(p is Polarity.TRUE for p in parts) else Polarity.NONE
 
 
-_POLARITY_BY_NODE = {
+# each judge takes the node type it is listed under: Any to the table
+_POLARITY_BY_NODE: dict[type[ast.AST], Callable[[Any, dict[str, str]], Polarity]] = {
     ast.Call: _call_polarity,
     ast.Attribute: _name_polarity,
     ast.Name: _name_polarity,

@@ -32,7 +32,7 @@ def default_connector_dir() -> Path:
 
 def _walk(directory: Path) -> list[Path]:
     """Every ``*.py`` under ``directory``, sorted; symlinked folders are not followed (no loops)."""
-    found = []
+    found: list[Path] = []
     for root, dirs, files in os.walk(directory):
         dirs.sort()
         found.extend(Path(root, name) for name in sorted(files) if name.endswith(".py"))

@@ -11,6 +11,9 @@ import textwrap
 
 import pytest
 
+from kvconform.conformance.plugin import expectations, results_json
+from kvconform.conformance.vllm_build.window import TESTED_VLLM, VllmStatus
+
 pytest_plugins = ["pytester"]
 
 FAKE_SUITE = """
@@ -89,7 +92,17 @@ def test_without_the_entry_the_bug_is_a_plain_failure(pytester):
     result.assert_outcomes(failed=1, passed=2)
 
 
-def test_unexpectedly_passing_names_the_entry_to_remove_and_fails_the_run(pytester):
+@pytest.fixture
+def tested_vllm(monkeypatch) -> VllmStatus:
+    """The run sees a vLLM release kvconform's CI tests, whichever vLLM (or none) is installed: where a strict
+    xfail that passes fails the run (on an untested one it is a note: test_expectations_untested.py)."""
+    status = VllmStatus(TESTED_VLLM[-1], "vllm", tested=True)
+    for module in (expectations, results_json):
+        monkeypatch.setattr(module, "installed_status", lambda: status)
+    return status
+
+
+def test_unexpectedly_passing_names_the_entry_to_remove_and_fails_the_run(pytester, tested_vllm):
     pytester.makepyfile(test_roundtrip=FAKE_SUITE)
     exp = _expectations(pytester, XFAIL_EXAMPLE, XFAIL_MULTI)
     result = _run(pytester, "--kvconform-expectations", exp)

@@ -77,7 +77,7 @@ def test_range_promises(name, stored, wanted, bounds):
 
 def _rig_and_consumer(claims: dict[str, int], promise="whole-blocks"):
     connector = SimpleNamespace(name="SomeConnector", profile=ConnectorProfile(promised_hit=promise))
-    rig = SimpleNamespace(connector=connector, shape=SimpleNamespace(block_size=32))
+    rig = SimpleNamespace(connector=connector, block_size=32, shape=SimpleNamespace(block_size=32))
     answers = {rid: SimpleNamespace(num_computed_tokens=0, num_external_tokens=n) for rid, n in claims.items()}
     consumer = SimpleNamespace(scheduler=SimpleNamespace(answered_claim=answers.get))
     return rig, consumer
