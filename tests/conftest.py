@@ -3,8 +3,9 @@
 The tests that need no vLLM (reports, pipelines, the CLI, lint rules on synthetic files, expectations parsing,
 docs) say the same on every vLLM release, so they run once; the others import or drive vLLM (a rig, a suite
 run, vLLM's objects) and run on every tested release. ``NO_VLLM`` names the first kind, by folder or module;
-every other test is marked ``needs_vllm`` (``make check`` runs ``-m 'not needs_vllm'``, ``make test-vllm033``
-``-m needs_vllm``). The once-only set runs with vLLM made unimportable (tests/no_vllm/sitecustomize.py), so a
+every other test is marked ``needs_vllm`` (``make check`` runs ``-m 'not needs_vllm'``, ``make test``
+``-m needs_vllm``); of those, the ones in ``ONE_RELEASE_FOLDERS`` are also marked ``one_release`` and run on the
+default release only (``make test-vllm034`` runs ``-m 'needs_vllm and not one_release'``). The once-only set runs with vLLM made unimportable (tests/no_vllm/sitecustomize.py), so a
 test listed here that reaches vLLM fails there, and a skip for want of vLLM counts as that failure.
 """
 
@@ -15,6 +16,7 @@ import pytest
 
 TESTS = Path(__file__).parent
 NEEDS_VLLM = "needs_vllm"
+ONE_RELEASE = "one_release"
 
 # Paths under tests/ whose tests need no vLLM: a module, or a folder (ending in "/") whose every module, new
 # ones included, must need none. A module that mixes both kinds stays unlisted and runs on every release, as
@@ -78,6 +80,22 @@ def needs_vllm(path: Path) -> bool:
     return not any(relative.startswith(entry) if entry.endswith("/") else relative == entry for entry in NO_VLLM)
 
 
+# Folders under tests/ whose tests need vLLM but check kvconform's own machinery around it (crash isolation and
+# timeouts, the gate's overlay and verdict, generated pipelines run for real, third-party services, xdist
+# scheduling): what they say does not change with the release, so they run on the default release only (make
+# test). Every other test that needs vLLM (the harness against vLLM's internals, the self-tests' broken connectors,
+# the lint over vLLM's source, expectations' vLLM ranges, workloads) runs on the newest release too.
+ONE_RELEASE_FOLDERS = ("gate/", "reliability/", "pipelines/", "services/", "workers/")
+
+
+def one_release(path: Path) -> bool:
+    try:
+        relative = path.relative_to(TESTS).as_posix()
+    except ValueError:
+        return False
+    return relative.startswith(ONE_RELEASE_FOLDERS)
+
+
 def needs_vllm_throughout(folder: Path) -> bool:
     """Whether every module under ``folder`` needs vLLM: ``NO_VLLM`` names none (its conftest may import it)."""
     try:
@@ -110,6 +128,8 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if needs_vllm(item.path) and item.get_closest_marker(NEEDS_VLLM) is None:
             item.add_marker(NEEDS_VLLM)
+            if one_release(item.path):
+                item.add_marker(ONE_RELEASE)
 
 
 def pytest_collection_finish(session):

@@ -180,6 +180,7 @@ def test_make_test_runs_each_project_test_once():
     assert "PYTHONPATH" not in needing and "-m needs_vllm" in needing, needing
 
 
-def test_another_vllm_release_runs_only_the_tests_that_need_vllm():
-    (line,) = _pytest_lines("test-vllm033")
-    assert "-m needs_vllm" in line and "no_vllm" not in line, line
+def test_the_newest_release_runs_the_tests_that_check_vllm_and_the_others_the_suite():
+    (line,) = _pytest_lines("test-vllm034")
+    assert "-m 'needs_vllm and not one_release'" in line and "no_vllm" not in line, line
+    assert _pytest_lines("test-vllm033") == []
