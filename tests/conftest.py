@@ -2,11 +2,12 @@
 
 The tests that need no vLLM (reports, pipelines, the CLI, lint rules on synthetic files, expectations parsing,
 docs) say the same on every vLLM release, so they run once; the others import or drive vLLM (a rig, a suite
-run, vLLM's objects) and run on every tested release. ``NO_VLLM`` names the first kind, by folder or module;
-every other test is marked ``needs_vllm`` (``make check`` runs ``-m 'not needs_vllm'``, ``make test``
-``-m needs_vllm``); of those, the ones in ``ONE_RELEASE_FOLDERS`` are also marked ``one_release`` and run on the
-default release only (``make test-vllm034`` runs ``-m 'needs_vllm and not one_release'``). The once-only set runs with vLLM made unimportable (tests/no_vllm/sitecustomize.py), so a
-test listed here that reaches vLLM fails there, and a skip for want of vLLM counts as that failure.
+run, vLLM's objects). ``NO_VLLM`` names the first kind, by folder or module; every other test is marked
+``needs_vllm`` (``make check`` runs ``-m 'not needs_vllm'``, ``make test`` ``-m needs_vllm``); of those, the
+ones in ``ONE_RELEASE_FOLDERS`` are also marked ``one_release`` and run on the default release only (``make
+test-vllm034`` runs ``-m 'needs_vllm and not one_release'``). The once-only set runs with vLLM made
+unimportable (tests/no_vllm/sitecustomize.py), so a test listed here that reaches vLLM fails there, and a skip
+for want of vLLM counts as that failure.
 """
 
 import sys
