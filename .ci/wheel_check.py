@@ -36,7 +36,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -45,6 +44,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the project's own helpers: tests/ (kvconform itself is the venv's editable install)
 
+from kvconform.reports import compare  # noqa: E402
 from kvconform.reports.readers import ReportInputError, read  # noqa: E402
 from tests.gate.vllm_checkout import (  # noqa: E402
     COMMENTED,
@@ -158,32 +158,13 @@ def check_environment(python: Path, cwd: Path) -> None:
 
 # --- 3. the suite, and its outcomes beside the editable run's -----------------------------------------------------
 
-def test_id(nodeid: str) -> str:
-    """A test's id without the folder it was collected from: ``test_x.py::test_y[...]``."""
-    file, sep, rest = nodeid.partition("::")
-    return Path(file).name + sep + rest
-
-
 def outcomes(junit: Path) -> dict[str, list[str]]:
-    """test id -> its outcomes (a test that fails and then errors in teardown has two entries)."""
+    """test id -> its outcomes (``kvconform compare``'s reading: the id without the folder it was collected from)."""
     try:
         results, _ = read(junit)
     except ReportInputError as exc:
         raise CheckFailed(str(exc)) from None
-    found: dict[str, list[str]] = defaultdict(list)
-    for test in results.tests:
-        found[test_id(test.nodeid)].append(test.outcome)
-    return {key: sorted(value) for key, value in found.items()}
-
-
-def differences(editable: dict[str, list[str]], wheel: dict[str, list[str]]) -> list[str]:
-    lines = []
-    for key in sorted(editable.keys() | wheel.keys()):
-        mine, theirs = wheel.get(key), editable.get(key)
-        if mine != theirs:
-            lines.append(f"{key}: editable {'/'.join(theirs) if theirs else 'did not run'}, "
-                         f"wheel {'/'.join(mine) if mine else 'did not run'}")
-    return lines
+    return compare.outcomes(results)
 
 
 def run_suite(python: Path, suite: Sequence[str], cwd: Path, junit: Path) -> int:
@@ -267,7 +248,7 @@ def check(args: argparse.Namespace) -> None:
         status = run_suite(python, args.suite, outside, out / "junit.xml")
         timed(f"the suite from the wheel (exit {status})", started)
         from_wheel = outcomes(out / "junit.xml")
-        diff = differences(editable, from_wheel)
+        diff = compare.differences(editable, from_wheel, ("editable", "wheel"))
         for line in diff:
             print(f"  {line}")
         say(f"{len(diff)} difference(s) over {len(editable.keys() | from_wheel.keys())} test ids "
