@@ -10,6 +10,7 @@ unimportable (tests/no_vllm/sitecustomize.py), so a test listed here that reache
 for want of vLLM counts as that failure.
 """
 
+import os
 import sys
 from pathlib import Path
 
@@ -163,6 +164,17 @@ def pytest_runtest_makereport(item, call):
 @pytest.hookimpl(wrapper=True)
 def pytest_make_collect_report(collector):
     return _failed_if_skipped_for_vllm((yield))
+
+
+@pytest.fixture
+def pytester(pytester, monkeypatch):
+    """pytester's in-process runs drop from ``sys.modules`` every module the run imported, and vLLM's compiled
+    modules and custom ops cannot load twice in a process ("Duplicate op name", "bad call flags"). A conformance
+    run's session check (conformance/plugin/preflight.py) imports vLLM's config and internals, so the runs these
+    tests make in process leave it out; tests/vllm_fit runs it for real, in subprocesses."""
+    addopts = os.environ.get("PYTEST_ADDOPTS", "")
+    monkeypatch.setenv("PYTEST_ADDOPTS", f"{addopts} -p no:kvconform.conformance.plugin.preflight".strip())
+    return pytester
 
 
 @pytest.fixture(autouse=True)

@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kvconform.conformance.vllm_build import shapes
+from kvconform.conformance.engine import shapes
 from tests.load import stretched
 from tests.selftest.suite_run import REPO, run_suite
 from tests.vllm_fit import drifted_vllm, refusing_vllm
