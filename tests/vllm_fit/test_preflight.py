@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 from kvconform.conformance.engine import shapes
 from tests.load import stretched
@@ -79,31 +78,17 @@ def test_drifted_vllm_is_named_once_and_blames_no_connector(tmp_path):
                or t["outcome"] == "skipped" and t["message"].startswith("not run:"))
 
 
-def test_ci_triton_waiver_is_said_in_header_and_reports(tmp_path):
+def test_ci_triton_waiver_is_said_in_header_and_reports(tmp_path, monkeypatch):
     """The waiver .ci/waivers holds for the vLLM 0.34 environment, turned on as the Makefile turns it on."""
     results = tmp_path / "results-run.json"
-    env = {"KVCONFORM_CI_WAIVE_TRITON": "1", "PYTHONPATH": f"{REPO / '.ci' / 'waivers'}"}
-    status, outcomes, output = _with_env(env, tmp_path, ["-p", "kvconform_ci_triton_waiver",
-                                                         f"--kvconform-json={results}", "--connector",
-                                                         "ExampleConnector", "-k", "test_lint"])
+    monkeypatch.setenv("KVCONFORM_CI_WAIVE_TRITON", "1")
+    monkeypatch.setenv("PYTHONPATH", str(REPO / ".ci" / "waivers"), prepend=os.pathsep)
+    status, outcomes, output = run_suite(tmp_path, ["-p", "kvconform_ci_triton_waiver", f"--kvconform-json={results}",
+                                                    "--connector", "ExampleConnector", "-k", "test_lint"])
     assert status == 0, output[-2000:]
     assert "kvconform: Triton requirement waived for CI: triton-cpu is not installable here" in output
     run = json.loads(results.read_text())["runs"][0]
     assert any(n.startswith("Triton requirement waived for CI") for n in run["environment_notes"])
-
-
-def _with_env(extra: dict[str, str], tmp_path: Path, args: list[str]):
-    saved = {k: os.environ.get(k) for k in extra}
-    os.environ.update({k: (v if k != "PYTHONPATH" else os.pathsep.join(filter(None, [v, os.environ.get(k)])))
-                       for k, v in extra.items()})
-    try:
-        return run_suite(tmp_path, args)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _vllm() -> str:
