@@ -11,8 +11,9 @@ NIXL_PKGS   ?= nixl==1.5.1 nixl-cu12==1.5.1
 PLATFORM    ?= auto
 OUT         ?= reports/out
 PYTEST_ARGS ?=
-# xdist workers: crash isolation needs at least 1; on GPU platforms `auto` is one per device
-WORKERS     ?= 2
+# xdist workers: crash isolation needs at least 1; `auto` is one per device on a GPU platform and one per two
+# usable cores on the CPU (conformance/plugin/devices.py)
+WORKERS     ?= auto
 STAMP       := $(VENV)/.kvconform-installed
 # pyproject.toml requires ranges; the project's own environments install these exact versions
 CONSTRAINTS := .ci/constraints.txt
@@ -66,7 +67,7 @@ NO_VLLM_TESTS := -m 'not needs_vllm'
 VLLM_TESTS  := -m needs_vllm
 RELEASE_TESTS := -m 'needs_vllm and not one_release'
 NO_VLLM_RUN := PYTHONPATH=$(abspath tests/no_vllm)$${PYTHONPATH:+:$$PYTHONPATH}
-STRICT_SUITE := -m pytest --pyargs kvconform.conformance --platform=cpu -q -n 2 --max-worker-restart=16 --kvconform-strict
+STRICT_SUITE := -m pytest --pyargs kvconform.conformance --platform=cpu -q -n $(WORKERS) --max-worker-restart=16 --kvconform-strict
 test: venv check
 	$(BIN)/python $(UNIT_PYTEST) $(VLLM_TESTS) --durations=15 $(PYTEST_ARGS)
 	$(BIN)/python $(STRICT_SUITE) --junitxml=$(OUT)/test-cpu/junit.xml $(PYTEST_ARGS)
@@ -232,7 +233,7 @@ test-vllm-newest:
 	$(MAKE) --no-print-directory $(VENV_NEWEST)/.vllm-$$newest NEWEST=$$newest
 	mkdir -p $(NEWEST_OUT)
 	$(RUN_NEWEST) $(BIN_NEWEST)/python -m pytest --pyargs kvconform.conformance \
-		--platform=cpu -q -n 2 --max-worker-restart=16 --junitxml=$(NEWEST_OUT)/junit.xml $(PYTEST_ARGS) || true
+		--platform=cpu -q -n $(WORKERS) --max-worker-restart=16 --junitxml=$(NEWEST_OUT)/junit.xml $(PYTEST_ARGS) || true
 	@test -f $(TESTED_NEWEST) || { echo "kvconform: no run of the newest tested release to compare with: make test-vllm034"; exit 2; }
 	$(BIN_NEWEST)/kvconform compare $(TESTED_NEWEST) $(NEWEST_OUT)/junit.xml --labels tested newest
 

@@ -13,6 +13,11 @@ skipped, naming the visible count, where fewer are visible.
 
 The CPUs are not divided: each worker's threads, torch's pool and a connector's threads
 run wherever the OS puts them, as they would in a vLLM process, and no priority is changed.
+On the CPU platform ``-n auto`` starts one worker per ``CORES_PER_CPU_WORKER`` cores this
+process may use, and at least one (crash isolation): a worker keeps about that many busy (its
+tests, and a NIXL pair's progress threads, which poll), and one more worker costs its own vLLM
+import and collection, so on fewer cores a second one adds CPU time and saves no wall time
+(``benchmarks/README.md``).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ if TYPE_CHECKING:
     from kvconform.platforms.spec import PlatformSpec
 
 MULTI_DEVICE_GROUP = "multi-device"
+CORES_PER_CPU_WORKER = 2
 
 
 def take_slot(slots: dict[str, int], worker_id: str) -> int:
@@ -52,9 +58,20 @@ def pin_worker_device(spec: PlatformSpec, device_count: int, index: int) -> dict
     return env
 
 
-def auto_workers(spec: PlatformSpec, device_count: int) -> int | None:
-    """``-n auto`` on a GPU platform: one worker per device; None lets xdist count CPUs."""
-    return device_count if spec.torch_device_type != "cpu" and device_count > 0 else None
+def auto_workers(spec: PlatformSpec, device_count: int, cores: int | None = None) -> int | None:
+    """``-n auto``: one worker per device on a GPU platform, one per ``CORES_PER_CPU_WORKER`` usable cores on
+    the CPU; None (xdist counts) on a GPU platform that shows no device."""
+    if spec.torch_device_type == "cpu":
+        usable = cores if cores is not None else _usable_cores()
+        return max(1, usable // CORES_PER_CPU_WORKER)
+    return device_count if device_count > 0 else None
+
+
+def _usable_cores() -> int:
+    """The cores this process may run on (its affinity, where the OS has one), not the machine's."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def require_devices(platform: PlatformSpec, needed: int) -> None:

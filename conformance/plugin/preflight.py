@@ -12,6 +12,12 @@ never a connector's red cell:
   are reported as not run for that reason (a skip whose reason says so, which the reports
   class as "kvconform cannot drive this vLLM"), never as a connector's failure.
 
+Both are asked where the tests run: the only process, or each xdist worker, which imports vLLM
+anyway. An xdist controller runs no test, so it imports no vLLM for them (that import is most of
+what workers cost beyond a serial run, ``benchmarks/README.md``): a worker that finds vLLM
+refusing collects nothing and tells the controller, which prints the same line and ends with the
+same status; what kvconform cannot drive closes the run's output instead of opening it.
+
 What an environment waives to make vLLM configure (CI's Triton waiver: ``KVCONFORM_WAIVERS``,
 set by the waiver itself) is printed in the header and carried into every report.
 """
@@ -19,7 +25,8 @@ set by the waiver itself) is printed in the header and carried into every report
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+import sys
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -28,7 +35,10 @@ from .target import TARGET_KEY, run_target
 if TYPE_CHECKING:
     from ..engine.shapes import Mismatch
 
-MISMATCHES_KEY = pytest.StashKey[list["Mismatch"]]()
+MISMATCHES_KEY = pytest.StashKey[list["Mismatch"]]()  # where the tests run
+MISMATCH_LINES_KEY = pytest.StashKey[list[str]]()  # each mismatch's line, also in an xdist controller
+CONFIGURE_ERROR_KEY = pytest.StashKey[str]()
+_WORKER_OUTPUT = "kvconform_preflight"
 WAIVERS_VARIABLE = "KVCONFORM_WAIVERS"  # one line per waiver an environment applies to vLLM
 NOT_RUN = "not run: kvconform cannot drive this vLLM"  # how a skipped test's reason begins (reports/model.py)
 
@@ -60,45 +70,87 @@ def _configure_error(config: pytest.Config) -> str | None:
     return None
 
 
+def _controls_workers(config: pytest.Config) -> bool:
+    """An xdist controller, which runs no test itself (xdist registers its ``dsession`` plugin only then)."""
+    return not hasattr(config, "workerinput") and config.pluginmanager.has_plugin("dsession")
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
     config = session.config
-    if not _applies(config):
+    if not _applies(config) or _controls_workers(config):
         return
     from ..engine.shapes import mismatches
 
-    if not hasattr(config, "workerinput"):  # the controller, or the only process: once per run
-        error = _configure_error(config)
+    error = _configure_error(config)
+    if error and not hasattr(config, "workerinput"):
+        raise pytest.UsageError(error)
+    found = [] if error else mismatches()
+    config.stash[MISMATCHES_KEY] = found
+    config.stash[MISMATCH_LINES_KEY] = [m.line() for m in found]
+    if hasattr(config, "workerinput"):
         if error:
-            raise pytest.UsageError(error)
-    config.stash[MISMATCHES_KEY] = mismatches()
+            config.stash[CONFIGURE_ERROR_KEY] = error
+        config.workeroutput[_WORKER_OUTPUT] = {  # type: ignore[attr-defined]  # set by xdist
+            "error": error, "mismatches": config.stash[MISMATCH_LINES_KEY]}
 
 
-def found_mismatches(config: pytest.Config) -> list[Mismatch]:
-    return config.stash.get(MISMATCHES_KEY, [])
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:  # node: xdist's WorkerController
+    """xdist controller: what a worker's vLLM answered (every worker's answers the same)."""
+    found = getattr(node, "workeroutput", {}).get(_WORKER_OUTPUT)
+    if not found:
+        return
+    stash = node.config.stash
+    if found["error"]:
+        stash[CONFIGURE_ERROR_KEY] = found["error"]
+    stash[MISMATCH_LINES_KEY] = list(dict.fromkeys([*stash.get(MISMATCH_LINES_KEY, []), *found["mismatches"]]))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """xdist controller: a worker's refusing vLLM ends the run as it ends a serial one, status 4 and one line."""
+    error = session.config.stash.get(CONFIGURE_ERROR_KEY, None)
+    if error and _controls_workers(session.config):
+        session.exitstatus = pytest.ExitCode.USAGE_ERROR
+        print(f"ERROR: {error}", file=sys.stderr)
+
+
+def mismatch_lines(config: pytest.Config) -> list[str]:
+    """What of this run's vLLM kvconform cannot drive, a line each."""
+    return config.stash.get(MISMATCH_LINES_KEY, [])
 
 
 def header_lines(config: pytest.Config) -> list[str]:
     """The header's lines for what this run's vLLM waives and what of it kvconform cannot drive."""
+    return [f"kvconform: {waiver}" for waiver in waivers()] + _mismatch_header_lines(config)
+
+
+def _mismatch_header_lines(config: pytest.Config) -> list[str]:
     from ..vllm_build.api import vllm_version
 
-    lines = [f"kvconform: {waiver}" for waiver in waivers()]
-    lines += [f"kvconform: cannot drive vLLM {vllm_version()}: {m.line()}; the checks that need it are not run"
-              for m in found_mismatches(config)]
-    return lines
+    return [f"kvconform: cannot drive vLLM {vllm_version()}: {line}; the checks that need it are not run"
+            for line in mismatch_lines(config)]
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
-    """A quiet run (``-q``) prints no header: its lines close the run instead, so no run hides them."""
-    if config.get_verbosity() < 0:
-        for line in header_lines(config):
-            terminalreporter.write_line(line)
+    """A quiet run (``-q``) prints no header, and an xdist controller's header comes before any worker has
+    asked: their lines close the run instead, so no run hides them."""
+    quiet = config.get_verbosity() < 0
+    lines = header_lines(config) if quiet else _mismatch_header_lines(config) if _controls_workers(config) else []
+    for line in lines:
+        terminalreporter.write_line(line)
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A test whose module needs what this vLLM no longer fits is not run, and says why."""
-    found = found_mismatches(config)
+    """A test whose module needs what this vLLM no longer fits is not run, and says why; where vLLM
+    refused the platform (an xdist worker), none is."""
+    if CONFIGURE_ERROR_KEY in config.stash:
+        config.hook.pytest_deselected(items=items[:])
+        items[:] = []
+        return
+    found = config.stash.get(MISMATCHES_KEY, [])
     if not found:
         return
     for item in items:

@@ -119,7 +119,7 @@ class _Collector:
     def run_info(self, exitstatus: int) -> RunInfo:
         from ..reliability.library_copies import notes
         from .expectations import passing_as_dicts, stale_as_dicts
-        from .preflight import found_mismatches, waivers
+        from .preflight import mismatch_lines, waivers
 
         commits = {c for c in (_vllm_commit(), *self.worker_commits) if c}
         return RunInfo.model_validate(dict(  # the expectations and imports as dicts: pydantic builds their models
@@ -128,7 +128,7 @@ class _Collector:
             exitstatus=int(exitstatus), stale_expectations=stale_as_dicts(self.config),
             passing_expectations=passing_as_dicts(self.config),
             environment_notes=[*waivers(), *notes(self.config)],
-            vllm_mismatches=[m.line() for m in found_mismatches(self.config)],
+            vllm_mismatches=mismatch_lines(self.config),
             vllm_imports=[*filter(None, [vllm_source.imported("controller")]), *self.vllm_imports],
         ))
 

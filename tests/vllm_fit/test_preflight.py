@@ -13,6 +13,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from kvconform.conformance.engine import shapes
 from tests.load import stretched
 from tests.selftest.suite_run import REPO, run_suite
@@ -41,8 +43,10 @@ def test_drift_is_named_with_the_line_that_relies_on_it(monkeypatch):
     assert fill.blocks("test_fill") and not fill.blocks("test_roundtrip") and not fill.blocks("test_lint")
 
 
-def test_a_refusing_vllm_stops_the_run_in_one_line(tmp_path):
-    status, outcomes, output = run_suite(tmp_path, ["-p", "tests.vllm_fit.refusing_vllm", *SELECTION])
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_a_refusing_vllm_stops_the_run_in_one_line(tmp_path, workers):
+    """Serially the one process asks; under xdist each worker does and the controller says it, as serially."""
+    status, outcomes, output = run_suite(tmp_path, ["-p", "tests.vllm_fit.refusing_vllm", *workers, *SELECTION])
     assert status == 4, output[-2000:]
     assert outcomes == []
     errors = [line for line in output.splitlines() if line.startswith("ERROR: ")]
@@ -51,9 +55,10 @@ def test_a_refusing_vllm_stops_the_run_in_one_line(tmp_path):
     assert "Traceback" not in output
 
 
-def test_drifted_vllm_is_named_once_and_blames_no_connector(tmp_path):
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_drifted_vllm_is_named_once_and_blames_no_connector(tmp_path, workers):
     results = tmp_path / "results-run.json"
-    status, outcomes, output = run_suite(tmp_path, ["-p", "tests.vllm_fit.drifted_vllm", "-rs",
+    status, outcomes, output = run_suite(tmp_path, ["-p", "tests.vllm_fit.drifted_vllm", "-rs", *workers,
                                                     f"--kvconform-json={results}", *SELECTION])
     header = [line for line in output.splitlines() if line.startswith("kvconform: cannot drive vLLM")]
     assert len(header) == 2, output[:3000]
