@@ -12,7 +12,7 @@ PLATFORM    ?= auto
 OUT         ?= reports/out
 PYTEST_ARGS ?=
 # xdist workers: crash isolation needs at least 1; `auto` is one per device on a GPU platform and one per two
-# usable cores on the CPU (conformance/plugin/devices.py)
+# usable cores on the CPU (conformance/session/devices.py)
 WORKERS     ?= auto
 STAMP       := $(VENV)/.kvconform-installed
 # pyproject.toml requires ranges; the project's own environments install these exact versions

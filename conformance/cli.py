@@ -14,8 +14,8 @@ import sys
 
 from kvconform.errors import UserError, one_line
 
-from .vllm_build.versions import installed
-from .vllm_build.window import VLLM_DISTRIBUTIONS
+from .vllm_install.versions import installed
+from .vllm_install.window import VLLM_DISTRIBUTIONS
 
 # What the top-level help says, for someone who has just installed kvconform.
 DESCRIPTION = "Test vLLM KV connectors for conformance, and report the results."

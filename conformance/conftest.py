@@ -82,7 +82,7 @@ def device(platform: PlatformSpec, worker_rank: int, worker_process: None) -> st
 @pytest.fixture
 def off_current_device(platform: PlatformSpec, worker_rank: int, worker_process: None) -> str:
     """A device that is not the current one (kvconform's stricter policy case); needs two visible devices."""
-    from kvconform.conformance.plugin.devices import require_devices
+    from kvconform.conformance.session.devices import require_devices
 
     require_devices(platform, 2)
     return platform.device((worker_rank + 1) % _device_count(platform))

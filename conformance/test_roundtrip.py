@@ -14,7 +14,7 @@ import pytest
 from kvconform.conformance.checks.roundtrip import ROUNDTRIP_SCENARIOS, run_roundtrip
 from kvconform.conformance.connectors.requirements import refusals_skip, require
 from kvconform.conformance.engine.kvcache import KV_DTYPES, CacheShape, all_layouts
-from kvconform.conformance.plugin.devices import MULTI_DEVICE_GROUP
+from kvconform.conformance.session.devices import MULTI_DEVICE_GROUP
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -91,7 +91,7 @@ def test_workload_generated(platform: PlatformSpec, attn_backend: str, connector
                             workload_rig: MakeWorkloadRig, request: pytest.FixtureRequest) -> None:
     """Generated workloads, the first anchored to a verified load; a failure prints its spec and the replay command."""
     require(connector, platform, "workload")
-    from kvconform.conformance.plugin.options import NORMAL_EXAMPLES
+    from kvconform.conformance.session.options import NORMAL_EXAMPLES
     from kvconform.conformance.workload.strategies import seeded_workloads
 
     chunked = prefill == "chunked"

@@ -25,8 +25,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from kvconform.conformance.vllm_build.factory import FACTORY_FILE, FactorySourceError, parse_registrations
-from kvconform.conformance.vllm_build.import_graph import (
+from kvconform.conformance.vllm_install.factory import FACTORY_FILE, FactorySourceError, parse_registrations
+from kvconform.conformance.vllm_install.import_graph import (
     IMPORT_GRAPH_ROOTS,
     SourceTree,
     is_own_file,

@@ -29,7 +29,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvconform.conformance.vllm_build.source import TOLD_COMMIT_ENV
+from kvconform.conformance.vllm_install.source import TOLD_COMMIT_ENV
 
 from .gate import GateError
 from .overlay import InstalledBuild, build_overlay, compiled_changes, installed_build
@@ -44,13 +44,13 @@ try:
 except BaseException as exc:
     print(json.dumps({"error": f"{type(exc).__name__}: {exc}".splitlines()[0]}))
     sys.exit(0)
-from kvconform.conformance.vllm_build.source import imported
+from kvconform.conformance.vllm_install.source import imported
 print(json.dumps(imported("probe")))
 """
 
 
 # A JSON object a process wrote (the probe's, or one of results.json's ``vllm_imports``, made by
-# ``vllm_build/source.py``: ``imported``): read with ``.get``, since another process wrote it.
+# ``vllm_install/source.py``: ``imported``): read with ``.get``, since another process wrote it.
 Record = dict[str, object]
 
 

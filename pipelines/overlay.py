@@ -35,8 +35,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvconform.conformance.vllm_build.import_graph import compile_glob
-from kvconform.conformance.vllm_build.versions import installed
+from kvconform.conformance.vllm_install.import_graph import compile_glob
+from kvconform.conformance.vllm_install.versions import installed
 
 from .gate import GateError, _git
 

@@ -77,6 +77,19 @@ class Identity:
         return pairs
 
 
+def connector_of(item: pytest.Item) -> Any:
+    """The ``ConnectorParam`` a conformance test runs, or None for any other test (Any: another project's test
+    may have a ``connector`` parameter of its own, of any type)."""
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get("connector") if callspec is not None else None
+
+
+def check_of(item: pytest.Item) -> str | None:
+    """The check a test's ``check`` marker names, or None where it has none."""
+    marker = item.get_closest_marker("check")
+    return marker.args[0] if marker is not None and marker.args else None
+
+
 def glob_match(text: str, pattern: str) -> bool:
     """``*`` and ``?`` are wildcards; brackets are literal, as in every parametrized test id."""
     return fnmatch.fnmatchcase(text, _brackets_literal(pattern))

@@ -43,7 +43,7 @@ class Expected(_Strict):
 
 
 # Why a failing test failed, where the connector is not the cause: "harness" when kvconform cannot drive the
-# installed vLLM (the harness's table of vLLM names, conformance/vllm_build/api.py, knows no place for a name
+# installed vLLM (the harness's table of vLLM names, conformance/vllm_install/api.py, knows no place for a name
 # it needs: VllmApiError). Each cause's label leads the test's message in every report; the test still fails.
 CauseName = Literal["harness"]
 CAUSES: Final[dict[str, str]] = {"harness": "kvconform cannot drive this vLLM"}

@@ -34,7 +34,7 @@ from ..engine.rig import EngineStandIn, Rig
 from ..engine.runner import ModelRunnerStandIn
 from ..engine.scheduler import SchedulerDriver
 from ..engine.slots import leading_blocks
-from ..vllm_build import api as vllm_api
+from ..vllm_install import api as vllm_api
 
 if TYPE_CHECKING:
     from vllm.v1.core.sched.output import SchedulerOutput

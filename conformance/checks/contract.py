@@ -30,7 +30,7 @@ from ..engine.requests import block_hasher, new_request
 from ..engine.rig import ConnectorRefused, Rig, refusal_as
 from ..engine.runner import AttentionLayerStandIn, with_modules_without_kv_cache
 from ..engine.step_order import connector_step
-from ..vllm_build import api as vllm_api
+from ..vllm_install import api as vllm_api
 
 if TYPE_CHECKING:
     from typing_extensions import Self, TypeIs

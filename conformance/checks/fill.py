@@ -42,7 +42,7 @@ from ..engine.hybrid_cache import REGISTRATIONS, HybridCaches, hybrid_engine
 from ..engine.kvcache import LayerCache
 from ..engine.prompts import seeded_prompt
 from ..engine.rig import EngineStandIn, Rig
-from ..vllm_build import api as vllm_api
+from ..vllm_install import api as vllm_api
 
 if TYPE_CHECKING:
     from vllm.v1.kv_cache_interface import KVCacheSpec

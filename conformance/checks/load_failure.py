@@ -31,7 +31,7 @@ from ..engine.device_guard import DeviceMismatch
 from ..engine.prompts import request_prompt
 from ..engine.rig import EngineStandIn, Rig
 from ..engine.slots import token_slot_bytes
-from ..vllm_build import api as vllm_api
+from ..vllm_install import api as vllm_api
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig

@@ -48,7 +48,7 @@ from ..engine.rig import EngineStandIn, Rig
 from ..engine.scheduler import next_token
 from ..engine.side_channel import HOST, HandshakeFailure, PortTaken, reserved_port, serve_handshake
 from ..engine.slots import token_slot_bytes
-from ..vllm_build import api as vllm_api
+from ..vllm_install import api as vllm_api
 
 if TYPE_CHECKING:
     from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1

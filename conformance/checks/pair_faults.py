@@ -25,7 +25,7 @@ import torch
 
 from ..engine.prompts import request_prompt
 from ..engine.rig import EngineStandIn, Rig
-from ..vllm_build import api as vllm_api
+from ..vllm_install import api as vllm_api
 from .load_failure import (
     LoadFailureAnswer,
     LoadFailureViolation,

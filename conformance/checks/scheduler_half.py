@@ -42,7 +42,7 @@ from ..engine.prompts import request_prompt
 from ..engine.rig import ConnectorRefused, Rig, refusal_as
 from ..engine.scheduler import SchedulerDriver, watch_request_finished
 from ..engine.scheduler_half import OffloadingWorkerFeeder, Timing, Transfer, gpu_block_ids, offloading_jobs
-from ..vllm_build import api as vllm_api
+from ..vllm_install import api as vllm_api
 
 if TYPE_CHECKING:
     from vllm.v1.core.sched.output import SchedulerOutput

@@ -33,7 +33,7 @@ from ..engine.distributed import single_rank_parallel_state
 from ..engine.kvcache import CacheShape
 from ..engine.model import write_tiny_model
 from ..engine.rig import ConnectorRefused, Rig, refusal_as
-from ..vllm_build.api import VllmApiError
+from ..vllm_install.api import VllmApiError
 
 if TYPE_CHECKING:
     from kvconform.platforms.spec import PlatformSpec

@@ -29,7 +29,7 @@ STATIC_CHECKS = frozenset({"lint"})
 
 def unmet_need(connector: ConnectorParam, platform: PlatformSpec, check: str) -> str | None:
     if not connector.registered:
-        from ..vllm_build.api import vllm_version
+        from ..vllm_install.api import vllm_version
 
         return (f"{connector.name}: the installed vLLM {vllm_version()} does not register it (kvconform's profile "
                 f"names it for the vLLM releases that do)")

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..plugin.target import run_target
-from ..vllm_build.factory import FactorySourceError, installed_factory_file, parse_registrations
+from ..session.target import run_target
+from ..vllm_install.factory import FactorySourceError, installed_factory_file, parse_registrations
 from .profiles import ConnectorProfile, has_profile, profile_for
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ class ConnectorParam:
 def registry_modules() -> dict[str, tuple[str, str]]:
     """name -> (module, class) for every connector the installed vLLM's factory registers.
 
-    Read from the factory's source (``vllm_build/factory.py``), not by importing
+    Read from the factory's source (``vllm_install/factory.py``), not by importing
     it: the registrations are literal calls in that one file, and listing or
     validating names then costs no vLLM import in processes that run no test.
     """

@@ -348,8 +348,9 @@ def service_timeout(connector: ConnectorParam, per_test: float | None) -> float 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Before the per-test timeout is set: a connector with servers gets its shorter bound."""
-    from ..reliability.timeouts import effective_timeout
-    from ..reliability.watched import connector_of
+    from kvconform.reports.identity import connector_of
+
+    from ..session.options import effective_timeout
 
     per_test = effective_timeout(config)
     for item in items:

@@ -13,7 +13,7 @@ import typing
 from functools import cache
 from typing import Any
 
-from ..vllm_build import api as vllm_api
+from ..vllm_install import api as vllm_api
 
 # The MLA backend a platform's MLA layers use, as data (non-MLA backends come from platforms/).
 MLA_BACKENDS: dict[str, str] = {"cpu": "CPU_MLA", "cuda": "TRITON_MLA", "rocm": "TRITON_MLA", "xpu": "TRITON_MLA"}

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..vllm_build import api as vllm_api
+from ..vllm_install import api as vllm_api
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig

@@ -35,7 +35,7 @@ def worker_device_index(device_count: int) -> int:
 
     Device 1 when two or more are visible, so a connector that names device 0
     (``"cuda:0"``, ``.cuda(0)``) shows; it is made current, as vLLM's worker makes its own.
-    Under xdist each worker sees one device (``plugin/devices.py``): index 0.
+    Under xdist each worker sees one device (``session/devices.py``): index 0.
     """
     return 1 if device_count >= 2 else 0
 

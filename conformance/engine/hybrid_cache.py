@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..vllm_build import api as vllm_api
+from ..vllm_install import api as vllm_api
 from . import kvcache
 from .backends import metadata_instance, metadata_type_of_builder
 from .block_sizes import adopt_engine_block_sizes

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..vllm_build import api as vllm_api
+from ..vllm_install import api as vllm_api
 from .model import HEAD_SIZE, MLA_HEAD_SIZE, NUM_KV_HEADS
 
 if TYPE_CHECKING:

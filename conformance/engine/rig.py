@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, overload
 
-from ..vllm_build import api as vllm_api
+from ..vllm_install import api as vllm_api
 from . import closing, kvcache
 from .backends import MLA_BACKENDS, backend_class, metadata_instance
 from .kvcache import CacheShape, LayerCache

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from ..vllm_build import api as vllm_api
+from ..vllm_install import api as vllm_api
 from .affinity import restore_harness_affinity
 from .device_guard import DeviceGuard
 from .step_order import Call, connector_step

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..vllm_build import api as vllm_api
+from ..vllm_install import api as vllm_api
 from .block_sizes import engine_block_sizes
 from .requests import block_hasher, new_request
 

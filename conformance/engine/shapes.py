@@ -1,6 +1,6 @@
 """What the harness relies on of the vLLM internals it drives, beyond their names: one table, ``SHAPES``.
 
-``vllm_build/api.py`` says where each internal lives; a release can keep a name and still change what
+``vllm_install/api.py`` says where each internal lives; a release can keep a name and still change what
 the harness relies on: vLLM 0.34 kept ``ModelRunnerOutput`` but dropped its ``req_id_to_index``
 field, and its ``MambaBase.bind_kv_cache`` began to read ``self.state_alignment`` from the layer
 the harness hands it. Each such reliance is an entry here:
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..vllm_build import api
+from ..vllm_install import api
 
 # conformance test modules that drive vLLM's internals (all but the lint, which reads source only)
 DRIVING = None

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
-from ..vllm_build.import_graph import SourceTree, installed_sources, is_own_file, loaded_files, shared_reason
+from ..vllm_install.import_graph import SourceTree, installed_sources, is_own_file, loaded_files, shared_reason
 from .checker import MODULE_SCOPE
 from .findings import Finding
 from .reach import in_definitions, module_facts, reached_definitions

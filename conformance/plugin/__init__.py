@@ -16,11 +16,12 @@ import pytest
 
 from kvconform import platforms
 
-from ..vllm_build import source as vllm_source
-from ..vllm_build.versions import installed
-from ..vllm_build.window import VLLM_DISTRIBUTIONS, installed_status
+from ..session import options
+from ..session.target import TARGET_KEY, RunTarget, is_active, run_target, targets_conformance
+from ..vllm_install import source as vllm_source
+from ..vllm_install.versions import installed
+from ..vllm_install.window import VLLM_DISTRIBUTIONS, installed_status
 from .siblings import SIBLINGS
-from .target import TARGET_KEY, RunTarget, is_active, run_target, targets_conformance
 
 if TYPE_CHECKING:
     from kvconform.platforms.vllm_backends import BackendVerdict
@@ -43,6 +44,10 @@ _AVAILABILITY_KEY: pytest.StashKey[dict[str, BackendVerdict]] = pytest.StashKey(
 _SLOTS_KEY = pytest.StashKey[dict[str, int]]()  # xdist controller: live worker id -> its slot (its device)
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    options.register(parser)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for marker, text in MARKERS.items():
         config.addinivalue_line("markers", f"{marker}: {text}")
@@ -51,7 +56,7 @@ def pytest_configure(config: pytest.Config) -> None:
     worker = getattr(config, "workerinput", None)
     if worker and "kvconform_platform" in worker:
         # an xdist worker: take its own device before anything probes or initialises it
-        from .devices import pin_worker_device
+        from ..session.devices import pin_worker_device
 
         slot = worker["kvconform_slot"]
         pin_worker_device(platforms.get(worker["kvconform_platform"]), worker["kvconform_device_count"], slot)
@@ -88,7 +93,7 @@ def pytest_configure_node(node: Any) -> None:  # node: xdist's WorkerController 
     """Controller side of xdist: tell each worker the platform and device count it pins from, and its slot."""
     if TARGET_KEY not in node.config.stash:
         return
-    from .devices import take_slot
+    from ..session.devices import take_slot
 
     target = run_target(node.config)
     node.workerinput["kvconform_platform"] = target.platform.name
@@ -117,7 +122,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Callable[..., None])
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """``-n auto``: xdist asks before ``pytest_configure``, so the platform is resolved here too."""
-    from .devices import auto_workers
+    from ..session.devices import auto_workers
 
     if not is_active(config):
         return None
@@ -136,8 +141,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     the fixtures of the hundreds of tests a profile or a missing package rules out.
     A check marker's ``needs=`` names the profile check it depends on (default: itself).
     """
+    from kvconform.reports.identity import connector_of
+
     from ..connectors.requirements import unmet_need
-    from ..reliability.watched import connector_of
 
     if TARGET_KEY not in config.stash:
         return

@@ -26,7 +26,7 @@ import pytest
 
 from kvconform.reports.model import first_line
 
-from .target import CONFORMANCE_DIR, PACKAGE, is_active, targets_conformance
+from ..session.target import CONFORMANCE_DIR, PACKAGE, is_active, targets_conformance
 
 # Warning filters for a conformance run, later ones winning: (action, message regex, category, module regex).
 FilterAction = Literal["default", "error", "ignore", "always", "module", "once"]  # warnings.filterwarnings' actions

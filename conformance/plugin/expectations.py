@@ -42,8 +42,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from kvconform.reports import identity as ident
 
 from ..connectors.profiles import load_yaml_model
-from ..vllm_build.window import installed_status, installed_vllm
-from .target import TARGET_KEY
+from ..session.target import TARGET_KEY
+from ..vllm_install.window import installed_status, installed_vllm
 
 EXPECTATIONS_DIR = Path(__file__).resolve().parents[1] / "expectations"
 SELECTORS = ("test", "connector", "check", "backend")

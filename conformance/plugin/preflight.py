@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .target import TARGET_KEY, run_target
+from ..session.target import TARGET_KEY, run_target
 
 if TYPE_CHECKING:
     from ..engine.shapes import Mismatch
@@ -49,14 +49,14 @@ def waivers() -> list[str]:
 
 
 def _applies(config: pytest.Config) -> bool:
-    from .target import targets_conformance
+    from ..session.target import targets_conformance
 
     return TARGET_KEY in config.stash and targets_conformance(config) and not config.getoption("collectonly")
 
 
 def _configure_error(config: pytest.Config) -> str | None:
     """vLLM's own words when it cannot build the first test's config on this platform; None when it can."""
-    from ..vllm_build.api import vllm_version
+    from ..vllm_install.api import vllm_version
 
     platform = run_target(config).platform.name
     try:
@@ -127,7 +127,7 @@ def header_lines(config: pytest.Config) -> list[str]:
 
 
 def _mismatch_header_lines(config: pytest.Config) -> list[str]:
-    from ..vllm_build.api import vllm_version
+    from ..vllm_install.api import vllm_version
 
     return [f"kvconform: cannot drive vLLM {vllm_version()}: {line}; the checks that need it are not run"
             for line in mismatch_lines(config)]

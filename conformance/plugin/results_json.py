@@ -23,11 +23,11 @@ from kvconform.reports.model import CaseResult, RunInfo, build, clip, failure_ca
 from kvconform.reports.outcomes import OUTCOMES, is_failing
 from kvconform.reports.readers import expected_from_properties
 
-from ..vllm_build import source as vllm_source
-from ..vllm_build.versions import installed
-from ..vllm_build.window import VLLM_DISTRIBUTIONS, installed_status
-from .private_apis import public_only
-from .target import TARGET_KEY
+from ..session.private_apis import public_only
+from ..session.target import TARGET_KEY
+from ..vllm_install import source as vllm_source
+from ..vllm_install.versions import installed
+from ..vllm_install.window import VLLM_DISTRIBUTIONS, installed_status
 
 if TYPE_CHECKING:
     from kvconform.reports.outcomes import OutcomeName

@@ -1,8 +1,8 @@
 """The plugin's sibling modules (``pytest_plugins``), marked for assertion rewriting before any of them is imported.
 
 pytest rewrites the asserts of the modules a plugin names in ``pytest_plugins``, marking
-each as it loads it; one the plugin package had already imported by then (``options``,
-through ``target``) can no longer be rewritten, and pytest said so in every run
+each as it loads it; one the plugin package had already imported by then
+can no longer be rewritten, and pytest said so in every run
 (``PytestAssertRewriteWarning: Module already imported``). A regular install is marked
 whole before the plugin loads; an editable one lists no files, so pytest marks nothing
 of it. The plugin package imports this module before its others: the marks come first,
@@ -14,9 +14,7 @@ from __future__ import annotations
 import pytest
 
 SIBLINGS = (
-    "kvconform.conformance.plugin.options",
     "kvconform.conformance.plugin.preflight",
-    "kvconform.conformance.plugin.private_apis",
     "kvconform.conformance.plugin.expectations",
     "kvconform.conformance.plugin.results_json",
     "kvconform.conformance.reliability",

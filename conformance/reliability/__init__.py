@@ -30,7 +30,7 @@ plugin of its own, watching every conformance test (one parametrized with a
 
 from __future__ import annotations
 
-from ..vllm_build.window import TESTED_VLLM, VllmStatus, VllmVersionError, vllm_status
+from ..vllm_install.window import TESTED_VLLM, VllmStatus, VllmVersionError, vllm_status
 
 pytest_plugins = [
     "kvconform.conformance.reliability.timeouts",

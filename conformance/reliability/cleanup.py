@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from .watched import after_closes, call_passed, connector_of, note_call
+from kvconform.reports.identity import connector_of
+
+from .watched import after_closes, call_passed, note_call
 
 _TMP_PATH_KEY = pytest.StashKey[Path]()
 

@@ -23,10 +23,9 @@ from typing import Any, TypedDict
 
 import pytest
 
-from kvconform.reports.identity import connector_in_nodeid
+from kvconform.reports.identity import check_of, connector_in_nodeid, connector_of
 
-from ..plugin.private_apis import public_only
-from .watched import check_of, connector_of
+from ..session.private_apis import public_only
 
 LEDGER_INPUT_KEY = "kvconform_ledger"  # xdist workerinput: the ledger file's path
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from .watched import connector_of
+from kvconform.reports.identity import connector_of
 
 
 def _without_collection(parse: Callable[..., ast.AST]) -> Callable[..., ast.AST]:
@@ -43,7 +43,7 @@ def _without_collection(parse: Callable[..., ast.AST]) -> Callable[..., ast.AST]
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    from ..plugin.target import is_active
+    from ..session.target import is_active
 
     if is_active(config) and not hasattr(ast.parse, "_kvconform_original"):  # only in kvconform's own runs
         ast.parse = _without_collection(ast.parse)  # type: ignore[assignment]  # the same signature, wrapped

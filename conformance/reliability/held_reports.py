@@ -65,11 +65,13 @@ from typing import Any, Literal
 
 import pytest
 
+from kvconform.reports.identity import connector_of
+
 from ..engine import closing
-from ..plugin.private_apis import public_only
+from ..session.private_apis import public_only
 from .crashes import record_held
 from .threads import LEAK_GRACE_S
-from .watched import CLOSES_KEY, WAITING_KEY, connector_of, report_left_behind
+from .watched import CLOSES_KEY, WAITING_KEY, report_left_behind
 
 CLOSE_WAIT_S = LEAK_GRACE_S  # a close not ended by then is judged as it stands
 POLL_S = 0.01
@@ -95,7 +97,7 @@ class _Held:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    from ..plugin.target import is_active
+    from ..session.target import is_active
 
     config.stash[_ENABLED_KEY] = is_active(config) and not any(config.getoption(o, False) for o in NOT_DEFERRED_UNDER)
     config.stash[_XDIST_WORKER_KEY] = hasattr(config, "workerinput")

@@ -45,7 +45,9 @@ from collections.abc import Generator
 
 import pytest
 
-from .watched import connector_of, runs_conformance_tests
+from kvconform.reports.identity import connector_of
+
+from .watched import runs_conformance_tests
 
 POST_MORTEM = ("last_type", "last_value", "last_traceback", "last_exc")  # pytest's record of a failed call
 

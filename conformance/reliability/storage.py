@@ -23,8 +23,10 @@ import pytest
 if TYPE_CHECKING:
     from ..connectors.selection import ConnectorParam
 
-from ..plugin.options import STORAGE_INI
-from .watched import connector_of, teardown_check
+from kvconform.reports.identity import connector_of
+
+from ..session.options import STORAGE_INI
+from .watched import teardown_check
 
 
 @dataclass(frozen=True)

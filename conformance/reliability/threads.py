@@ -22,7 +22,9 @@ import pytest
 if TYPE_CHECKING:
     from ..connectors.selection import ConnectorParam
 
-from .watched import connector_of, teardown_check
+from kvconform.reports.identity import connector_of
+
+from .watched import teardown_check
 
 LEAK_GRACE_S = 2.0
 

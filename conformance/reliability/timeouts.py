@@ -9,14 +9,14 @@ its ini/env setting) when the user set one, else ``DEFAULT_TIMEOUT_S``.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Generator
 
 import pytest
 
-from ..plugin.options import DEFAULT_TIMEOUT_S
+from kvconform.reports.identity import connector_of
+
+from ..session.options import effective_timeout
 from .crashes import record_stop
-from .watched import connector_of
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -25,17 +25,6 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"--kvconform-timeout {timeout:g}: expected a number of seconds >= 0")
     if timeout and not config.pluginmanager.hasplugin("timeout"):
         raise pytest.UsageError("--kvconform-timeout needs pytest-timeout, which is not installed or is disabled")
-
-
-def effective_timeout(config: pytest.Config) -> float | None:
-    """The conformance tests' limit: ours when given, none when pytest-timeout was given one, else the default."""
-    if not config.pluginmanager.hasplugin("timeout"):
-        return None
-    ours: float | None = config.getoption("kvconform_timeout")
-    if ours is not None:
-        return ours
-    theirs = config.getoption("timeout", None) or os.environ.get("PYTEST_TIMEOUT") or config.getini("timeout")
-    return None if theirs else DEFAULT_TIMEOUT_S
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

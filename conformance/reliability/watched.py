@@ -11,9 +11,11 @@ running in the background have ended (``after_closes``; ``deferred.py``).
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
+
+from kvconform.reports.identity import connector_of
 
 if TYPE_CHECKING:
     from ..connectors.selection import ConnectorParam
@@ -29,21 +31,9 @@ CLOSES_KEY = pytest.StashKey["list[BackgroundClose]"]()
 WAITING_KEY = pytest.StashKey[list[Callable[[], None]]]()  # what to run once they have ended
 
 
-def connector_of(item: pytest.Item) -> Any:
-    """The ``ConnectorParam`` a conformance test runs, or None for any other test (Any: another project's test
-    may have a ``connector`` parameter of its own, of any type)."""
-    callspec = getattr(item, "callspec", None)
-    return callspec.params.get("connector") if callspec is not None else None
-
-
 def runs_conformance_tests(session: pytest.Session) -> bool:
     """Whether this process collected any conformance test (an xdist controller collects none itself)."""
     return any(connector_of(item) for item in session.items)
-
-
-def check_of(item: pytest.Item) -> str | None:
-    marker = item.get_closest_marker("check")
-    return marker.args[0] if marker is not None and marker.args else None
 
 
 def note_call(item: pytest.Item, report: pytest.TestReport) -> None:

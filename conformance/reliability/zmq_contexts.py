@@ -22,7 +22,9 @@ from typing import Any
 
 import pytest
 
-from .watched import after_closes, connector_of
+from kvconform.reports.identity import connector_of
+
+from .watched import after_closes
 
 _CREATED_KEY = pytest.StashKey[list[Any]]()  # pyzmq's Contexts (pyzmq is not followed: Any)
 _PARKED: list[Any] = []  # open contexts of finished tests: never collected, so never destroyed mid-run
@@ -39,7 +41,7 @@ def _zmq_context_class() -> type[Any] | None:
 
 
 def pytest_configure(config: pytest.Config | None) -> None:
-    from ..plugin.target import is_active
+    from ..session.target import is_active
 
     if config is not None and not is_active(config):  # another project's run: leave its pyzmq alone
         return

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from ..reliability.watched import connector_of
+from kvconform.reports.identity import connector_of
 
 
 def _key(item: pytest.Item) -> tuple[str, str]:

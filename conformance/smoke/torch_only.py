@@ -42,7 +42,7 @@ def detection(spec: PlatformSpec, probe: Probe) -> Row:
 
 def pinning(spec: PlatformSpec, count: int) -> Row:
     """Each of two xdist workers, given the platform's visibility variables, sees exactly its own device."""
-    from ..plugin.devices import visibility_env
+    from ..session.devices import visibility_env
 
     if not spec.visibility_vars:
         return Row("xdist worker pinning", "not applicable", f"{spec.name} has no device-visibility variable")

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from ..engine.prompts import prompts_of
 from ..engine.rig import Rig
 from ..engine.scheduler import watch_request_finished
-from ..vllm_build import api as vllm_api
+from ..vllm_install import api as vllm_api
 from . import invariants as checks
 from .invariants import WorkloadFailure
 from .kv import PrefixKV

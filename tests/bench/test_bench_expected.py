@@ -47,7 +47,7 @@ def test_a_connector_without_an_entry_has_no_finding_and_a_skip_entry_skips(tmp_
 def test_the_entry_for_the_installed_vllm_decides():
     """cpu.yaml pins SimpleCPUOffloadConnector's crash per vLLM range (AttributeError on 0.31 and 0.32,
     AcceleratorError from 0.33 on): the bench takes the entry for the installed vLLM, as the suite does."""
-    from kvconform.conformance.vllm_build.window import installed_vllm
+    from kvconform.conformance.vllm_install.window import installed_vllm
 
     expectation = KnownResults.load("cpu", "CPU_ATTN", "float16").entry_for("SimpleCPUOffloadConnector")
     assert expectation.entry.vllm is not None and expectation.entry.holds_on(installed_vllm()[0]), expectation.where

@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kvconform.conformance.vllm_build.window import installed_vllm
+from kvconform.conformance.vllm_install.window import installed_vllm
 from tests.load import stretched
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 from kvconform.conformance.plugin import expectations, results_json
-from kvconform.conformance.vllm_build.window import TESTED_VLLM, VllmStatus
+from kvconform.conformance.vllm_install.window import TESTED_VLLM, VllmStatus
 
 pytest_plugins = ["pytester"]
 

@@ -18,7 +18,7 @@ import pytest
 
 from kvconform.conformance.plugin import expectations
 from kvconform.conformance.plugin import results_json as results
-from kvconform.conformance.vllm_build.window import VllmStatus, installed_vllm
+from kvconform.conformance.vllm_install.window import VllmStatus, installed_vllm
 from kvconform.reports.model import Results
 from kvconform.reports.verdict import caveats, verdict
 from tests.expectations.test_expectations_plugin import (

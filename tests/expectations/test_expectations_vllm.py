@@ -11,7 +11,7 @@ import pytest
 
 from kvconform.conformance.plugin import expectations
 from kvconform.conformance.plugin.expectations import Entry, ExpectationError, load_file, vllm_meets
-from kvconform.conformance.vllm_build.window import installed_vllm
+from kvconform.conformance.vllm_install.window import installed_vllm
 from tests.expectations.test_expectations_plugin import FAKE_SUITE, XFAIL_EXAMPLE, _expectations, _run
 
 pytest_plugins = ["pytester"]

@@ -89,7 +89,7 @@ def test_the_lint_check_fails_naming_file_and_line(pytester):
 
 
 def test_a_symlinked_folder_is_read_as_the_gate_overlay_links_it(tmp_path):
-    from kvconform.conformance.vllm_build.import_graph import installed_sources
+    from kvconform.conformance.vllm_install.import_graph import installed_sources
 
     real = tmp_path / "real" / "kv_offload"
     real.mkdir(parents=True)

@@ -15,7 +15,7 @@ import textwrap
 from dataclasses import replace
 from pathlib import Path
 
-from kvconform.conformance.vllm_build.window import installed_vllm
+from kvconform.conformance.vllm_install.window import installed_vllm
 from kvconform.pipelines import gate_source
 from kvconform.pipelines.gate_base import RUN, Base, Problem, rerun_keyword, split
 from kvconform.pipelines.overlay import InstalledBuild

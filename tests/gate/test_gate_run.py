@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kvconform.conformance.vllm_build.window import installed_vllm
+from kvconform.conformance.vllm_install.window import installed_vllm
 from kvconform.pipelines import gate_cli, gate_source
 from tests.gate.small_suite import SLOW_PROBE, run_gate
 from tests.gate.vllm_checkout import CONNECTORS

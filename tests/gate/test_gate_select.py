@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvconform.conformance.vllm_build.import_graph import (
+from kvconform.conformance.vllm_install.import_graph import (
     EVERY_CONNECTOR,
     IMPORT_GRAPH_ROOTS,
     compile_glob,

@@ -116,7 +116,7 @@ class GateResult:
 
 def _as_in_git(path: Path) -> bool:
     """Whether a git clone of vLLM has this installed file: Python sources the build did not generate."""
-    from kvconform.conformance.vllm_build.import_graph import compile_glob
+    from kvconform.conformance.vllm_install.import_graph import compile_glob
     from kvconform.pipelines.overlay import GENERATED
 
     relative = path.relative_to(VLLM_SOURCE.parent).as_posix()

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from kvconform.conformance.vllm_build import api as vllm_api
-from kvconform.conformance.vllm_build.api import PLACES, Place, VllmApiError, find, has_field, optional
-from kvconform.conformance.vllm_build.window import installed_vllm
+from kvconform.conformance.vllm_install import api as vllm_api
+from kvconform.conformance.vllm_install.api import PLACES, Place, VllmApiError, find, has_field, optional
+from kvconform.conformance.vllm_install.window import installed_vllm
 
 NEW, OLD = "kvconform_test_new_home", "kvconform_test_old_home"
 
@@ -64,7 +64,7 @@ def test_a_name_no_place_keeps_is_one_line_naming_it_and_the_installed_vllm(home
     message = str(raised.value)
     version = installed_vllm()[0]
     assert message == (f"vLLM {version} ({installed_vllm()[1]}) has no plan in {NEW} or {OLD}; "
-                       f"update conformance/vllm_build/api.py to where this vLLM keeps it")
+                       f"update conformance/vllm_install/api.py to where this vLLM keeps it")
     assert not isinstance(raised.value, ImportError)  # a plugin's "package missing: skip" must not catch it
 
 

@@ -1,4 +1,4 @@
-"""Every vLLM internal kvconform drives goes through its table (conformance/vllm_build/api.py).
+"""Every vLLM internal kvconform drives goes through its table (conformance/vllm_install/api.py).
 
 A vLLM release that moves, adds or drops an internal name should cost one edit to ``PLACES`` and,
 until then, fail the checks that need it as "kvconform cannot drive this vLLM". An import of a
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from kvconform.conformance.vllm_build import api as vllm_api
+from kvconform.conformance.vllm_install import api as vllm_api
 
 REPO = Path(__file__).resolve().parents[2]
 TABLE = REPO / "conformance" / "harness" / "vllm_api.py"
@@ -87,7 +87,7 @@ def test_no_vllm_internal_is_imported_around_the_table():
         for line, module in around_the_table(path.read_text(encoding="utf-8"), submodules):
             found.append(f"{path.relative_to(REPO)}:{line}: imports {module}")
     assert not found, ("vLLM internals imported directly; look them up with vllm_api.find / optional / has_field "
-                       "(conformance/vllm_build/api.py's PLACES), or extend CONNECTOR_API if they are the "
+                       "(conformance/vllm_install/api.py's PLACES), or extend CONNECTOR_API if they are the "
                        "connectors' public surface:\n" + "\n".join(found))
 
 

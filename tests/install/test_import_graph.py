@@ -23,19 +23,19 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from kvconform.conformance.vllm_build.import_graph import import_targets
+from kvconform.conformance.vllm_install.import_graph import import_targets
 
 ROOT = Path(__file__).resolve().parents[2]
 
 # package -> the packages it must never import (directly; a cycle through others is caught below).
 C = "kvconform.conformance."
 # The harness (the engine stand-in, the checks, the workloads) is driven by the plugin and the connector model, and
-# imports neither of them nor reliability: what it needs is passed in. "Which vLLM" (vllm_build) is below everything.
+# imports neither of them nor reliability: what it needs is passed in. "Which vLLM" (vllm_install) is below everything.
 HARNESS_FORBIDS = tuple(C + p for p in ("plugin", "reliability", "connectors", "bench", "cli", "conftest"))
 LAYERS: dict[str, tuple[str, ...]] = {
     "kvconform.platforms": ("kvconform.conformance", "kvconform.pipelines", "kvconform.reports"),
     "kvconform.reports": ("kvconform.conformance", "kvconform.pipelines"),
-    C + "vllm_build": tuple(C + p for p in ("plugin", "reliability", "connectors", "engine", "checks", "workload",
+    C + "vllm_install": tuple(C + p for p in ("plugin", "reliability", "connectors", "engine", "checks", "workload",
                                             "bench", "lint", "smoke", "cli", "conftest")),
     C + "engine": (*HARNESS_FORBIDS, C + "checks", C + "workload"),
     C + "checks": (*HARNESS_FORBIDS, C + "workload"),

@@ -2,7 +2,7 @@
 
 kvconform is installed beside whatever versions of these a CI image pins, so it
 takes them as ranges; a private module may change in any release of them. Each
-private name it keeps is in ``conformance/plugin/private_apis.py``, with the feature test
+private name it keeps is in ``conformance/session/private_apis.py``, with the feature test
 it is used behind and its public fallback. Read statically with ``ast`` (through
 ``conformance.import_graph``, as the import-graph test reads them): every import
 statement counts, module level or inside a function, and so does an
@@ -15,8 +15,8 @@ import ast
 
 import pytest
 
-from kvconform.conformance.plugin.private_apis import PRIVATE_USES
-from kvconform.conformance.vllm_build.import_graph import import_targets
+from kvconform.conformance.session.private_apis import PRIVATE_USES
+from kvconform.conformance.vllm_install.import_graph import import_targets
 from tests.install.test_import_graph import ROOT, source_modules
 
 # top-level module -> why importing it (or below it) is private
@@ -72,7 +72,7 @@ def test_kvconform_imports_only_public_or_listed_private_modules():
                  for private in private_imports(path, source) if (module, private) not in ALLOWED}
     assert not offending, "\n".join(
         f"{module} imports {private} ({PRIVATE_ROOTS[private.split('.')[0]]}); use a public API, or list it in "
-        f"conformance/plugin/private_apis.py PRIVATE_USES with its feature test and public fallback"
+        f"conformance/session/private_apis.py PRIVATE_USES with its feature test and public fallback"
         for module, private in sorted(offending))
 
 

@@ -14,8 +14,8 @@ import textwrap
 
 import pytest
 
-from kvconform.conformance.plugin.options import OPTIONS
-from kvconform.conformance.plugin.target import is_active
+from kvconform.conformance.session.options import OPTIONS
+from kvconform.conformance.session.target import is_active
 from tests.load import stretched
 
 pytest_plugins = ["pytester"]

@@ -12,8 +12,8 @@ import types
 
 import pytest
 
-from kvconform.conformance.plugin.private_apis import PUBLIC_ONLY_DEST
 from kvconform.conformance.reliability.held_reports import _index_keeper, _xdist_index_of
+from kvconform.conformance.session.private_apis import PUBLIC_ONLY_DEST
 
 
 class WorkerInteractor:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from kvconform.conformance.vllm_build.window import installed_vllm
+from kvconform.conformance.vllm_install.window import installed_vllm
 from tests.load import stretched
 
 REPO = Path(__file__).resolve().parents[2]

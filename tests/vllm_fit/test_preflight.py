@@ -29,7 +29,7 @@ def test_installed_vllm_fits():
 
 
 def test_drift_is_named_with_the_line_that_relies_on_it(monkeypatch):
-    from kvconform.conformance.vllm_build import api
+    from kvconform.conformance.vllm_install import api
 
     monkeypatch.setitem(api.PLACES, "ModelRunnerOutput", api.Place((drifted_vllm.__name__,), "ModelRunnerOutput"))
     monkeypatch.setitem(api.PLACES, "MambaBase", api.Place((drifted_vllm.__name__,), "MambaBase"))
@@ -97,6 +97,6 @@ def test_ci_triton_waiver_is_said_in_header_and_reports(tmp_path, monkeypatch):
 
 
 def _vllm() -> str:
-    from kvconform.conformance.vllm_build.api import vllm_version
+    from kvconform.conformance.vllm_install.api import vllm_version
 
     return vllm_version()

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from kvconform import platforms
-from kvconform.conformance.plugin import devices as xdist_devices
+from kvconform.conformance.session import devices as xdist_devices
 from tests.load import stretched
 
 

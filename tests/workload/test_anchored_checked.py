@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kvconform.conformance.plugin.options import NORMAL_EXAMPLES
+from kvconform.conformance.session.options import NORMAL_EXAMPLES
 from kvconform.conformance.workload.strategies import ANCHOR_LABEL
 from tests.selftest.suite_run import of_connector, run_suite
 from tests.workload.fresh_consumers import RECORD_ENV

@@ -1,6 +1,6 @@
 """Every command-line option and ini setting kvconform adds to pytest, in one table.
 
-The plugin registers them from here, ``pytest --help`` lists them in one group,
+The plugin registers them from here (``register``), ``pytest --help`` lists them in one group,
 and ``target.is_active`` reads the same table to tell a kvconform run from
 another project's pytest run (one that sets any of them is kvconform's): a new
 option added here is counted there without a second list to keep in step. The
@@ -9,6 +9,7 @@ modules that act on an option read it by its ``dest`` with ``config.getoption``.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -101,7 +102,19 @@ INI: dict[str, tuple[IniType, str]] = {  # name -> (type, help)
 DEFAULTS: dict[str, Any] = {option.dest: option.default for option in OPTIONS}
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
+def effective_timeout(config: pytest.Config) -> float | None:
+    """The conformance tests' limit: ours when given, none when pytest-timeout was given one, else the default."""
+    if not config.pluginmanager.hasplugin("timeout"):
+        return None
+    ours: float | None = config.getoption("kvconform_timeout")
+    if ours is not None:
+        return ours
+    theirs = config.getoption("timeout", None) or os.environ.get("PYTEST_TIMEOUT") or config.getini("timeout")
+    return None if theirs else DEFAULT_TIMEOUT_S
+
+
+def register(parser: pytest.Parser) -> None:
+    """Add the table's options and ini settings to pytest's (the plugin's ``pytest_addoption``)."""
     group = parser.getgroup(GROUP, GROUP_TITLE)
     for option in OPTIONS:
         option.register(group)

@@ -163,7 +163,7 @@ def _module(name: str) -> ModuleType | None:
 def _place(name: str) -> Place:
     place = PLACES.get(name)
     if place is None:
-        raise VllmApiError(f"{name} is not in kvconform's table of vLLM names (conformance/vllm_build/api.py); "
+        raise VllmApiError(f"{name} is not in kvconform's table of vLLM names (conformance/vllm_install/api.py); "
                            f"add where vLLM {vllm_version()} keeps it")
     return place
 
@@ -191,7 +191,7 @@ def _declares(cls: Any, field_name: str) -> bool:
 def _missing(place: Place, what: str = "") -> VllmApiError:
     return VllmApiError(f"vLLM {vllm_version()} has no {what}{place.attribute} in {' or '.join(place.modules)}"
                         + (f" ({place.absent})" if place.absent else "")
-                        + "; update conformance/vllm_build/api.py to where this vLLM keeps it")
+                        + "; update conformance/vllm_install/api.py to where this vLLM keeps it")
 
 
 def _value(name: str) -> tuple[Place, Any]:

@@ -1,0 +1,6 @@
+"""What a run is, below everything that acts on it: its options, its target, the private APIs it may use, how
+its workers take devices, and its expectations (schema, loading, matching).
+
+The pytest plugin's hooks (``plugin/``, ``reliability/``) resolve these once per session and act on them; the
+connectors, the tools and the reports read them from here, so nothing imports the plugin package.
+"""
