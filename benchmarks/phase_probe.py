@@ -2,7 +2,7 @@
 
 Why: JUnit and ``--durations`` time each test's setup, call and teardown, and
 pytest's summary times the session; what falls between them (collection, the
-hooks around each test such as ``conformance/reliability/release.py``'s collection, the
+hooks around each test such as ``conformance/reliability/gc_per_test.py``'s collection, the
 cyclic collector's passes, pytest's unconfigure, interpreter exit) shows up only
 as wall time nobody accounts for. This plugin prints, at the process's exit,
 wall and CPU time at each stage, the time spent in each test's whole protocol

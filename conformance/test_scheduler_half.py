@@ -21,7 +21,7 @@ import pytest
 
 from kvconform.conformance.connectors.requirements import refusals_skip, require
 from kvconform.conformance.engine.kvcache import CacheShape
-from kvconform.conformance.engine.scheduler_half import TIMINGS
+from kvconform.conformance.engine.offloading_worker_feeder import TIMINGS
 
 if TYPE_CHECKING:
     from collections.abc import Callable

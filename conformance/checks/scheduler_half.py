@@ -5,7 +5,7 @@ half does anything that matters. Here the scheduler half runs inside vLLM's ``Sc
 (``SchedulerDriver``) over a small block pool, under a workload with preemption, requests finishing
 and aborted while their stores are in flight, blocks handed on to new requests, and a prompt that comes
 back after vLLM's prefix cache lost it (a load); the worker half is played by ``OffloadingWorkerFeeder``
-(engine/scheduler_half.py), which finishes every transfer the metadata asks for on a chosen ``Timing``
+(engine/offloading_worker_feeder.py), which finishes every transfer the metadata asks for on a chosen ``Timing``
 and reports it as vLLM's runner does. Per step the check holds the scheduler half to vLLM's contract
 with its worker half (how OffloadingConnectorScheduler and vLLM's Scheduler define it):
 
@@ -38,10 +38,10 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..engine import kvcache
 from ..engine.check_failure import CheckFailure
+from ..engine.offloading_worker_feeder import OffloadingWorkerFeeder, Timing, Transfer, gpu_block_ids, offloading_jobs
 from ..engine.prompts import request_prompt
 from ..engine.rig import ConnectorRefused, Rig, refusal_as
 from ..engine.scheduler import SchedulerDriver, watch_request_finished
-from ..engine.scheduler_half import OffloadingWorkerFeeder, Timing, Transfer, gpu_block_ids, offloading_jobs
 from ..vllm_install import api as vllm_api
 
 if TYPE_CHECKING:

@@ -21,14 +21,14 @@ from ..session.target import TARGET_KEY, RunTarget, is_active, run_target, targe
 from ..vllm_install import source as vllm_source
 from ..vllm_install.versions import installed
 from ..vllm_install.window import VLLM_DISTRIBUTIONS, installed_status
-from .siblings import SIBLINGS
+from .hook_modules import HOOK_MODULES
 
 if TYPE_CHECKING:
     from kvconform.platforms.vllm_backends import BackendVerdict
 
 # Sibling plugin modules, each with one concern, loaded with this one (options.py registers every option);
-# siblings.py lists them, and marks them for assertion rewriting before any is imported.
-pytest_plugins = list(SIBLINGS)
+# hook_modules.py lists them, and marks them for assertion rewriting before any is imported.
+pytest_plugins = list(HOOK_MODULES)
 
 
 MARKERS = {

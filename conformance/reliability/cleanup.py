@@ -16,7 +16,7 @@ import pytest
 
 from kvconform.reports.identity import connector_of
 
-from .watched import after_closes, call_passed, note_call
+from .left_behind import after_closes, call_passed, note_call
 
 _TMP_PATH_KEY = pytest.StashKey[Path]()
 

@@ -12,7 +12,7 @@ lint check's own parse. So no collection runs inside ``ast.parse`` (wrapped for
 the session: automatic collection is paused for the call) nor while a conformance
 test's report is made; finalizers run at the next collection outside them, where
 an error is only pytest's "exception ignored" warning. One such collection is the
-one ``release.py`` runs after each test's report, over only what that test made;
+one ``gc_per_test.py`` runs after each test's report, over only what that test made;
 this module keeps the others (automatic ones, between) out of pytest's reports.
 """
 

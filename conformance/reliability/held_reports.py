@@ -70,8 +70,8 @@ from kvconform.reports.identity import connector_of
 from ..engine import closing
 from ..session.private_apis import public_only
 from .crashes import record_held
+from .left_behind import CLOSES_KEY, WAITING_KEY, report_left_behind
 from .threads import LEAK_GRACE_S
-from .watched import CLOSES_KEY, WAITING_KEY, report_left_behind
 
 CLOSE_WAIT_S = LEAK_GRACE_S  # a close not ended by then is judged as it stands
 POLL_S = 0.01

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from .watched import runs_conformance_tests
+from .left_behind import runs_conformance_tests
 
 MAPS = "/proc/self/maps"
 # libnl-route-3-3ad497a3.so.200.26.0 (auditwheel's copy) and libnl-route-3.so.200.26.0 name one library

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 from kvconform.reports.identity import connector_of
 
 from ..session.options import STORAGE_INI
-from .watched import teardown_check
+from .left_behind import teardown_check
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 from kvconform.reports.identity import connector_of
 
-from .watched import teardown_check
+from .left_behind import teardown_check
 
 LEAK_GRACE_S = 2.0
 

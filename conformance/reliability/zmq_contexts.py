@@ -24,7 +24,7 @@ import pytest
 
 from kvconform.reports.identity import connector_of
 
-from .watched import after_closes
+from .left_behind import after_closes
 
 _CREATED_KEY = pytest.StashKey[list[Any]]()  # pyzmq's Contexts (pyzmq is not followed: Any)
 _PARKED: list[Any] = []  # open contexts of finished tests: never collected, so never destroyed mid-run

@@ -21,7 +21,7 @@ def suite_command(spec: PlatformSpec, device_count: int, out: Path, extra: list[
     """The bounded run: four connectors, the platform's first backend, first case per check, results in ``out``."""
     workers = max(1, device_count) if spec.torch_device_type != "cpu" else 1
     command = [sys.executable, "-P", "-m", "pytest", "--pyargs", "kvconform.conformance", f"--platform={spec.name}",
-               f"--attn-backend={spec.backends[0]}", "-p", "kvconform.conformance.smoke.select", "-q", "-rs",
+               f"--attn-backend={spec.backends[0]}", "-p", "kvconform.conformance.smoke.first_cases", "-q", "-rs",
                "-n", str(workers), "--max-worker-restart=4", "-p", "no:cacheprovider",
                f"--junitxml={out / 'junit.xml'}", f"--kvconform-json={out / 'results.json'}"]
     for name in CONNECTORS:

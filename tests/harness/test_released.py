@@ -1,4 +1,4 @@
-"""reliability/release.py: a conformance test's garbage is collected after its teardown is judged, before the next.
+"""reliability/gc_per_test.py: a conformance test's garbage is collected after its teardown is judged, before the next.
 
 The inner runs disable automatic collection, so an object held only by a reference cycle
 (as vLLM's connectors are) is finalized exactly when the plugin collects, or never.
@@ -115,7 +115,7 @@ def _run(pytester: pytest.Pytester, *args: str, later: bool = False) -> list[str
     if later:
         pytester.makepyfile(test_later=LATER_TESTS)
     # kvconform's own plugin (its reliability checks want a real ConnectorParam) is left out: this one alone
-    result = pytester.runpytest_subprocess("-p", "no:kvconform", "-p", "kvconform.conformance.reliability.release",
+    result = pytester.runpytest_subprocess("-p", "no:kvconform", "-p", "kvconform.conformance.reliability.gc_per_test",
                                            "-p", "no:cacheprovider",
                                            "-s", "-q", *args, *(["test_later.py"] if later else ["test_cycles.py"]))
     result.assert_outcomes(**({"passed": 3, "xfailed": 1} if later else {"passed": 3, "skipped": 1}))
@@ -134,7 +134,7 @@ def test_a_conformance_tests_cycle_is_released_after_its_teardown_report(pyteste
 
 def test_without_the_plugin_the_cycle_outlives_the_test(pytester):
     """The control: the same run without the plugin releases nothing, so the test above can fail."""
-    assert _run(pytester, "-p", "no:kvconform.conformance.reliability.release") == [
+    assert _run(pytester, "-p", "no:kvconform.conformance.reliability.gc_per_test") == [
         "FROZEN False",
         "FINALIZED []",
         "AT_TEARDOWN ('test_a_conformance_test_leaves_a_cycle[stand-in]', [])",

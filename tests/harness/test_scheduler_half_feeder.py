@@ -1,4 +1,4 @@
-"""engine/scheduler_half.py's feeder alone: it runs OffloadingConnector's jobs as the worker half does.
+"""engine/offloading_worker_feeder.py's feeder alone: it runs OffloadingConnector's jobs as the worker half does.
 
 Fed vLLM's own OffloadingConnectorMetadata (TransferJob, GPULoadStoreSpec, CPULoadStoreSpec) in vLLM's empty
 SchedulerOutput: a store starts a step after it is asked for and is reported once, by job id, after its delay;
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvconform.conformance.engine.scheduler_half import (
+from kvconform.conformance.engine.offloading_worker_feeder import (
     TIMINGS,
     FeederMismatch,
     OffloadingWorkerFeeder,

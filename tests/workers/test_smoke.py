@@ -42,7 +42,7 @@ def test_pinning_is_checked_in_real_worker_processes():
 
 def test_suite_command_is_bounded():
     command = smoke.suite_command(platforms.get("cuda"), 2, smoke.Path("/out"), ["-k", "contract"])
-    assert command[command.index("-p") + 1] == "kvconform.conformance.smoke.select"
+    assert command[command.index("-p") + 1] == "kvconform.conformance.smoke.first_cases"
     assert [command[i + 1] for i, a in enumerate(command) if a == "--connector"] == list(smoke.CONNECTORS)
     assert "--attn-backend=FLASH_ATTN" in command and "--junitxml=/out/junit.xml" in command
     assert "--kvconform-json=/out/results.json" in command and command[-2:] == ["-k", "contract"]
@@ -62,7 +62,7 @@ def test_select_keeps_the_first_case_per_check_and_connector(tmp_path):
             pass
     '''))
     out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
-                          "-p", "kvconform.conformance.smoke.select", "--collect-only", "-q", str(tmp_path)],
+                          "-p", "kvconform.conformance.smoke.first_cases", "--collect-only", "-q", str(tmp_path)],
                          cwd=tmp_path, capture_output=True, text=True, timeout=stretched(300))
     assert out.returncode == 0, out.stdout + out.stderr
     ids = sorted(line.split("::")[-1] for line in out.stdout.splitlines() if "::" in line)

@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import pytest
 
-SIBLINGS = (
+HOOK_MODULES = (
     "kvconform.conformance.plugin.preflight",
     "kvconform.conformance.plugin.expectations",
     "kvconform.conformance.plugin.results_json",
     "kvconform.conformance.reliability",
     "kvconform.conformance.plugin.workload_options",
     "kvconform.conformance.connectors.services",
-    "kvconform.conformance.reliability.release",
+    "kvconform.conformance.reliability.gc_per_test",
     "kvconform.conformance.plugin.console",
 )
 
-pytest.register_assert_rewrite(*SIBLINGS)
+pytest.register_assert_rewrite(*HOOK_MODULES)

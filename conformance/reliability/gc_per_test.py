@@ -47,7 +47,7 @@ import pytest
 
 from kvconform.reports.identity import connector_of
 
-from .watched import runs_conformance_tests
+from .left_behind import runs_conformance_tests
 
 POST_MORTEM = ("last_type", "last_value", "last_traceback", "last_exc")  # pytest's record of a failed call
 
