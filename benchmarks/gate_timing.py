@@ -1,16 +1,11 @@
 """How long the PR gate takes, end to end, on a one-file change to a vLLM-like checkout.
 
-``suite_timing.py``'s ``gate`` run times the tests the gate selects for one connector;
-this times what a reviewer waits for: ``kvconform gate --run`` itself, which also
-reads the change, builds the checkout's overlay from git, probes that the overlay
-imports, runs the selected connectors' tests (every tier, the engine's included)
-in a fresh pytest process, and prints the verdict.
-
-The checkout is the one the project's gate tests use (``tests/gate/vllm_checkout.py``:
-the installed vLLM's Python sources in git), built once in a temporary folder; its
-head appends a comment to one connector file, so the tests run on unchanged code and
-the gate must pass. Each round is a fresh ``kvconform gate`` process, with the host
-reference loop of ``suite_timing.py`` taken just before it.
+``suite_timing.py``'s ``gate`` run times only the tests the gate selects; this times what a reviewer
+waits for: ``kvconform gate --run`` itself (reading the change, building the overlay, the import probe,
+the selected tests in a fresh pytest process, the verdict). The checkout is the gate tests' own
+(``tests/gate/vllm_checkout.py``), built once; its head appends a comment to one connector file, so the
+gate must pass. Each round is a fresh ``kvconform gate`` process, after ``suite_timing.py``'s host
+reference loop.
 
     .venv/bin/python benchmarks/gate_timing.py [--file vllm/.../decode_bench_connector.py] [--rounds N]
 """

@@ -1,26 +1,13 @@
 """Where a pytest run's time goes outside the per-test figures: a plugin for measuring, not for CI.
 
-Why: JUnit and ``--durations`` time each test's setup, call and teardown, and
-pytest's summary times the session; what falls between them (collection, the
-hooks around each test such as ``conformance/reliability/gc_per_test.py``'s collection, the
-cyclic collector's passes, pytest's unconfigure, interpreter exit) shows up only
-as wall time nobody accounts for. This plugin prints, at the process's exit,
-wall and CPU time at each stage, the time spent in each test's whole protocol
-beside the sum of its reported phases, and the collector's time per generation.
+JUnit and ``--durations`` time each test's phases and pytest's summary the session; what falls between
+(collection, hooks around each test, the cyclic collector, unconfigure, interpreter exit) is wall time
+nobody accounts for. At exit this prints to stderr (``phase_probe:``, ``phase_probe[gw0]:`` per xdist
+worker) wall and CPU time at each stage, each test's whole protocol beside the sum of its phases, and
+the collector's time per generation. Where ``/proc`` has them it adds the harness thread's own CPU, its
+time runnable but waiting for a core and its context switches: what tells contention from work.
 
     PYTHONPATH=benchmarks .venv/bin/python -m pytest -p phase_probe --pyargs kvconform.conformance ...
-
-The lines go to stderr, prefixed ``phase_probe:``. The last stage is the first
-exit handler; what the process does after it (finalization, library destructors)
-is the command's wall time minus the ``exit handlers`` figure. Each xdist worker
-prints its own lines (``phase_probe[gw0]:``).
-
-Where Linux's ``/proc`` has them, each stage also shows the harness (main)
-thread's own CPU time and the time it spent runnable but waiting for a core (its
-``schedstat``), and the report ends with its voluntary and involuntary context
-switches: the figures that tell a run slowed by contention (two xdist workers,
-other threads preempting the harness) from one slowed by work. The rest of the
-process's CPU time is its other threads' (a connector's, torch's, vLLM's).
 """
 
 from __future__ import annotations

@@ -1,46 +1,16 @@
 """How long the CPU conformance suite takes on this machine, and where the time goes.
 
-The targets: the suite without the engine tier in at most 60 s serial on a quiet
-2-core machine, with the connectors under vLLM's own conditions, and a
-one-connector gate run in at most 10 s; how much faster ``-n 2`` is than serial is
-measured, not a target.
-This script measures, it optimises nothing. Each run is a fresh pytest process
-(as CI starts one); the host's load average is recorded beside every wall time,
-and so is the CPU time (user + sys) of the run's whole process tree, because a
-shared machine makes wall times noisy while CPU time moves less. Each run also
-writes kvconform's own results.json, so a speed-up can prove it changed no
-outcome: ``--compare A B`` lists every test whose outcome differs between two
-of them (exit 1 when any does), and the serial and ``-n 2`` runs of one
-invocation are compared the same way. Where the time goes comes from
-the runs themselves: pytest's ``--durations=15``, seconds per check and per
-connector from the JUnit file (kvconform labels every test with
-``kvconform.check`` / ``kvconform.connector`` properties), the collection time,
-and the time a fresh process needs to import the vLLM modules the harness uses.
-Each timed run loads ``phase_probe.py`` too, so every test process (each xdist
-worker) also says how much CPU its harness thread spent before the first test
-and in the tests, how long it waited for a core and how long it slept in the
-tests, how often it was preempted, and how much CPU the process's other threads
-(a connector's) took: what tells work from contention when two workers are not
-faster.
-
-On a shared machine one serial / ``-n 2`` pair moves by 10% or more, so
-``--rounds N`` takes the runs N times back to back and reports every round's
-``-n 2`` speedup and their median; the tables and findings are those of the
-median round. Every target is also tallied over all rounds (met in k of N).
-And because the host's own speed moves too (the same pure-Python loop has
-taken 0.43 s and 0.72 s ten minutes apart on this project's CI kind of VM,
-with the VM itself idle and no steal time reported), a fixed loop is timed in
-a fresh interpreter just before every run: a slow run beside a slow loop is
-the host, a slow run beside a fast loop is the code.
-
-``one-core`` is the serial run pinned to one core: a serial run's NIXL pollers
-spin on the core its harness thread leaves idle, so the serial run against it
-says what a second core gives a serial run, and ``-n 2`` against it what two
-workers give over one core.
+It measures and optimises nothing (the targets are in benchmarks/README.md). Each run is a fresh pytest
+process, recorded with the load average and the CPU time of its process tree (a shared machine makes wall
+times noisy; CPU time moves less), and writes results.json, so ``--compare A B`` proves a speed-up changed
+no outcome. Where the time goes comes from the runs: ``--durations``, seconds per check and connector from
+JUnit, collection, vLLM's import, and ``phase_probe.py`` in every test process. A fixed loop timed in a
+fresh interpreter before each run tells a slow host from slow code; ``--rounds N`` repeats the runs and
+reports the median round. ``one-core`` pins a serial run to one core: against it, serial says what a
+second core gives a serial run (NIXL's pollers use it) and ``-n 2`` what two workers give.
 
     .venv/bin/python benchmarks/suite_timing.py [--runs serial,xdist,gate] [--json FILE] [--results-dir DIR]
-    .venv/bin/python benchmarks/suite_timing.py --runs serial,xdist --rounds 5   # the speedup's spread
-    .venv/bin/python benchmarks/suite_timing.py --runs serial,xdist --connector NixlConnector   # a subset
+    .venv/bin/python benchmarks/suite_timing.py --runs serial,xdist --rounds 5 [--connector NixlConnector]
     .venv/bin/python benchmarks/suite_timing.py --compare BEFORE.results.json AFTER.results.json
 """
 

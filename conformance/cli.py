@@ -27,7 +27,7 @@ EPILOG = ("The conformance suite itself runs under pytest: "
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "platforms": ("kvconform.platforms.cli", "show each platform, whether it is detected and why, and its backends"),
     "pipeline": ("kvconform.pipelines.cli", "write a Buildkite pipeline for a platform"),
-    "gate": ("kvconform.pipelines.gate_cli", "decide and run the conformance tests a vLLM change touches"),
+    "gate": ("kvconform.pipelines.gate.command", "decide and run the conformance tests a vLLM change touches"),
     "report": ("kvconform.reports.cli", "render JUnit/JSON results into results.json, summary.md and index.html"),
     "compare": ("kvconform.reports.compare", "list the tests whose outcomes differ between two runs, id by id"),
     "lint": ("kvconform.conformance.lint.cli", "find hard-coded device assumptions in connector source"),

@@ -1,26 +1,13 @@
 """Synthetic KV fills on hybrid caches whose groups have different block sizes: per-group block arithmetic.
 
-(Named apart from ``test_fill.py`` so ``-k test_fill``, the fill self-test's selection, keeps its own count.)
-
-A sliding-window layer beside full-attention layers with heads twice as wide (as
-Gemma-style models' global layers have) and a Mamba2 layer: the wide layers' page is
-twice the others', so vLLM's own planner (``unify_kv_cache_spec_page_size``) doubles
-the block size of the sliding window, and the engine core runs its Scheduler at the
-groups' LCM and hashes at their GCD (``conformance/engine/block_sizes.py``). On the
-CPU backend that gives groups of 64 (sliding window), 32 (full) and 32 (Mamba2)
-tokens per block, each with its own block table from vLLM's hybrid coordinator.
-
-A connector that fills per group must turn token counts into blocks with each
-group's own block size: with one size for every group it fills too few blocks of
-one group (left unwritten) or too many (another request's or the null block, or
-past the blocks vLLM allocated). What must hold is the fill check's
-(``conformance/checks/fill.py``): every block of the request's external tokens in
-each group holds the fill, and nothing outside those blocks changes.
-
-State layers are registered as tensors that own their storage (``owned``) and as
-vLLM 0.32's byte pages (``pages``); the third registration (``views``) fails on
-DecodeBenchConnector's known whole-tensor fill in ``test_fill`` already, whichever
-block sizes the groups have, so it would add no per-group arithmetic here.
+(Named apart from ``test_fill.py`` so ``-k test_fill``, the fill self-test's selection, keeps its count.)
+A sliding window beside full attention with heads twice as wide, and a Mamba2 layer: vLLM's planner
+doubles the sliding window's block size and the engine core schedules at the groups' LCM and hashes at
+their GCD (``conformance/engine/block_sizes.py``); on CPU that gives 64, 32 and 32 tokens per block. A
+connector that fills per group must use each group's own block size, or it fills too few blocks of one
+group or too many; the fill check (``conformance/checks/fill.py``) judges. State layers are registered
+``owned`` and ``pages``; ``views`` fails on DecodeBenchConnector's known whole-tensor fill in
+``test_fill`` already, whatever the block sizes, so it adds no per-group arithmetic here.
 """
 
 from __future__ import annotations

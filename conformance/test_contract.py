@@ -1,24 +1,13 @@
 """API contract: both halves of every connector answer vLLM's calls with the types base.py documents.
 
-vLLM trusts these answers blindly (the scheduler unpacks the claim, the runner
-unions the finished ids), so a wrong type fails far from its cause. Each check
-builds real vLLM inputs from a ``Rig`` and constructs the connector directly as
-``cls(vllm_config, role, kv_cache_config)``, once per kv_role its profile lists.
-A violation names the connector, the call, the documented type and the answer.
-
-The degenerate paths are calls vLLM really makes: a request with nothing to load,
-a request aborted while waiting (finished before any load), ids the connector
-never saw, and an empty cache registration. For ``register_kv_caches({})`` (a
-model with no attention layers the connector serves) the rule is: it conforms
-when it returns, or when it refuses with a ``ValueError`` (or a subclass) whose
-message says why; any other exception is a crash and fails.
-
-Skips follow the round-trip's rules: ``require`` names the profile, package or
-platform claim that rules a connector out, and a connector's own refusal of the
-platform (its profile's ``refusal`` pattern) is a skip that quotes it. Anything
-else a connector raises fails the check. A connector that no profile names and
-that cannot be built here fails once, in ``test_contract_scheduler``, with its
-error; its other checks read "not run: the connector could not be constructed here".
+vLLM trusts these answers blindly (the scheduler unpacks the claim, the runner unions the finished ids),
+so a wrong type fails far from its cause. Each check builds real vLLM inputs from a ``Rig`` and constructs
+the connector as ``cls(vllm_config, role, kv_cache_config)`` per kv_role of its profile; a violation
+names the connector, the call, the documented type and the answer. The degenerate paths are calls vLLM
+really makes: nothing to load, aborted while waiting, unknown ids, and ``register_kv_caches({})``, which
+conforms by returning or by a ``ValueError`` that says why (any other exception fails). Skips follow the
+round-trip's rules (``require``, the profile's ``refusal``); a connector with no profile that cannot be
+built here fails once, in ``test_contract_scheduler``, and its other checks are not run.
 """
 
 from __future__ import annotations

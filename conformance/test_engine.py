@@ -80,8 +80,8 @@ def _engine_result(proc: subprocess.Popen[str], name: str, told: str | None = No
 
 
 # Two engines, one after the other, each bounded by ENGINE_TIMEOUT_S once it may run: the test's own limit covers
-# both (the suite's per-test default, 300 s, is one engine's bound; two CPU engines beside another xdist
-# worker took 190-300 s on 2 cores, so that default failed a working connector at random). The second engine's
+# both (the suite's per-test default is one engine's bound, and two CPU engines beside another xdist worker can
+# take all of it on 2 cores, failing a working connector at random). The second engine's
 # process starts with the first and imports vLLM meanwhile; it builds its engine only once the first has ended.
 @pytest.mark.timeout(2 * ENGINE_TIMEOUT_S + 60)
 def test_engine_external_hit(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, tiny_model: Path,

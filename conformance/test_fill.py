@@ -1,19 +1,12 @@
 """Synthetic KV fills on hybrid caches: exactly the request's blocks, state tensors whole, the right values.
 
-The cache mixes full-attention, sliding-window and circular-buffer layers with
-Mamba2 and KDA-like state layers (several KV cache groups, so a SupportsHMA
-connector runs its hybrid paths), built by vLLM's own spec classes, grouping and
-allocator, driven through vLLM's Scheduler and the runner's worker-side order.
-State layers are registered three ways (``conformance/engine/hybrid_cache.py``): lists and
-tuples of tensors that own their storage (``owned``), vLLM 0.32's byte pages
-(``pages``), and the layers' own lists/tuples of block-indexed views (``views``). What must hold is in
-``conformance/checks/fill.py``.
-
-Random fills use ``fill_std`` 0.5 and are judged within 6 standard errors of the
-requested mean and std (false-failure chance below 1e-8 per check), pooled over
-every value filled: about 5*10^4 attention values (tolerance ~0.013 on the mean)
-and 8*10^2 state values (~0.1), plus the largest rounding the cache dtype can add
-(eps/2 of the values' RMS: 0.035 for fp8): see ``check_statistics``.
+The cache mixes full-attention, sliding-window and circular-buffer layers with Mamba2 and KDA-like state
+layers (several groups, so a SupportsHMA connector runs its hybrid paths), built and driven as vLLM does;
+state layers are registered three ways (``owned``, ``pages``, ``views``:
+``conformance/engine/hybrid_cache.py``), and ``conformance/checks/fill.py`` says what must hold. Random
+fills use ``fill_std`` 0.5 and are judged within 6 standard errors of the requested mean and std (a false
+failure below 1e-8 per check), pooled over every value filled, plus the largest rounding the cache dtype
+can add: see ``check_statistics``.
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator, model_validator
 
-from kvconform.conformance.connectors.profiles import ProfileError, load_profiles, load_yaml_model
+from kvconform.conformance.connectors.profiles import ProfileError, load_profiles
+from kvconform.conformance.session.yaml_models import load_yaml_model
 from kvconform.platforms import PLATFORMS
 
 from . import policy
@@ -234,7 +235,7 @@ RULES = (_connector_problems, _group_problems, _platform_problems, *policy.RULES
 def _line_of(text: str, location: KeyPath) -> int | None:
     """The line of the deepest part of ``location`` that the YAML document has.
 
-    Walks the YAML node tree, so ``lanes.xpu.platform`` finds the xpu lane's line,
+    Walks the YAML node tree, so ``("lanes", "xpu", "platform")`` finds the xpu lane's line,
     not the first ``platform:`` in the file.
     """
     try:

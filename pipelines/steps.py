@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kvconform.conformance.session.suite_command import SuiteCommand
 from kvconform.platforms import PLATFORMS
 from kvconform.platforms.spec import PlatformSpec
 
@@ -29,13 +30,13 @@ REPORT_OUT = "reports/out"
 FORWARD_ENV = "KVCONFORM_FORWARD_ENV"
 # A lane's container image, in the step's env so pipeline upload fills it in and the command reads it.
 IMAGE_ENV = "KVCONFORM_IMAGE"
-# The conformance run, as every step writes it: the installed kvconform's checks by package name, never
-# a path (a vLLM checkout has no conformance/ folder, and an image with kvconform installed beside a
-# source copy would load two). ``-P``: the step's folder is a vLLM checkout, whose own ``vllm/`` must
+# The Python of a conformance run, as every step starts it. The suite runs the installed kvconform's checks by
+# package name, never a path (a vLLM checkout has no conformance/ folder, and an image with kvconform installed
+# beside a source copy would load two). ``-P``: the step's folder is a vLLM checkout, whose own ``vllm/`` must
 # not shadow the vLLM built into the image (Python 3.11+, as vLLM's images have); PYTHONSAFEPATH does
 # the same for every Python the run starts (xdist workers, vLLM's own model-inspection subprocess,
 # which imported the checkout's vllm/ when only -P was given: tests/pipelines/test_pipeline_executed.py).
-PYTEST = ["env", "PYTHONSAFEPATH=1", "python3", "-P", "-m", "pytest", "--pyargs", "kvconform.conformance"]
+PYTHON = ("env", "PYTHONSAFEPATH=1", "python3", "-P")
 
 
 @dataclass(frozen=True)
@@ -125,13 +126,13 @@ def _placement(run: RunSpec, timeout: int, retry: list[RetryRule], forward: tupl
 
 
 def pytest_words(run: LaneRun, connectors: list[str], junit: str) -> list[Word]:
-    """The conformance run of ``connectors`` on the lane's platform; ``--opt=value`` so no value reads as an option."""
-    words: list[Word] = [*PYTEST, f"--platform={run.spec.name}"]
-    words += [f"--connector={name}" for name in connectors]
-    words += [f"--attn-backend={backend}" for backend in run.lane.attn_backends]
-    # always under xdist: a worker that a connector crashes is replaced and its test fails, naming it
-    words += ["-n", str(run.lane.xdist_workers), "--max-worker-restart=16"]
-    return [*words, "-rs", f"--junitxml={junit}"]
+    """The conformance run of ``connectors`` on the lane's platform (``SuiteCommand``: no value reads as an option).
+
+    Always under xdist: a worker that a connector crashes is replaced and its test fails, naming it.
+    """
+    command = SuiteCommand(run.spec.name, connectors, python=PYTHON, attn_backends=run.lane.attn_backends,
+                           workers=run.lane.xdist_workers, report_skips=True, junitxml=junit)
+    return [*command.argv()]
 
 
 def _test_step(run: LaneRun, key: str, label: str) -> dict[str, Any]:

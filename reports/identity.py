@@ -1,7 +1,10 @@
-"""What a conformance test is about: its check, platform, backend, connector and variant.
+"""What a conformance test is about: whether it is one, its check, platform, backend, connector and variant.
 
 One module knows the shape of kvconform's test ids, so the pytest plugin (which
-sees live items) and the report (which may see only JUnit text) agree on it.
+sees live items) and the report (which may see only JUnit text) agree on it. A
+conformance test is one that carries a ``check`` marker (``is_conformance``); the
+reliability plugins watch the tests that run a connector (``connector_of``), which
+every conformance test of the suite does.
 The plugin records the identity as test properties (``kvconform.*``); reading
 properties is exact, and parsing the id is the fallback for JUnit files written
 without them.
@@ -84,10 +87,25 @@ def connector_of(item: pytest.Item) -> Any:
     return callspec.params.get("connector") if callspec is not None else None
 
 
+def is_conformance(item: pytest.Item) -> bool:
+    """Whether a test is a conformance test: it carries a ``check`` marker, which names its check."""
+    return item.get_closest_marker("check") is not None
+
+
 def check_of(item: pytest.Item) -> str | None:
     """The check a test's ``check`` marker names, or None where it has none."""
     marker = item.get_closest_marker("check")
     return marker.args[0] if marker is not None and marker.args else None
+
+
+def needed_check(item: pytest.Item) -> str | None:
+    """The check a connector's profile must list for the test to run: its ``check`` marker's ``needs=``
+    (``load_failure`` needs ``roundtrip``), else the check itself; None where the test names no check."""
+    marker, check = item.get_closest_marker("check"), check_of(item)
+    if marker is None or check is None:
+        return None
+    need: str | None = marker.kwargs.get("needs", check)
+    return need
 
 
 def glob_match(text: str, pattern: str) -> bool:
@@ -155,8 +173,8 @@ def from_item(item: pytest.Item, platform: str) -> Identity:
     else:
         axes = parse_param_id(param_id)
         variant = axes.pop("variant")
-    marker = item.get_closest_marker("check")
-    check = str(marker.args[0]) if marker is not None and marker.args else check_from_function(item.name)
+    named = check_of(item)
+    check = str(named) if named is not None else check_from_function(item.name)
     return Identity(
         check=check,
         platform=axes.get("platform", platform),

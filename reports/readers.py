@@ -48,7 +48,10 @@ def expected_from_properties(properties: dict[str, str]) -> Expected | None:
         return None
 
 
-def _junit_case(case: JunitCase, run: str, suite_platform: str | None) -> CaseResult:
+def junit_case_result(case: JunitCase, run: str = "", suite_platform: str | None = None) -> CaseResult:
+    """One JUnit test case as a result: its identity (``kvconform.*`` properties, else its name), outcome, the
+    first line of its message with its cause, and its details; the one reading of a case the report and the PR
+    gate share."""
     identity = ident.from_test_name(case.name, case.properties, suite_platform)
     message, text = case.message, case.text
     collect_error = case.outcome == "error" and message == _JUNIT_COLLECT_ERROR
@@ -71,7 +74,7 @@ def read_junit(path: Path, text: str) -> Results:
     recorded = {name: first.properties[ident.RUN_PROPERTY_PREFIX + name] for name in ident.RUN_FIELDS
                 if ident.RUN_PROPERTY_PREFIX + name in first.properties}
     suite_platform = recorded.pop("platform", None)
-    tests = [_junit_case(case, "", suite_platform) for case in document.cases]
+    tests = [junit_case_result(case, "", suite_platform) for case in document.cases]
     known = Counter(t.platform for t in tests if t.platform != ident.UNKNOWN)
     platform = suite_platform or (known.most_common(1)[0][0] if known else ident.UNKNOWN)
     # A run is on one platform: a test whose id does not say (lint, collection errors) ran there too.

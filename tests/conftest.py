@@ -4,7 +4,7 @@ The tests that need no vLLM (reports, pipelines, the CLI, lint rules on syntheti
 docs) say the same on every vLLM release, so they run once; the others import or drive vLLM (a rig, a suite
 run, vLLM's objects). ``NO_VLLM`` names the first kind, by folder or module; every other test is marked
 ``needs_vllm`` (``make check`` runs ``-m 'not needs_vllm'``, ``make test`` ``-m needs_vllm``); of those, the
-ones in ``ONE_RELEASE_FOLDERS`` are also marked ``one_release`` and run on the default release only (``make
+ones ``ONE_RELEASE_TESTS`` names are also marked ``one_release`` and run on the default release only (``make
 test-vllm034`` runs ``-m 'needs_vllm and not one_release'``). The once-only set runs with vLLM made
 unimportable (tests/no_vllm/sitecustomize.py), so a test listed here that reaches vLLM fails there, and a skip
 for want of vLLM counts as that failure.
@@ -33,12 +33,12 @@ NO_VLLM = (
     "expectations/test_expectations_load.py",
     "expectations/test_expectations_untested.py",
     "expectations/test_expectations_vllm.py",
-    "findings/test_claims.py",
-    "findings/test_missing_module.py",
-    "harness/test_affinity.py",
-    "harness/test_check_failure.py",
-    "harness/test_closing.py",
-    "harness/test_released.py",
+    "checks/test_claims.py",
+    "connectors/test_missing_module.py",
+    "engine/test_affinity.py",
+    "engine/test_check_failure.py",
+    "engine/test_closing.py",
+    "reliability/test_gc_per_test.py",
     "install/",
     "lint/test_lint_accelerator.py",
     "lint/test_lint_expectations.py",
@@ -64,9 +64,9 @@ NO_VLLM = (
     "reports/test_report_layout.py",
     "reports/test_report_readers.py",
     "reports/test_report_sections.py",
-    "selection/test_no_profile.py",
-    "services/test_services.py",
-    "workers/test_xdist_scheduling.py",
+    "connectors/test_no_profile.py",
+    "connectors/test_services.py",
+    "plugin/test_scheduling.py",
     "workload/test_seeded_workloads.py",
     "workload/test_workload_peer_promise.py",
     "workload/test_workload_spec.py",
@@ -82,12 +82,15 @@ def needs_vllm(path: Path) -> bool:
     return not any(relative.startswith(entry) if entry.endswith("/") else relative == entry for entry in NO_VLLM)
 
 
-# Folders under tests/ whose tests need vLLM but check kvconform's own machinery around it (crash isolation and
+# Tests under tests/ (a folder, ending in "/", or a module) that need vLLM but check kvconform's own machinery
+# around it (crash isolation and
 # timeouts, the gate's overlay and verdict, generated pipelines run for real, third-party services, xdist
 # scheduling): what they say does not change with the release, so they run on the default release only (make
 # test). Every other test that needs vLLM (the harness against vLLM's internals, the self-tests' broken connectors,
 # the lint over vLLM's source, expectations' vLLM ranges, workloads) runs on the newest release too.
-ONE_RELEASE_FOLDERS = ("gate/", "reliability/", "pipelines/", "services/", "workers/")
+ONE_RELEASE_TESTS = ("gate/", "reliability/", "pipelines/", "smoke/", "connectors/test_services.py",
+                     "connectors/test_nixl_device_buffer.py", "engine/test_accelerator_worker.py",
+                     "engine/test_backend_reaches_vllm.py", "plugin/test_scheduling.py", "session/test_devices.py")
 
 
 def one_release(path: Path) -> bool:
@@ -95,7 +98,7 @@ def one_release(path: Path) -> bool:
         relative = path.relative_to(TESTS).as_posix()
     except ValueError:
         return False
-    return relative.startswith(ONE_RELEASE_FOLDERS)
+    return relative.startswith(ONE_RELEASE_TESTS)
 
 
 def needs_vllm_throughout(folder: Path) -> bool:
@@ -171,7 +174,7 @@ def pytester(pytester, monkeypatch):
     """pytester's in-process runs drop from ``sys.modules`` every module the run imported, and vLLM's compiled
     modules and custom ops cannot load twice in a process ("Duplicate op name", "bad call flags"). A conformance
     run's session check (conformance/plugin/preflight.py) imports vLLM's config and internals, so the runs these
-    tests make in process leave it out; tests/vllm_fit runs it for real, in subprocesses."""
+    tests make in process leave it out; tests/plugin runs it for real, in subprocesses."""
     addopts = os.environ.get("PYTEST_ADDOPTS", "")
     monkeypatch.setenv("PYTEST_ADDOPTS", f"{addopts} -p no:kvconform.conformance.plugin.preflight".strip())
     return pytester

@@ -2,11 +2,11 @@
 
 WHY: the self-tests run the suite in a subprocess under a time limit, so that a hang
 fails the test instead of hanging the project's tests. What such a run costs is CPU,
-mostly each process importing vLLM (about 12 s of CPU with 0.33.0's CUDA torch,
-against 5 s with 0.32.0's), and at a load average L on N cores a process gets about
-N/L of a core. Fixed limits set on a quiet machine failed healthy runs at load 45-55
-on 2 cores (a 300 s deadline, a 5 s per-test timeout, a 600 s timeout). A hang never
-finishes however long it is given, so stretching the limit keeps what it catches.
+mostly each process importing vLLM (more than twice as much with 0.33's CUDA torch as
+with 0.32's: benchmarks/README.md), and at a load average L on N cores a process gets
+about N/L of a core, so a fixed limit set on a quiet machine fails healthy runs on a
+busy one. A hang never finishes however long it is given, so stretching the limit keeps
+what it catches.
 """
 
 from __future__ import annotations

@@ -1,41 +1,13 @@
 """``kvconform bench``: connector save/load throughput beside the platform's own baseline.
 
-For each connector that round-trips here (its profile runs the ``roundtrip``
-check and its needs are met; otherwise it is listed as skipped, with the reason)
-and each request size, the bench times the connector's worker-side save and load
-(``conformance.harness.bench_harness``), then a baseline moving the same blocks of the
-same caches: plain files in the same storage folder for storage connectors, a
-device/host copy for the rest. It runs as the suite does: in a tensor-parallel
-group of one (some connectors ask vLLM for their rank), at the block size vLLM
-prefers for the backend, and with the suite's expectations
-(``conformance/expectations``): a connector whose round-trip is a known failure
-here is listed with that finding, not as an error (``conformance.bench_expected``).
-vLLM logs only errors unless VLLM_LOGGING_LEVEL says otherwise, so the output is
-the table and the findings. It prints a table and, with ``--json``, writes:
-
-  kvconform_bench       format version (1)
-  platform, device, device_name, attn_backend, kv_dtype
-  block_size            tokens per block: --block-size, else the backend's preferred size
-  kv_shape              {name, layers, kv_heads, head_size, bytes_per_token}
-  sizes, repeat         KV tokens per request; timed repeats per size (medians are reported)
-  torch_threads         torch's intra-op threads during the run (--threads)
-  versions              {vllm, torch, python}
-  load_average          {before, after}: os.getloadavg() around the run (timings on a busy host are noisy)
-  min_ratio             --min-ratio, or null
-  results[]             one per connector, size and op:
-    connector, baseline ("storage" | "device-copy"), op ("save" | "load"),
-    size_tokens, bytes    KV bytes moved per request (all layers, whole blocks)
-    seconds, samples_s    median and every sample of the connector's timed worker steps, per request
-    gbps                  bytes / seconds / 1e9
-    baseline_seconds, baseline_samples_s, baseline_gbps
-    ratio                 gbps / baseline_gbps
-  skipped[]             {connector, reason}
-  known_failures[]      {connector, error, class, reason, link, where}: failed as an expectation entry says
-  errors[]              {connector, error}: connectors that could not be measured, for no known reason
-  below_min_ratio[]     {connector, op, size_tokens, ratio}
-
-Exit status: 0; 1 when a connector could not be measured (other than as a known
-failure says) or a ratio is below ``--min-ratio``; 2 on bad input.
+For each connector that round-trips here and each request size, it times the connector's worker-side
+save and load (``conformance.bench.timing``), then a baseline moving the same blocks: plain files in the
+same storage folder for storage connectors, a device/host copy for the rest. It runs as the suite does
+(a tensor-parallel group of one, vLLM's preferred block size, the suite's expectations: a known
+round-trip failure is listed with its finding, not as an error, through ``conformance.bench.expected``).
+It prints a table and, with ``--json``, the file benchmarks/README.md describes. Exit status: 0; 1 when
+a connector could not be measured (other than as a known failure says) or a ratio is below
+``--min-ratio``; 2 on bad input.
 """
 
 from __future__ import annotations

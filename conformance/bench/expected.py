@@ -18,7 +18,7 @@ from kvconform.errors import UserError
 from kvconform.reports import identity as ident
 
 if TYPE_CHECKING:
-    from ..plugin.expectations import Expectation
+    from ..session.expectation_matching import Expectation
 
 BENCHED_TEST = "conformance/test_roundtrip.py::test_roundtrip[{param_id}]"
 CHECK = "roundtrip"
@@ -33,12 +33,8 @@ class KnownResults:
 
     @classmethod
     def load(cls, platform: str, backend: str, dtype: str) -> KnownResults:
-        from ..plugin.expectations import (
-            EXPECTATIONS_DIR,
-            ExpectationError,
-            holding_here,
-            load_expectations,
-        )
+        from ..session.expectation_loading import EXPECTATIONS_DIR, ExpectationError, load_expectations
+        from ..session.expectation_matching import holding_here
 
         try:
             loaded = load_expectations([EXPECTATIONS_DIR])
@@ -48,7 +44,7 @@ class KnownResults:
 
     def entry_for(self, connector: str) -> Expectation | None:
         """The expectation that decides the round-trip test the bench stands for, or None."""
-        from ..plugin.expectations import decide
+        from ..session.expectation_matching import decide
 
         param_id = f"{self.platform}-{self.backend}-{connector}-{self.dtype}"
         identity = ident.Identity(check=CHECK, platform=self.platform, backend=self.backend, connector=connector,

@@ -1,18 +1,11 @@
-"""The harness of `kvconform bench`: timing a connector's save and load, and the platform's floor for the same bytes.
+"""The harness of ``kvconform bench``: timing a connector's save and load, and the platform's floor for the same bytes.
 
-The bench drives the connector exactly as the round-trip does (vLLM's real
-Scheduler, a ``ModelRunnerStandIn`` calling the worker API in the runner's order), on
-a rig sized for long requests, and times only the worker steps in which the
-connector moves a request's KV: the prefill step where ``save_kv_layer`` and
-``wait_for_save`` run (through the step that reports an asynchronous save
-finished), and the step where ``start_load_kv`` runs (through the step that
-reports an asynchronous load finished). Every load is checked byte for byte
-against what the producer held, so a connector that silently loads nothing
-cannot look fast.
-
-The baselines move the same blocks of the same caches with nothing but torch
-and the file system, so "connector GB/s / baseline GB/s" says how much of the
-platform's bandwidth the connector uses.
+The bench drives the connector as the round-trip does (vLLM's real Scheduler, a ``ModelRunnerStandIn``)
+on a rig sized for long requests, and times only the worker steps that move a request's KV: from the
+prefill step's ``save_kv_layer``/``wait_for_save`` to the step that reports the save finished, and from
+``start_load_kv`` to the step that reports the load finished. Every load is checked byte for byte, so a
+connector that loads nothing cannot look fast. The baselines move the same blocks with only torch and the
+file system, so "connector GB/s / baseline GB/s" is the share of the platform's bandwidth it uses.
 """
 
 from __future__ import annotations

@@ -1,26 +1,14 @@
 """The fill check: a connector that synthesises KV fills exactly what a request needs.
 
-The contract, as vLLM's DecodeBenchConnector documents it (and vLLM PR #45080 fixed it):
-
-- it claims every prompt token but the last (the engine computes that one), beyond
-  any local prefix hit, and fills the blocks holding those tokens, group by group;
-  the null block and blocks outside a sliding window are not the request's;
-- a block-indexed tensor changes in those blocks only; nothing else in the shared
-  cache buffer changes, whatever shape the entry was registered in;
-- a list/tuple of tensors that own their storage is state with no block dimension:
-  each tensor is filled whole;
-- values: ``fill_mean`` from the profile's extra config, ``fill_std`` set by the
-  check (0: constant, RANDOM_STD: random). Constant fills are exactly ``fill_mean``
-  in the cache dtype (fp8 caches stored as uint8 hold fp8 encodings); random fills
-  have that mean and std (see ``check_statistics``); tensors without a floating
-  dtype (raw byte pages) only have to be written;
-- circular-buffer groups are zeroed, the whole ring (DecodeBench: "circular-buffer
-  caches are still zeroed per request": they may pack non-float metadata);
-- an entry of a type it does not know is skipped with a warning naming the layer.
-
-Each phase of a scenario writes fresh random bytes into every cache storage (as
-if the model had run, so a refill of cached blocks shows), snapshots them, runs
-its requests through vLLM's Scheduler to the end, and compares.
+The contract is vLLM's DecodeBenchConnector's (as vLLM PR #45080 fixed it): it claims every prompt
+token but the last beyond any local prefix hit and fills those tokens' blocks, group by group (not the
+null block, not blocks outside a sliding window); nothing else in the shared buffer changes; tensors
+that own their storage (state with no block dimension) are filled whole; values follow ``fill_mean``
+and the check's ``fill_std`` (constant fills exact in the cache dtype, random ones judged by
+``check_statistics``, raw byte pages only written); circular-buffer groups are zeroed whole; an entry
+of an unknown type is skipped with a warning. Each phase writes fresh random bytes into every cache
+(so a refill of cached blocks shows), snapshots them, runs its requests through vLLM's Scheduler and
+compares. docs/checks.md lists the caches and axes.
 """
 
 from __future__ import annotations

@@ -1,22 +1,13 @@
 """The P/D pair round-trip on a hybrid cache whose groups have different block sizes.
 
-The pair is ``pair.py``'s (a live producer serves its pages, a fresh consumer pulls
-them through vLLM's real Schedulers and the worker call order); only the caches
-differ: each side builds the hybrid cache of ``hybrid.py`` (vLLM's own specs,
-grouping and allocation, the engine core's block sizes from ``block_sizes.py``), so
-the connector must move every group's blocks with that group's block size.
-
-What must hold, per request, layer and token the consumer claimed: where the
-consumer's block table gives the token a block (a sliding window's blocks below
-its window are vLLM's null block, never loaded), that slot holds the bytes the
-producer's slot for the same token holds, and every group has such tokens. The
-consumer's cache starts zeroed and only pages of blocks its requests were
-allocated (in any group: groups share physical pages) may change, whole pages
-allowed (NIXL reads pages). Reads land some polls after they are posted
-(``pair_faults.SLOW_TRANSPORT``), and the claimed slots must already hold the
-producer's bytes at the step the consumer reports the request received, when vLLM
-schedules its compute (``pair.py``'s completion witness, per group). A failed
-receive, a load error or a finish by lease expiry fails as in ``pair.py``.
+The pair is ``pair.py``'s; only the caches differ: each side builds ``hybrid_cache.py``'s cache (vLLM's
+own specs, grouping and allocation, the engine core's block sizes from ``block_sizes.py``), so the
+connector must move every group's blocks with that group's block size. Per request, layer and claimed
+token, a slot the consumer's block table gives a block (a sliding window's blocks below its window are
+vLLM's null block) holds the producer's bytes, every group has such tokens, and only pages of the
+consumer's requests change (whole pages: NIXL reads pages). As in ``pair.py`` the bytes must be there
+when the consumer reports the request received, over a slow transport
+(``pair_faults.SLOW_TRANSPORT``), and a failed receive, load error or lease expiry fails.
 """
 
 from __future__ import annotations

@@ -1,22 +1,14 @@
 """Load failures: the stored KV disappears or is damaged after the scheduler counted on it.
 
-vLLM's scheduler has already promised the request those tokens (the connector's
-``get_num_new_matched_tokens``) when the worker's ``start_load_kv`` finds the data
-gone. The connector then has honest answers only: raise (the engine stops), or
-report what it could not fill, as blocks through ``get_block_ids_with_load_errors()``
-or as whole requests through ``get_transfer_results().failed_recving``. vLLM's
-scheduler truncates each request's computed tokens at its first reported block
-(a failed request: at zero) and, per ``KVTransferConfig.kv_load_failure_policy``,
-fails the request (``fail``, the default; later blocks are evicted from the prefix
-cache) or recomputes from there (``recompute``). Either way every block *before*
-the first reported one stays in use as loaded, so each of those slots must hold
-exactly what the producer saved. A connector that swallows the failure leaves vLLM
-computing on garbage: that is the bug this check exists for. Where vLLM
-reschedules the request (``recompute``) the check compares its own model of that
-truncation with where vLLM's scheduler really resumed.
-
-Sabotages are data: what happens to every file in the per-test storage folder
-between the consumer's scheduling step and its worker step.
+By ``start_load_kv`` vLLM's scheduler has already promised the request those tokens, so the connector
+has two honest answers: raise, or report what it could not fill (blocks through
+``get_block_ids_with_load_errors()``, requests through ``get_transfer_results().failed_recving``). vLLM
+then truncates the request at its first reported block and, per
+``KVTransferConfig.kv_load_failure_policy``, fails it or recomputes from there; every block before that
+stays in use as loaded and must hold the producer's bytes. A connector that swallows the failure leaves
+vLLM computing on garbage: the bug this check exists for. Under ``recompute`` the check also compares its
+model of the truncation with where vLLM resumed. Sabotages are data: what happens to each file of the
+test's storage folder between the consumer's scheduling step and its worker step.
 """
 
 from __future__ import annotations

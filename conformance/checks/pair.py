@@ -1,34 +1,16 @@
 """The round-trip for connectors that only work as a pair: a live producer serves, a consumer pulls.
 
-NixlConnector-style P/D transfer differs from a store-then-load connector in
-three ways, and this module plays each the way vLLM's engine does:
-
-- the producer must stay alive while the consumer loads (the consumer reads
-  the producer's pages), so both sides are stepped in turns until each drains;
-- the producer's scheduler side hands the consumer its ``kv_transfer_params``
-  (engine id, side-channel host and port, block ids) when a request finishes;
-  the consumer's request carries them in ``SamplingParams.extra_args``, as a
-  P/D proxy passes them on;
-- the producer's scheduler side serves a handshake that the engine core
-  publishes from the worker side (``set_xfer_handshake_metadata_pp_aware``),
-  on a port that cannot be taken from under it (``side_channel.py``).
-
-A pair passes only when it completes the way vLLM relies on: the consumer's
-bytes are right at the step it first reports ``finished_recving`` (the next
-step computes on them), not only after draining; and each side releases a
-request because the other side said so, not because a lease ran out. The
-producer's lease (``kv_lease_duration`` in its profile) is set well above the
-drain bound, and expiry is also recognised from the connector's own stats, so
-a finish that is really a timeout fails whatever the lease.
-
-The byte checks after draining are the store-then-load round-trip's own (``verify_roundtrip``).
-
-Pairs deployed behind a router see more than one shape of request (``ROUTINGS``): the consumer's
-request ids are the router's own (the producer's travels in ``kv_transfer_params`` as
-``remote_request_id``); the consumer may already hold part or all of the prompt in its own prefix
-cache, so it pulls only the rest; the producer's prefill may end on a stop token
-(``FINISHED_STOPPED``) rather than by length. In each the producer is released by the consumer's
-notification and the bytes must be right.
+A NixlConnector-style pair differs from a store-then-load connector in three ways, each played as vLLM's
+engine plays it: the producer stays alive while the consumer reads its pages (both sides stepped in turns
+until each drains); the producer's ``kv_transfer_params`` reach the consumer's request in
+``SamplingParams.extra_args``, as a P/D proxy passes them; the handshake is published from the worker
+side on a port no one can take (``side_channel.py``). A pair passes only when it completes the way vLLM
+relies on: the consumer's bytes are right at the step it first reports ``finished_recving`` (the next
+step computes on them), and each side releases a request on the other's word, not a lease's expiry
+(the profile's lease sits above the drain bound, and expiries are read from the connector's own stats).
+After draining, the bytes are checked as the store-then-load round-trip checks them
+(``verify_roundtrip``). ``ROUTINGS`` are the request shapes a router produces (its own request ids, a
+prompt partly cached on the consumer, a prefill ended by a stop token).
 """
 
 from __future__ import annotations

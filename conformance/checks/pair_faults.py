@@ -1,19 +1,11 @@
 """Faults for live pairs: the consumer's read fails after the handshake, or completes late.
 
-A P/D consumer reads the producer's pages over its transport. vLLM's NIXL worker
-posts each READ (``transfer``) and polls it (``check_xfer_state``: "PROC",
-"DONE" or "ERR"); an "ERR", or an exception from posting, is a failed transfer:
-the request goes to ``failed_recving`` and its blocks to
-``get_block_ids_with_load_errors()``. vLLM's scheduler then fails the request or
-recomputes it (``kv_load_failure_policy``), exactly as for a store connector's
-failed load, so the judgement is the ``load_failure`` check's own
-(``conformance/checks/load_failure.py``): the connector raises, or reports the
-failure, and every slot vLLM keeps as loaded holds the producer's bytes.
-
-Faults are data, applied to the transport object the connector's worker drives,
-after the handshake (the handshake uses the side channel, not the transport).
-The transport is found through ``TRANSPORT_PATHS``; a future pair connector adds
-its row there and gets the same checks from its profile.
+vLLM's NIXL worker posts each READ and polls it; an error state, or an exception from posting, is a
+failed transfer that vLLM's scheduler handles as a store connector's failed load, so the judgement is
+``conformance/checks/load_failure.py``'s: the connector raises or reports, and every slot vLLM keeps as
+loaded holds the producer's bytes. Faults are data, applied after the handshake to the transport object
+the connector's worker drives, found through ``TRANSPORT_PATHS``: a new pair connector adds its row
+there and gets the same checks from its profile.
 """
 
 from __future__ import annotations

@@ -1,34 +1,15 @@
 """The scheduler half of a connector whose worker half cannot run here, driven through vLLM's real Scheduler.
 
-OffloadingConnector's worker half refuses CPU, so on CPU every other check skips it before its scheduler
-half does anything that matters. Here the scheduler half runs inside vLLM's ``Scheduler``
-(``SchedulerDriver``) over a small block pool, under a workload with preemption, requests finishing
-and aborted while their stores are in flight, blocks handed on to new requests, and a prompt that comes
-back after vLLM's prefix cache lost it (a load); the worker half is played by ``OffloadingWorkerFeeder``
-(engine/offloading_worker_feeder.py), which finishes every transfer the metadata asks for on a chosen ``Timing``
-and reports it as vLLM's runner does. Per step the check holds the scheduler half to vLLM's contract
-with its worker half (how OffloadingConnectorScheduler and vLLM's Scheduler define it):
-
-* a job id is asked for once (a second ask would have the worker run it twice and report it twice, and
-  ``update_connector_output`` count it twice);
-* a store reads only blocks of its request, a load writes only blocks vLLM allocated to its request, each
-  at the position its spec says (``GPULoadStoreSpec.block_indices``);
-* a block a store has not read yet is not written with other content, by the forward or a load, before the
-  store reads it. vLLM frees a finished or preempted request's blocks at once (OffloadingConnector's
-  ``request_finished`` returns False), so the scheduler half must flush a store whose blocks are handed out
-  (``jobs_to_flush``: the worker submits and waits for those in ``handle_preemptions``, before the forward):
-  a preempted request's stores in the step that preempts it (``build_connector_meta``: "Flush jobs for
-  preempted requests"), a finished request's in the step that reallocates its blocks;
-* after the last request, once every transfer asked for was reported finished, the scheduler half has no
-  pending work (``has_pending_push_work``, which keeps vLLM's engine stepping) and every block is back in
-  vLLM's pool: a job it waits for but never asked of the worker would keep the engine alive forever.
-
-Which half ran is said in the result: the property ``kvconform.half``.
-
-The rules are functions here, not in workload/invariants.py: those judge bytes a worker half moved, and
-no bytes move here; none of them fits (``no_reuse_before_release`` guards frees a connector delays with
-``request_finished``, which OffloadingConnector never does), and checks/ may not import workload/
-(tests/install/test_import_graph.py).
+OffloadingConnector's worker half refuses CPU, so every other check skips it there. This one runs its
+scheduler half in vLLM's ``Scheduler`` (``SchedulerDriver``) over a small block pool, under preemption,
+aborts and finishes with stores in flight, block reuse and a reload, with ``OffloadingWorkerFeeder``
+(engine/offloading_worker_feeder.py) playing the worker half on a chosen ``Timing``. Per step it holds the
+scheduler half to vLLM's contract with its worker half: each job asked for once; stores read and loads
+write only their request's blocks, at ``GPULoadStoreSpec.block_indices``; no block a store has not read
+is overwritten first (vLLM frees blocks at once, so such stores must be flushed: ``jobs_to_flush``); at
+the end nothing pending and every block back in the pool. The result names the half that ran
+(``kvconform.half``). docs/checks.md says more. The rules live here, not in workload/invariants.py:
+those judge bytes a worker moved, none moves here, and checks/ may not import workload/.
 """
 
 from __future__ import annotations

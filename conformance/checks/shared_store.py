@@ -1,23 +1,10 @@
 """Stores shared between configurations: an engine never claims or loads KV another configuration saved.
 
-Shared stores (LMCache's and Mooncake's servers, 3FS, a file system) serve many
-engines, often of different models or settings. KV saved by one configuration is
-garbage to another (another model's activations, another dtype's bits, another
-stack of layers), so a store's keys must carry what gives KV its meaning. Two
-engines of different configurations share one store here, as they would behind a
-shared server: the test's storage folder, the connector's servers, and the process
-(for stores kept in memory). In order:
-
-1. configuration A's producer stores the prompts;
-2. configuration B's consumer asks for the same prompts: it must claim nothing,
-   and its cache must stay untouched;
-3. B's producer stores the prompts, and a fresh B consumer hits them byte for byte
-   (its own hits still work);
-4. a fresh A consumer still loads A's bytes (B's saves did not replace them).
-
-Configurations whose KV means the same per token (block size, layout) are not
-varied here: a store may serve those across engines, and the round-trips across
-block sizes and layouts check the bytes.
+Shared stores (LMCache's and Mooncake's servers, 3FS, a file system) serve engines of different models
+and settings, and KV saved by one configuration is garbage to another, so a store's keys must carry what
+gives KV its meaning. Two configurations share one store (storage folder, servers, process): A stores;
+B must claim nothing and change nothing; B stores and hits its own; A still loads A's bytes. Block size
+and layout are not varied: KV means the same per token across them, and a store may serve it so.
 """
 
 from __future__ import annotations

@@ -1,20 +1,14 @@
 """Whether a connector that no profile names can be built here at all, asked once per test process.
 
-A connector without a profile (a third-party one, or one a new vLLM release registers before
-``connectors.yaml`` has a row for it) meets the suite with nothing said about what it needs. When
-building it raises (a library built without a feature it needs, a platform it was written for),
-every check that builds it fails with that one error: fifty red cells that say one thing. So before
-its first check runs, both halves of it are built for each kv_role through vLLM's own
-``KVConnectorFactory`` from a real config, and the outcome is kept per connector and platform for the
-process. The contract check's scheduler test reports a failure as the connector's failure, with its
-message; every other check that would build it reads ``not run: the connector could not be constructed
-here (...)`` (a skip the reports show as not run, apart from ordinary skips): one red row.
-
-The attempt's inputs are its own (a fresh storage folder, the tiny model, the platform's first backend
-vLLM can load, the block size vLLM prefers for it), whichever test asks first, so its outcome does not
-depend on which tests ran before. A connector with a profile is never gated here: its profile says what
-it needs (packages, platforms, the refusal it words), and each of its checks builds it and judges what
-it raises. Static checks (lint) read source and are never gated.
+Nothing says what such a connector (a third party's, or one a new vLLM registers before
+``connectors.yaml`` has its row) needs, and when building it raises, every check that builds it fails
+with that one error: fifty red cells that say one thing. So before its first check both halves are built
+for each kv_role through vLLM's ``KVConnectorFactory``, and the outcome is kept per connector and
+platform: the contract check's scheduler test reports a failure as the connector's, and every other
+check that builds it reads ``not run: the connector could not be constructed here (...)``. The attempt's
+inputs are its own (fresh storage, the tiny model, the first backend vLLM loads, its preferred block
+size), so its outcome does not depend on which test asked first. A connector with a profile is never
+gated here (its profile says what it needs), nor is the lint. docs/connectors.md shows the output.
 """
 
 from __future__ import annotations

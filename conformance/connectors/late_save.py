@@ -1,26 +1,15 @@
 """A child for wrappers that does real work: vLLM's ExampleConnector, its saves finishing steps late.
 
-A wrapper such as MultiConnector is only as well tested as its children are busy.
-ExampleConnector saves within the step, so under it a wrapper never holds a request
-whose children save asynchronously side by side and finish at different steps, which
-is where a wrapper must report a request finished only after its last child
-(``extra_async_saves``) and forward each child's preemptions. This connector is
-ExampleConnector with two changes. It stores from the blocks vLLM's scheduler hands it in
-``update_state_after_alloc`` (as stores that track allocations do), so a wrapper must hand
-every child the request's real blocks, not only the child it loads from. And each save is
-read from the KV cache and written ``save_delay_steps`` worker steps after the step whose
-layers handed it over (after that later step's forward), as an asynchronous saver copies
-off the GPU, so:
-
-* ``request_finished`` keeps the request's blocks (True) while it has saves in flight,
-  and the worker reports it in ``finished_sending`` once they are written;
-* ``handle_preemptions`` writes a preempted request's pending saves at once, before
-  vLLM hands its blocks to another request (vLLM frees a preempted request's blocks
-  without asking the connector);
-* a block freed early by a wrapper is read after vLLM reused it: the store then holds
-  another request's KV, and a later load of it fails the byte checks.
-
-Its profile row lives under MultiConnector's ``late-saves`` variant (``connectors.yaml``).
+A wrapper such as MultiConnector is only as well tested as its children are busy: under ExampleConnector,
+which saves within the step, it never holds a request whose children save asynchronously and finish at
+different steps, where it must report the request finished after its last child (``extra_async_saves``)
+and forward each child's preemptions. This is ExampleConnector with two changes: it stores from the
+blocks vLLM's scheduler hands it in ``update_state_after_alloc``, so a wrapper must give every child the
+request's real blocks; and each save is read from the cache ``save_delay_steps`` worker steps late, as an
+asynchronous saver copies off the GPU. So ``request_finished`` keeps the blocks while saves are in flight
+(reported later in ``finished_sending``), ``handle_preemptions`` writes a preempted request's saves at
+once (vLLM frees its blocks without asking), and a block a wrapper freed early is read after vLLM reused
+it, which the byte checks catch. Its profile is MultiConnector's ``late-saves`` variant (``connectors.yaml``).
 """
 
 from __future__ import annotations

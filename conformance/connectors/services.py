@@ -1,28 +1,15 @@
 """Servers a connector needs (LMCache's server, Mooncake's master), run as session fixtures.
 
-LMCache and Mooncake do not keep KV in the process that asks for it: a server
-holds it. A connector profile declares those servers under ``services:``; this
-module starts each one the first time a test of that connector builds a rig,
-keeps it for the rest of the session (one per xdist worker), and stops it at
-the end. Why each piece is the way it is:
-
-* Loopback ports come from the kernel (bind to port 0), so parallel workers never
-  collide; the small window between closing that socket and the server binding
-  it is closed by retrying on a fresh port when the server dies before it is ready.
-* No test may see another's data: ``per_test: reset`` calls the server's own
-  "clear everything" endpoint before each test (LMCache's ``POST /cache/clear``),
-  ``per_test: restart`` gives each test a fresh instance (Mooncake's master has no
-  such call); a reset that fails falls back to a restart, never to shared data.
-* A server that cannot start is a skip quoting why (its exit status and the end of
-  its log), decided once: every later test of that connector skips with the same words.
-* A failed test carries the end of each server's log in its report, since a
-  connector's error often only says "timed out" while the server says why.
-* A connector that hangs on its server is bounded by the service's ``timeout_s``
-  when it is shorter than the per-test one: at ``timeout_s`` a SIGALRM raises
-  ``ServiceTimeout`` in the test's main thread, naming where it waited, so the test
-  fails in-process with the server's log attached (and a known hang can be pinned as
-  an expectation); a wait in native code never returns to Python for that signal, so
-  pytest-timeout's thread method ends the worker ``NATIVE_GRACE_S`` later as a backstop.
+LMCache and Mooncake keep KV in a server, not in the process that asks for it. A profile declares its
+servers under ``services:``; each starts the first time a test of that connector builds a rig, on a
+loopback port the kernel picks (retried on a fresh one if the server dies before it is ready), lives for
+the session (one per xdist worker) and stops at the end. No test sees another's data: ``per_test: reset``
+calls the server's clear endpoint, ``per_test: restart`` starts a fresh instance, and a failed reset
+restarts. A server that cannot start is one skip, decided once, quoting why; a failed test carries the
+end of each server's log (a connector's error often says only "timed out"). A connector that hangs on
+its server fails at the service's ``timeout_s`` through a SIGALRM that raises ``ServiceTimeout`` in the
+test's thread, with pytest-timeout ``NATIVE_GRACE_S`` later as the backstop for a wait in native code.
+docs/connectors.md says more.
 """
 
 from __future__ import annotations

@@ -1,23 +1,13 @@
 """Block sizes per KV cache group, resolved as vLLM's engine core resolves them after planning.
 
-When a model's layers have different page sizes (a sliding window beside wider
-full-attention heads, as Gemma-style models have), vLLM's planner
-(``unify_kv_cache_spec_page_size``) scales up the block size of the layers with the
-smaller page, so the KV cache groups hold different numbers of tokens per block.
-The engine core then (``EngineCore._initialize_kv_caches`` and ``__init__``):
-
-- sets ``cache_config.block_size`` to the smallest prefix-cacheable group's;
-- runs the scheduler at the LCM of the groups' block sizes and hashes requests at
-  their GCD (``resolve_kv_cache_block_sizes``);
-- records that hash block size and the cache-hit alignment in every KVCacheConfig
-  (``resolve_cache_hit_alignment_tokens``), before any connector is built. vLLM 0.31's
-  KVCacheConfig has neither field and its engine core records neither (its scheduler
-  derives the alignment itself), so on a vLLM without them the stand-in records nothing either.
-
-A stand-in that skipped this would run vLLM's Scheduler at one group's block size and
-hash prompts at another's, so a connector's per-group block arithmetic would be
-judged against a scheduler vLLM never runs. With one block size for every group all
-of it is a no-op (LCM = GCD = that size).
+When a model's layers have different page sizes, vLLM's planner (``unify_kv_cache_spec_page_size``)
+scales up the block size of the smaller pages, so groups hold different numbers of tokens per block.
+The engine core then sets ``cache_config.block_size`` to the smallest prefix-cacheable group's, runs
+the scheduler at the groups' LCM and hashes at their GCD (``resolve_kv_cache_block_sizes``), and records
+the hash block size and cache-hit alignment in every KVCacheConfig before any connector is built (vLLM
+0.31 has neither field, so there the stand-in records nothing either). A stand-in that skipped this would
+judge a connector's per-group block arithmetic against a scheduler vLLM never runs. With one block size
+for every group it is all a no-op.
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
 """A P/D engine's scheduler shutdown, run to its end while the next test runs.
 
-Why: NixlConnector's scheduler ``shutdown()`` sets a stop event and joins its
-handshake listener, which notices the stop only when its 1 s receive timeout
-(``RCVTIMEO``) runs out after the last handshake: most of a pair test's time would
-be spent waiting on an idle thread. vLLM's call is
-unchanged and in vLLM's order (the worker side first, then the scheduler's, as
-``EngineCore.shutdown`` does); only the harness thread stops waiting for it. A
-producer and a consumer are two servers whose engines stop independently, so this
-applies to engines in a P/D role only.
-
-Nothing about the shutdown goes unjudged: ``reliability/held_reports.py`` holds the
-test's reports until its background closes have ended, then the thread and zmq
-checks judge what the test left behind (the listener included), and an exception
-the shutdown raised fails the test's teardown. Where no test claimed the closes
-(the bench, a script, a run with ``--pdb``), ``close`` runs the shutdown inline,
-as before.
+NixlConnector's scheduler ``shutdown()`` joins its handshake listener, which notices the stop only when
+its 1 s receive timeout runs out: waiting for it would be most of a pair test's time. vLLM's calls are
+unchanged and in ``EngineCore.shutdown``'s order; only the harness thread stops waiting, and only for
+engines in a P/D role (a producer and a consumer are two servers that stop independently). Nothing goes
+unjudged: ``reliability/held_reports.py`` holds the test's reports until its closes end, then the thread
+and zmq checks judge what it left, and an exception the shutdown raised fails its teardown. Where no test
+claims the closes (the bench, a script, ``--pdb``), ``close`` runs the shutdown inline.
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
 """Hybrid KV caches (attention + Mamba / linear attention), built and registered as vLLM does.
 
-Every spec comes from vLLM's own classes and calculators (``FullAttentionSpec``,
-``SlidingWindowSpec``, ``CircularBufferSpec``, ``MambaSpec`` with shapes and dtypes
-from ``MambaStateShapeCalculator`` / ``MambaStateDtypeCalculator``); the groups from
-``get_kv_cache_groups`` (which pads Mamba pages to the attention page, as vLLM does
-for a hybrid model); the tensors from ``allocate_kv_cache``. All groups overlay one
-buffer: a block id belongs to one group at a time, so groups share physical pages.
-
-What a connector is handed for a state (Mamba) layer depends on who registers it,
-so the registration is an axis (``REGISTRATIONS``):
-
-- ``pages``: what vLLM 0.32's runner registers: the layer's block-indexed byte page.
-- ``views``: the layer's own ``kv_cache``: per-state views, block-indexed too
-  (unpacked by vLLM's ``MambaBase.bind_kv_cache``).
-- ``owned``: state tensors that own their storage and have no block dimension,
-  the shape vLLM PR #45080's contract describes (filled whole).
-
-State entries are tuples for the Mamba2 layers and lists for the KDA-like ones.
+Specs come from vLLM's own classes and calculators, groups from ``get_kv_cache_groups`` (which pads Mamba
+pages to the attention page), tensors from ``allocate_kv_cache``; all groups overlay one buffer, so a
+block id belongs to one group at a time. What a connector is handed for a state (Mamba) layer depends on
+who registers it, so registration is an axis (``REGISTRATIONS``): ``pages`` (vLLM 0.32's runner: the
+layer's block-indexed byte page), ``views`` (the layer's own per-state views, as
+``MambaBase.bind_kv_cache`` unpacks them) and ``owned`` (tensors with no block dimension, as vLLM PR
+#45080's contract describes). State entries are tuples for Mamba2 layers and lists for KDA-like ones.
 """
 
 from __future__ import annotations

@@ -1,39 +1,14 @@
 """A connector's scheduler half in vLLM's real Scheduler, its worker half played by a worker-results feeder.
 
-For connectors whose worker half refuses the platform (OffloadingConnector on CPU: its
-``CPUOffloadingSpec.get_worker`` raises "CPU Offloading is currently only supported on CUDA-alike and
-XPU GPUs"), so that the scheduler half's lifecycle still runs here.
-
-What is real: vLLM's ``Scheduler`` stepped as the engine core steps it (``SchedulerDriver``: ``schedule()``,
-the step, ``update_from_output()``), its KV cache manager and block pool (preemption, prefix caching, frees),
-and the connector's scheduler half, which vLLM's Scheduler builds itself through ``KVConnectorFactory``
-with the SCHEDULER role. Nothing of vLLM is mocked or patched.
-
-What plays the worker: ``OffloadingWorkerFeeder``, which does per step what OffloadingConnector's worker
-half does (vllm/distributed/kv_transfer/kv_connector/v1/offloading/worker.py, ``OffloadingConnectorWorker``,
-called in the model runner's order: gpu_model_runner.py calls ``handle_preemptions`` first, then
-kv_connector_model_runner_mixin.py's ``_get_kv_connector_output``: ``start_load_kv`` (after the forward when
-the step has no synchronous loads), ``wait_for_save``, ``get_finished``, ``build_connector_worker_meta``),
-except that it moves no bytes and finishes each transfer when its ``Timing`` says:
-
-* ``handle_preemptions``: the step's ``jobs_to_flush`` that are this step's store jobs are taken out of
-  ``store_jobs``; those and the stores deferred from the previous step are submitted; then the flushed
-  jobs are waited for (``OffloadingWorker.wait``), so they are done before the forward;
-* ``start_kv_transfers``: the stores deferred from the previous step (if still unsubmitted) and the
-  step's ``load_jobs`` are submitted;
-* (the forward: a callback, so a check can see what it writes)
-* ``prepare_store_kv`` (``wait_for_save``): the step's remaining ``store_jobs`` are deferred to the next
-  step's start ("so that offloading starts AFTER transfers related to token sampling");
-* ``get_finished`` + ``build_connector_worker_meta``: each transfer due by this step (its delay counted
-  from its submission; a flushed one is due at once) is reported once, as ``completed_jobs {job_id: 1}``
-  of an ``OffloadingWorkerMetadata`` in ``KVConnectorOutput.kv_connector_worker_meta``; a load's request id
-  also in ``finished_recving``; stores never in ``finished_sending`` (the worker returns ``set()`` there:
-  the scheduler half tracks stores by job id). One worker: vLLM counts a job done when ``world_size``
-  (here 1) workers reported it.
-
-The delays may finish transfers out of submission order: vLLM's CPU worker reports each direction in
-submission order, but ``OffloadingWorker.get_finished`` (v1/kv_offload/base.py) promises no order, and
-other offloading backends (tiering, file system) finish as their I/O does.
+For connectors whose worker half refuses the platform (OffloadingConnector on CPU:
+``CPUOffloadingSpec.get_worker`` raises), so the scheduler half's lifecycle still runs here. Real: vLLM's
+``Scheduler`` stepped as the engine core steps it (``SchedulerDriver``), its KV cache manager and block
+pool, and the scheduler half vLLM builds through ``KVConnectorFactory``; nothing of vLLM is mocked.
+Played: the worker half, by ``OffloadingWorkerFeeder``, which does per step what
+``OffloadingConnectorWorker`` does in the model runner's order but moves no bytes and finishes each
+transfer when its ``Timing`` says (its docstring gives the order). Delays may finish transfers out of
+submission order: ``OffloadingWorker.get_finished`` promises no order, and other offloading backends
+finish as their I/O does.
 """
 
 from __future__ import annotations
@@ -147,7 +122,27 @@ def offloading_jobs(metadata: object) -> tuple[dict[int, Any], dict[int, Any], s
 @dataclass
 class OffloadingWorkerFeeder:
     """OffloadingConnector's worker half as its scheduler half sees it: the step's jobs run, finished on a
-    ``Timing``, reported in a ``KVConnectorOutput`` as vLLM's runner reports them. Moves no bytes."""
+    ``Timing``, reported in a ``KVConnectorOutput`` as vLLM's runner reports them. Moves no bytes.
+
+    Per step, in the model runner's order (gpu_model_runner.py calls ``handle_preemptions``, then
+    kv_connector_model_runner_mixin.py's ``_get_kv_connector_output`` runs the rest), as
+    vllm/distributed/kv_transfer/kv_connector/v1/offloading/worker.py does:
+
+    * ``handle_preemptions``: the step's ``jobs_to_flush`` that are this step's store jobs are taken out of
+      ``store_jobs``; those and the stores deferred from the previous step are submitted; then the flushed
+      jobs are waited for (``OffloadingWorker.wait``), so they are done before the forward;
+    * ``start_kv_transfers``: the stores deferred from the previous step (if still unsubmitted) and the
+      step's ``load_jobs`` are submitted;
+    * (the forward: a callback, so a check can see what it writes)
+    * ``prepare_store_kv`` (``wait_for_save``): the step's remaining ``store_jobs`` are deferred to the next
+      step's start ("so that offloading starts AFTER transfers related to token sampling");
+    * ``get_finished`` + ``build_connector_worker_meta``: each transfer due by this step (its delay counted
+      from its submission; a flushed one is due at once) is reported once, as ``completed_jobs {job_id: 1}``
+      of an ``OffloadingWorkerMetadata`` in ``KVConnectorOutput.kv_connector_worker_meta``; a load's request
+      id also in ``finished_recving``; stores never in ``finished_sending`` (the worker returns ``set()``
+      there: the scheduler half tracks stores by job id). One worker: vLLM counts a job done when
+      ``world_size`` (here 1) workers reported it.
+    """
 
     timing: Timing
     # The model's forward, after the flushes and before the step's loads start and its stores are deferred: a

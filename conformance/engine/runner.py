@@ -8,7 +8,7 @@ layer ``wait_for_layer_load`` then ``save_kv_layer``, only while the connector
 ``get_finished`` (through ``get_transfer_results`` where vLLM has it);
 ``get_block_ids_with_load_errors``; clear metadata. All of it
 inside vLLM's own ``set_forward_context`` and under a ``DeviceGuard``. The order
-from binding to clearing is ``harness.step_order``'s, shared with the contract checks.
+from binding to clearing is ``engine.step_order``'s, shared with the contract checks.
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
 """What the harness relies on of the vLLM internals it drives, beyond their names: one table, ``SHAPES``.
 
 ``vllm_install/api.py`` says where each internal lives; a release can keep a name and still change what
-the harness relies on: vLLM 0.34 kept ``ModelRunnerOutput`` but dropped its ``req_id_to_index``
-field, and its ``MambaBase.bind_kv_cache`` began to read ``self.state_alignment`` from the layer
-the harness hands it. Each such reliance is an entry here:
-
-* ``Call``: an internal kvconform calls or constructs, with the positional and keyword arguments
-  it passes (checked with ``inspect.signature(...).bind``, so a dropped field, a renamed
-  parameter or a new required one all show);
-* ``StandIn``: a vLLM function kvconform hands one of its own stand-in objects, and that
-  stand-in: every ``self.<attribute>`` the function reads must be one the stand-in provides.
-
-``mismatches()`` checks them all once, up front (the plugin's session start), against the
-installed vLLM. A mismatch is the "kvconform cannot drive this vLLM" class: the header and the
-verdict name it once, with the kvconform line that relies on it, and the tests of the modules
-that need it are reported as not run for that reason, never as a connector's failure. Where a
-release only renamed or reshaped a thing, the harness follows it (an ``api.py`` entry, as
-``ModelRunnerOutput.req_id_to_index`` is) and the entry here lists what every release takes.
+the harness relies on (vLLM 0.34's ``ModelRunnerOutput`` lost ``req_id_to_index``). Each reliance is an
+entry: a ``Call`` (an internal kvconform calls, with the arguments it passes, checked with
+``inspect.signature(...).bind``) or a ``StandIn`` (a vLLM function handed a kvconform stand-in, which must
+provide every ``self.<attribute>`` the function reads). ``mismatches()`` checks them once at session start;
+a mismatch is "kvconform cannot drive this vLLM": named once in the header and verdict with the line that
+relies on it, and the tests that need it are not run for that reason, never failed as the connector's.
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """The producer's handshake side channel: a port no one else is handed, and a start that cannot hang.
 
-vLLM's NIXL scheduler side serves its handshake from a listener thread that binds
-a ZMQ ROUTER on ``VLLM_NIXL_SIDE_CHANNEL_PORT``; ``set_xfer_handshake_metadata``
-waits, with no timeout, on an event that thread sets once it is bound. When the
-bind fails ("Address already in use") the thread dies before setting it and the
-engine core waits forever. A port found by probing (bind to 0, close, hand the
-number on) can be taken by any process in between, so a pair test used to hang
-until the per-test timeout with a message that pointed nowhere.
-
-So the port is *reserved*: a socket bound with ``SO_REUSEADDR`` and never
-listening holds it, so the kernel hands it to no other ``bind(0)``, while ZMQ
-(which sets ``SO_REUSEADDR`` too) may still bind and listen on it. A process
-that binds that very number on purpose can still win the race: then the
-listener's error is caught, the waiting caller is woken, and the caller retries
-on a fresh port. Every wait has a bound and a message that says what it waited for.
+vLLM's NIXL listener thread binds a ZMQ ROUTER on ``VLLM_NIXL_SIDE_CHANNEL_PORT`` while
+``set_xfer_handshake_metadata`` waits, with no timeout, for it to be bound; if the bind fails the thread
+dies and the engine core waits forever. A port found by probing can be taken by any process in between,
+so the port is *reserved*: a socket bound with ``SO_REUSEADDR`` and never listening holds it (the kernel
+hands it to no other ``bind(0)``) while ZMQ may still bind it. A process that binds that very number on
+purpose can still win: then the listener's error is caught, the waiter woken, and the start retried on a
+fresh port. Every wait has a bound and a message that says what it waited for.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """The files a connector runs inside vLLM: what the lint check reads for it.
 
-A connector's own module is a small part of what it executes: SimpleCPUOffload's
-CUDA stream call sits in ``vllm/v1/simple_kv_offload/worker.py``, HiSparse's in
-``vllm/v1/hisparse/``. The PR gate already knows which files loading a
-connector executes (``conformance.import_graph``); the lint reads those files
-whole, of the vLLM this process would import (the installed one, or the gate's
-overlay of a pull request), found without importing it. Beyond them it follows
-every name those files use into the vLLM module that defines it, wherever that
-is, and reads that definition (``reach.py``): a helper that moves to another
-package of vLLM (``pin_tensor`` to ``vllm/utils/host_memory.py``) is still read.
-
-A finding an expectation pins that is no longer found is told apart
-(``Closure.unfound``): the lint read the place and the code is gone, or the lint
-no longer reads the place.
+A connector's own module is a small part of what it executes (SimpleCPUOffload's CUDA stream call sits
+in ``vllm/v1/simple_kv_offload/worker.py``). The PR gate already knows which files loading a connector
+executes (``conformance.vllm_install.import_graph``); the lint reads those files whole, of the vLLM this
+process would import (installed, or the gate's overlay), without importing it, and beyond them the
+definitions of every name they use (``reach.py``). A pinned finding that is gone is told apart
+(``Closure.unfound``): the code is gone, or the lint no longer reads its place.
 """
 
 from __future__ import annotations

@@ -1,20 +1,13 @@
 """What a connector's code uses from the rest of vLLM: the definitions the lint reads beyond its files.
 
-vLLM moves helpers between packages from release to release (``pin_tensor``
-left ``v1/simple_kv_offload/`` for ``vllm/utils/host_memory.py``), so a closure
-of whole files within a few folders loses a device call that did not change.
-The lint follows every name a connector's files use at run time, through their
-imports, into the vLLM module that defines it, wherever in the package that is,
-and reads that definition: a function, or a class with its methods, plus the
-module's top level, which importing it runs.
-
-It reads the definition only, neither the rest of its module nor what the
-definition calls in turn. vLLM's shared modules (``parallel_state``,
-``gpu_sync_debug``) hold CUDA calls behind conditions the lint cannot see
-through; reading them whole, or following their calls, would hand every
-connector the same findings, which are vLLM's and not the connector's.
-Found from source with ``ast``, without importing vLLM; each file is parsed
-once per process (``module_facts``), for its findings and its names together.
+vLLM moves helpers between packages (``pin_tensor`` left ``v1/simple_kv_offload/`` for
+``vllm/utils/host_memory.py``), so a closure of whole files loses a device call that did not change. The
+lint follows every name a connector's files use at run time, through their imports, into the vLLM module
+that defines it, and reads that definition (a function, or a class with its methods) plus the module's
+top level. Only the definition: vLLM's shared modules (``parallel_state``, ``gpu_sync_debug``) hold CUDA
+calls behind conditions the lint cannot see through, and reading them whole or following calls would
+hand every connector vLLM's findings. Read with ``ast``; each file is parsed once per process
+(``module_facts``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The lint's rules, as data: what each finding means and the fix to make.
 
-The rules come from bugs vLLM actually shipped (DESIGN.md section 1): a load path
+The rules come from bugs vLLM actually shipped: a load path
 that hard-coded ``.cuda()`` (vLLM #42924), the same path hard-coding ``"cuda"``
 again and breaking XPU (vLLM PR #51806), CUDA-only stream APIs called on every
 platform, and MLA detected through one backend's metadata class.  A rule is

@@ -141,7 +141,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     the fixtures of the hundreds of tests a profile or a missing package rules out.
     A check marker's ``needs=`` names the profile check it depends on (default: itself).
     """
-    from kvconform.reports.identity import connector_of
+    from kvconform.reports.identity import connector_of, needed_check
 
     from ..connectors.requirements import unmet_need
 
@@ -149,11 +149,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     platform = run_target(config).platform
     for item in items:
-        marker = item.get_closest_marker("check")
         connector = connector_of(item)
-        if marker is None or connector is None or not marker.args:
+        need = needed_check(item)
+        if connector is None or need is None:
             continue
-        reason = unmet_need(connector, platform, marker.kwargs.get("needs", marker.args[0]))
+        reason = unmet_need(connector, platform, need)
         if reason:
             item.add_marker(pytest.mark.skip(reason=reason))
 

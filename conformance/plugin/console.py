@@ -1,20 +1,11 @@
 """What a conformance run prints: its own findings, not other packages' noise, and each failure's cause whole.
 
-Only in a run that collects the conformance suite (``target.targets_conformance``);
-in any other pytest run of the environment this module does nothing.
-
-- Warnings: vLLM and torch deprecate their own APIs at import (14 ``torch.jit.script_method``
-  warnings before the first test), which says nothing about a connector. The suite records
-  its labels with ``record_property``, which pytest warns about once per test under its
-  default JUnit family (xunit2) while writing the properties all the same, as it writes
-  every label the plugin adds to a test, and ``kvconform report`` and the gate read them
-  from there. The filters below go after the user's own ini lines; ``-W`` still wins.
-- Causes: pytest's short summary cuts each line at the terminal's width, which leaves a
-  few characters of a conformance test's message after its long id. The section this
-  adds before it gives each failing test's whole first line of its cause
-  (``reports.model.first_line``, the same line the report and the gate show).
-- ``pytest --platform=cpu`` in kvconform's own checkout, with no test named, would collect
-  the project's tests (``testpaths``) instead of the suite: one line says how to run it.
+Only in a run that collects the conformance suite (``target.targets_conformance``); elsewhere it does nothing.
+Warnings vLLM and torch raise about their own APIs, and pytest's warning about ``record_property`` under
+xunit2 (the labels are written all the same), are filtered after the user's ini lines (``-W`` still wins).
+A section before pytest's short summary gives each failing test's whole first line of its cause
+(``reports.model.first_line``, the line the report and the gate show), which pytest cuts at the terminal's
+width. ``pytest --platform=cpu`` in the checkout with no test named says in one line how to run the suite.
 """
 
 from __future__ import annotations

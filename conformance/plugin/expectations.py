@@ -1,388 +1,32 @@
-"""Expected results as data: the conformance tests known to fail, or to be skipped, per platform.
+"""The expectations' pytest hooks: each conformance test gets the entry that decides it, and the run reports
+what no test used.
 
-Known findings live in ``conformance/expectations/*.yaml`` with a reason, a
-specific link and a class (bug, policy, hazard), so a red cell is always news.
-An xfail entry pins the exception and the message it expects: any other failure
-(a harness regression, a setup error) fails the test and names the entry. The
-xfails are strict: when a bug is fixed the test passes, the run fails, and the
-message names the entry to remove. An entry that matches no test of the whole
-suite's collection is stale and is reported, so the files cannot silently rot
-(``--kvconform-strict`` makes that fail the run); a narrowed run judges nothing.
-The format is described in ``conformance/expectations/README.md``.
-
-Entries survive vLLM versions: a ``vllm:`` condition is a PEP 440 range
-(``">=0.33"``), which the dev builds after a release meet, and a lint entry pins
-its findings (rule, file, function, call), never their lines. On a vLLM that
-kvconform's CI does not test (a dev build, a release candidate), a strict xfail
-that passes may be a fix nobody has judged yet: it is reported as a note that
-names the entry, and fails the run only under ``--kvconform-strict``.
-
-Registered as a pytest plugin module; its state lives in ``config.stash``.
-Under xdist the workers collect, so each sends the entries it used to the
-controller through ``workeroutput``, and the controller reports what nobody used.
+Entries are loaded once per run (``session/expectation_loading.py``) and matched at collection
+(``session/expectation_matching.py``). An xfail accepts only the failure it pins and is strict: a fixed bug
+fails the run and names the entry to remove (on a vLLM kvconform's CI does not test, a note, failing only
+under ``--kvconform-strict``). An entry no test of the whole suite's collection matched is reported as stale;
+a narrowed run judges nothing. Under xdist the workers collect and send the entries they used to the
+controller through ``workeroutput``; state lives in ``config.stash``.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import os
-import re
-from collections import Counter
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pytest
-import yaml
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from kvconform.reports import identity as ident
 
-from ..connectors.profiles import load_yaml_model
+from ..session.expectation_loading import EXPECTATIONS_DIR, ExpectationError, load_expectations
+from ..session.expectation_matching import Expectation, decide, holding_here
 from ..session.target import TARGET_KEY
-from ..vllm_install.window import installed_status, installed_vllm
+from ..vllm_install.window import installed_status
 
-EXPECTATIONS_DIR = Path(__file__).resolve().parents[1] / "expectations"
-SELECTORS = ("test", "connector", "check", "backend")
-# What each finding is, so a reader knows whom it concerns (shown in every report).
-FINDING_CLASSES = {
-    "bug": "vLLM's documented contract, or its own behaviour, is broken",
-    "policy": "kvconform asks more than vLLM documents (a stricter situation than vLLM's runner produces)",
-    "hazard": "wrong in a situation the installed vLLM cannot produce (a latent bug)",
-}
-# What each kind of entry must say, so a known failure is never an unexplained one, and an expected
-# failure is exactly that failure: the exception (``raises``) and its message (``match``) or, for the
-# lint check, its findings (``findings``) are pinned. A tuple is alternatives: one of them at least.
-REQUIRED = {"pass": (), "xfail": ("reason", "link", "class", "raises", ("match", "findings")), "skip": ("reason",)}
-# Exception names too broad to pin one cause: any failure at all (or any check's) would match them.
-TOO_BROAD = frozenset({"BaseException", "Exception", "builtins.BaseException", "builtins.Exception", "CheckFailure",
-                       "kvconform.conformance.engine.check_failure.CheckFailure"})
 _WORKER_KEY = "kvconform_expectations"
-
-# A link points at one thing. On GitHub: an issue, a pull request, a commit, or source lines.
-_GITHUB_SPECIFIC = re.compile(
-    r"https://github\.com/[\w.-]+/[\w.-]+/(?:issues/\d+|pull/\d+|discussions/\d+|commit/[0-9a-f]{7,40}"
-    r"|blob/[^/\s]+/\S+#L\d+(?:-L\d+)?)(?:[/?#]\S*)?")
-_DOTTED_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
-
-
-class ExpectationError(Exception):
-    """A malformed expectations file; the message is ``file:line: key: message``."""
-
-
-def vllm_specifiers(condition: str) -> SpecifierSet:
-    """An entry's ``vllm:`` condition as PEP 440 specifiers; ValueError (one line) for anything else.
-
-    A bare version (``"0.32.0"``) means that release (``==0.32.0``: its local builds such as
-    ``0.32.0+cpu`` too); otherwise a specifier set (``">=0.33"``, ``">=0.31,<0.33"``, ``"==0.33.*"``).
-    """
-    text = condition.strip()
-    try:
-        return SpecifierSet(f"=={Version(text)}")
-    except InvalidVersion:
-        pass
-    try:
-        specifiers = SpecifierSet(text)
-    except InvalidSpecifier:
-        specifiers = SpecifierSet()
-    if not specifiers:
-        raise ValueError(f"{condition!r} is not a vLLM version or PEP 440 range: write an exact release "
-                         f'("0.32.0") or a range (">=0.33", ">=0.31,<0.33", "==0.33.*")')
-    return specifiers
-
-
-def vllm_meets(condition: str, version: str) -> bool:
-    """Whether the installed vLLM ``version`` meets a ``vllm:`` condition.
-
-    Pre-releases and dev builds are admitted (pip refuses them unless asked): vLLM's CI
-    builds every pull request as a dev build after the last release (``0.33.1.dev42+gabc1234``),
-    and a bug present in 0.33.0 is expected there too, so ``">=0.33"`` holds on it. As PEP 440
-    orders them, a release candidate comes before its release: 0.33.0rc1 is below ``">=0.33"``.
-    """
-    try:
-        return vllm_specifiers(condition).contains(version, prereleases=True)
-    except InvalidVersion:  # an unreadable installed version meets no condition
-        return False
-
-
-class LintFinding(BaseModel):
-    """One finding a lint entry expects, by what it is (not where): the lint check's ``Finding.key()``."""
-
-    model_config = ConfigDict(extra="forbid")
-    rule: str  # KVC004
-    file: str  # the file inside vLLM: vllm/v1/simple_kv_offload/worker.py
-    function: str  # the enclosing definition, qualified: SimpleCPUOffloadWorker.register_kv_caches
-    call: str  # what is called there, as source: torch.cuda.Stream
-    count: int = Field(default=1, ge=1)  # how many such calls that function makes
-
-    def key(self) -> tuple[str, str, str, str]:
-        return self.rule, self.file, self.function, self.call
-
-
-LINT_KEY = ("rule", "file", "function", "call")  # a lint finding's key, in LintFinding.key()'s order
-
-
-def _finding_text(key: tuple[str, str, str, str], count: int) -> str:
-    rule, file, function, call = key
-    return f"{rule} {file} {function}: {call}" + (f" (x{count})" if count > 1 else "")
-
-
-def findings_mismatch(expected: list[LintFinding], carried: Iterable[dict[str, str]] | None,
-                      unfound: Callable[[dict[str, str]], str] | None = None) -> str | None:
-    """Why the findings an error carries are not the entry's (as multisets); None when they are equal.
-
-    ``unfound`` (the lint check's, carried with the findings) says of an expected finding not found
-    whether the lint read its place and the code is gone, or the lint no longer reads it.
-    """
-    if carried is None:
-        return "it carries no lint findings, and the entry expects findings"
-    want = Counter({f.key(): f.count for f in expected})
-    got = Counter((f["rule"], f["file"], f["function"], f["call"]) for f in carried)
-    extra, missing = got - want, want - got
-    if not extra and not missing:
-        return None
-    def why(key: tuple[str, str, str, str]) -> str:
-        return f" ({unfound(dict(zip(LINT_KEY, key, strict=True)))})" if unfound and key in missing else ""
-
-    parts = [f"{label}: {'; '.join(_finding_text(k, n) + why(k) for k, n in sorted(diff.items()))}"
-             for label, diff in (("not in the entry", extra), ("expected but not found", missing)) if diff]
-    return f"its lint findings differ from the entry's ({', '.join(parts)})"
-
-
-def check_link(link: str) -> str:
-    """``link`` when it names one issue, pull request or source line; ValueError for a listing page."""
-    if not re.fullmatch(r"https?://[^\s/]+/\S+", link):
-        raise ValueError("must be an http(s) URL of the issue, pull request or source line behind the finding")
-    if re.match(r"https?://(www\.)?github\.com/", link) and not _GITHUB_SPECIFIC.fullmatch(link):
-        raise ValueError(f"{link} is not specific: link one issue (.../issues/N), pull request (.../pull/N), "
-                         f"commit or source line (.../blob/<ref>/<file>#L<n>), not a listing page")
-    return link
-
-
-def raised_as(error: BaseException, name: str) -> bool:
-    """Whether ``error`` is an instance of the class called ``name`` (bare or module-qualified), as
-    ``pytest.mark.xfail(raises=...)`` would say; by name, so an entry need not import the class."""
-    return any(name in (cls.__name__, f"{cls.__module__}.{cls.__qualname__}") for cls in type(error).__mro__)
-
-
-class Entry(BaseModel):
-    """One expectation: which tests (all given selectors must match), and what to expect of them."""
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-    test: str | None = None  # a node id or parametrize id, exact or with * and ? wildcards
-    connector: str | None = None
-    check: str | None = None
-    backend: str | None = None
-    expect: Literal["pass", "xfail", "skip"] = "pass"
-    reason: str | None = None
-    link: str | None = None
-    finding_class: Literal["bug", "policy", "hazard"] | None = Field(default=None, alias="class")
-    raises: str | None = None  # the exception class a failing test must raise (name or module.name)
-    match: str | None = None  # a regex its message must contain (re.search), as pytest.raises(match=)
-    # the lint check's findings, by rule, file, function and call: the set found must equal this one
-    findings: list[LintFinding] | None = None
-    # a condition, not a selector: the vLLM versions this entry holds on, a PEP 440 range (">=0.33",
-    # ">=0.31,<0.33") or an exact release ("0.32.0"); absent: every version (vllm_meets).
-    vllm: str | None = None
-
-    def holds_on(self, vllm_version: str | None) -> bool:
-        return self.vllm is None or (vllm_version is not None and vllm_meets(self.vllm, vllm_version))
-
-    @field_validator("vllm")
-    @classmethod
-    def _is_vllm_condition(cls, condition: str | None) -> str | None:
-        if condition is not None:
-            vllm_specifiers(condition)
-        return condition
-
-    @field_validator("link")
-    @classmethod
-    def _is_specific_url(cls, link: str | None) -> str | None:
-        return None if link is None else check_link(link)
-
-    @field_validator("raises")
-    @classmethod
-    def _is_class_name(cls, name: str | None) -> str | None:
-        if name is None:
-            return None
-        if not _DOTTED_NAME.fullmatch(name):
-            raise ValueError(f"{name!r} is not an exception class name (e.g. KeyError, or module.ClassName)")
-        if name in TOO_BROAD:
-            raise ValueError(f"{name} matches any failure of its kind: name the exception class the finding raises")
-        return name
-
-    @field_validator("match")
-    @classmethod
-    def _is_regex(cls, pattern: str | None) -> str | None:
-        if pattern is not None:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"not a regular expression: {exc}") from None
-        return pattern
-
-    @model_validator(mode="after")
-    def _complete(self) -> Entry:
-        if not any(getattr(self, key) for key in SELECTORS):
-            raise ValueError(f"an entry needs at least one of: {', '.join(SELECTORS)}")
-        alternatives = (k if isinstance(k, tuple) else (k,) for k in REQUIRED[self.expect])
-        missing = [keys[0] + "".join(f" (or {key})" for key in keys[1:]) for keys in alternatives
-                   if not any(getattr(self, _FIELD_OF.get(key, key)) for key in keys)]
-        if missing:
-            raise ValueError(f"expect: {self.expect} needs {' and '.join(missing)}")
-        return self
-
-    def mismatch(self, when: str, error: BaseException) -> str | None:
-        """Why ``error``, raised in test phase ``when``, is not the failure this entry expects; None if it is."""
-        message = str(error)
-        first = message.strip().splitlines()[0] if message.strip() else ""
-        got = f"{type(error).__name__}: {first}" if first else type(error).__name__
-        wanted = (f"{self.raises}" + (f" matching {self.match!r}" if self.match is not None else "")
-                  + (f" with {sum(f.count for f in self.findings)} lint findings" if self.findings else ""))
-        if when != "call":
-            return f"it failed in {when}, not in the test itself ({got}); the entry expects {wanted} from the test"
-        if self.raises is None or not raised_as(error, self.raises):  # an xfail entry always names one
-            return f"it raised {got}; the entry expects {wanted}"
-        if self.match is not None and not re.search(self.match, message):
-            return f"its {type(error).__name__} message does not match {self.match!r}: {first!r}"
-        if self.findings is not None:
-            return findings_mismatch(self.findings, getattr(error, "findings", None), getattr(error, "unfound", None))
-        return None
-
-
-_FIELD_OF = {"class": "finding_class"}  # YAML key -> Entry field, where they differ
-
-
-# Entries in a file for this "platform" hold on every platform (e.g. static lint findings).
-ANY_PLATFORM = "any"
-
-
-class ExpectationsFile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    platform: str
-    expectations: list[dict[str, Any]] | None = None  # entries are validated one by one, for exact lines
-
-    @field_validator("platform")
-    @classmethod
-    def _known_platform(cls, name: str) -> str:
-        from kvconform.platforms import PLATFORMS
-
-        if name not in PLATFORMS and name != ANY_PLATFORM:
-            raise ValueError(f"unknown platform {name!r}; choose one of: {', '.join([*PLATFORMS, ANY_PLATFORM])}")
-        return name
-
-
-@dataclass(frozen=True)
-class Expectation:
-    """An entry where it was written: ``where`` is ``file:line``, what messages point the reader to."""
-
-    entry: Entry
-    platform: str
-    where: str
-
-    def matches(self, identity: ident.Identity, nodeid: str) -> bool:
-        e = self.entry
-        if e.test and not (ident.glob_match(nodeid, e.test) or ident.glob_match(identity.param_id, e.test)):
-            return False
-        fields = {"connector": identity.connector, "check": identity.check, "backend": identity.backend}
-        return all(ident.glob_match(value, getattr(e, key)) for key, value in fields.items() if getattr(e, key))
-
-    def selector(self) -> str:
-        return " ".join(f"{key}={getattr(self.entry, key)}" for key in SELECTORS if getattr(self.entry, key))
-
-    def mark(self) -> pytest.MarkDecorator | None:
-        """pytest's strict xfail or skip; which failure an xfail accepts is checked in ``pytest_runtest_makereport``."""
-        e = self.entry
-        if e.expect == "xfail":
-            return pytest.mark.xfail(reason=f"{e.finding_class}: {e.reason} ({e.link}; {self.where})", strict=True)
-        if e.expect == "skip":
-            return pytest.mark.skip(reason=f"{e.reason} ({self.where})")
-        return None
-
-    def properties(self) -> list[tuple[str, str]]:
-        values: dict[str, str | None] = {"expect": self.entry.expect, "where": self.where,
-                                         "reason": self.entry.reason, "link": self.entry.link}
-        pairs = [(name, value) for key, name in ident.EXPECT_PROPERTIES.items() if (value := values[key])]
-        if self.entry.finding_class:
-            pairs.append((ident.EXPECT_CLASS_PROPERTY, self.entry.finding_class))
-        return pairs
-
-
-# ---------------------------------------------------------------- loading
-
-
-def _display(path: Path) -> str:
-    """The path as messages show it: relative to the working directory when inside it."""
-    try:
-        return os.path.relpath(path) if path.resolve().is_relative_to(Path.cwd().resolve()) else str(path)
-    except (OSError, ValueError):
-        return str(path)
-
-
-def _entry_nodes(text: str) -> list[yaml.Node]:
-    root = yaml.compose(text)
-    if isinstance(root, yaml.MappingNode):
-        for key, value in root.value:
-            if key.value == "expectations" and isinstance(value, yaml.SequenceNode):
-                nodes: list[yaml.Node] = value.value
-                return nodes
-    return []
-
-
-def _line_of_key(node: yaml.Node, key: object) -> int:
-    if isinstance(node, yaml.MappingNode):
-        for k, _ in node.value:
-            if k.value == key:
-                line: int = k.start_mark.line + 1
-                return line
-    line = node.start_mark.line + 1
-    return line
-
-
-def load_file(path: Path) -> list[Expectation]:
-    """The entries of one file; any problem is an ExpectationError naming file, line and key."""
-    shown = Path(_display(path))
-    data = load_yaml_model(shown, ExpectationsFile, ExpectationError)
-    raw_entries = data.expectations or []
-    nodes = _entry_nodes(shown.read_text())
-    out = []
-    for index, (raw, node) in enumerate(zip(raw_entries, nodes, strict=True)):  # one node per entry
-        try:
-            entry = Entry.model_validate(raw)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            key = ".".join(["expectations", str(index), *(str(p) for p in first["loc"])])
-            line = _line_of_key(node, first["loc"][0]) if first["loc"] else node.start_mark.line + 1
-            message = first["msg"].removeprefix("Value error, ")
-            raise ExpectationError(f"{shown}:{line}: {key}: {message}") from None
-        out.append(Expectation(entry, data.platform, f"{shown}:{node.start_mark.line + 1}"))
-    return out
-
-
-def load_expectations(paths: Iterable[str | Path]) -> list[Expectation]:
-    """Entries of every file named, a folder meaning its ``*.yaml`` files, in the order given."""
-    out: list[Expectation] = []
-    for path in map(Path, paths):
-        if path.is_dir():
-            files = sorted([*path.glob("*.yaml"), *path.glob("*.yml")])
-        elif path.is_file():
-            files = [path]
-        else:
-            raise ExpectationError(f"{path}: no such expectations file or folder")
-        for file in files:
-            out.extend(load_file(file))
-    return out
-
-
-def decide(expectations: list[Expectation], identity: ident.Identity, nodeid: str) -> Expectation | None:
-    """The first entry that matches decides a test: a ``pass`` entry above a broad xfail exempts tests."""
-    return next((e for e in expectations if e.matches(identity, nodeid)), None)
-
-
-# ---------------------------------------------------------------- pytest plugin
 
 
 @dataclass
@@ -446,16 +90,6 @@ def collects_whole_suite(config: pytest.Config) -> bool:
     return not any(_narrowing_arg(config, arg) for arg in config.args)
 
 
-def holding_here(loaded: list[Expectation], platform: str | None) -> list[Expectation]:
-    """The entries for ``platform`` (or any platform) whose ``vllm:`` condition the installed vLLM meets.
-
-    The suite and ``kvconform bench`` both decide with these, so a finding pinned per vLLM release
-    is the same finding in both.
-    """
-    vllm = installed_vllm()
-    return [e for e in loaded if e.platform in (platform, ANY_PLATFORM) and e.entry.holds_on(vllm[0] if vllm else None)]
-
-
 @pytest.hookimpl(trylast=True)  # after conformance.plugin has resolved the run's platform
 def pytest_configure(config: pytest.Config) -> None:
     paths = config.getoption("kvconform_expectations", default=[]) or [EXPECTATIONS_DIR]
@@ -476,7 +110,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if state is None or platform is None:
         return
     for item in items:
-        if item.get_closest_marker("check") is None:  # only conformance tests carry a check marker
+        if not ident.is_conformance(item):
             continue
         state.saw_conformance_tests = True
         expectation = decide(state.expectations, ident.from_item(item, platform), item.nodeid)

@@ -1,25 +1,12 @@
 """Before any test: can the installed vLLM run here at all, and can kvconform drive it?
 
-Two questions a connector cannot answer, asked once per session so their answers are
-never a connector's red cell:
-
-* **vLLM configures the platform.** The session builds the ``VllmConfig`` the first test
-  would. Where vLLM refuses (vLLM 0.34 on an x86 CPU without triton-cpu, a missing kernel
-  package, a platform it cannot select), the run stops in one line with pytest's usage-error
-  status, 4, naming the vLLM, the platform and vLLM's own message: no connector was tested.
-* **kvconform fits this vLLM's internals** (``engine/shapes.py``). Each mismatch is
-  named once in the header and the report's verdict; the tests of the modules that need it
-  are reported as not run for that reason (a skip whose reason says so, which the reports
-  class as "kvconform cannot drive this vLLM"), never as a connector's failure.
-
-Both are asked where the tests run: the only process, or each xdist worker, which imports vLLM
-anyway. An xdist controller runs no test, so it imports no vLLM for them (that import is most of
-what workers cost beyond a serial run, ``benchmarks/README.md``): a worker that finds vLLM
-refusing collects nothing and tells the controller, which prints the same line and ends with the
-same status; what kvconform cannot drive closes the run's output instead of opening it.
-
-What an environment waives to make vLLM configure (CI's Triton waiver: ``KVCONFORM_WAIVERS``,
-set by the waiver itself) is printed in the header and carried into every report.
+Neither is a connector's question, so neither answer may be a connector's red cell. Where vLLM refuses to
+build the first test's ``VllmConfig`` for the platform, the run stops in one line with status 4, naming the
+vLLM, the platform and vLLM's message. Where kvconform no longer fits vLLM's internals
+(``engine/shapes.py``), each mismatch is named once in the header and the verdict, and the tests that need it
+are reported as not run for that reason. Both are asked where tests run (the only process, or each xdist
+worker); a controller imports no vLLM, and ends the run with the line its workers send. A waiver the
+environment applies (``KVCONFORM_WAIVERS``) is printed in the header and carried into every report.
 """
 
 from __future__ import annotations

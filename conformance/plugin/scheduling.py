@@ -1,41 +1,13 @@
 """Under pytest-xdist, each worker runs one connector's tests of one test module at a time.
 
-Why: xdist's default (``--dist load``) deals tests out in collection order, where
-pytest interleaves the connectors, so each worker switched connector at nearly
-every test, and before another connector's test a worker waits for the P/D
-shutdowns still running in the background (``reliability/held_reports.py``). Here a
-scope is one connector's tests (its id: name and variant) in one test module,
-handed out whole in the order they were collected. A worker moves to another
-connector only where a scope ends. Scopes per module rather than per connector
-give every worker its share of each connector's pairs (``benchmarks/HISTORY.md``).
-Tests with no connector are scoped by their module or class, as xdist's
-``--dist loadscope`` does. Only ``--dist load`` (what ``-n`` picks when
-``--dist`` is not given) is replaced; any other ``--dist`` is xdist's own.
-
-It is a scheduler of its own, given to xdist through its public hook
-``pytest_xdist_make_scheduler`` and written to that hook's contract (the
-``Scheduling`` protocol of pytest-xdist 3.5 to 3.8: the properties ``nodes``,
-``collection_is_completed``, ``tests_finished``, ``has_pending`` and the methods
-xdist's session calls; of a worker it uses only ``send_runtest_some``,
-``shutdown``, ``shutting_down`` and ``gateway.id``). It imports nothing of xdist
-and overrides none of xdist's private methods.
-
-Not xdist's ``--dist loadgroup`` with ``xdist_group`` marks, which groups tests
-the same way, because in pytest-xdist 3.5 to 3.8 it differs where it matters:
-
-- it renames every grouped test (``test_x[...]@group``), in the terminal, in
-  JUnit and in ``results.json``;
-- when a worker dies, its scheduler sends the test the worker was running again
-  (a second result beside the crash ``reliability/crashes.py`` reports), and
-  queues the rest of that scope last;
-- a worker that replaces a dead one may be given a single test, which it starts
-  only once the whole queue is handed out: a worker runs a test only once it knows
-  the next one (or is told to stop), and xdist tops a worker up to two tests only
-  when the run starts.
-
-Here a dead worker's running test has its result (the crash) and is not sent
-again, the rest of its scope goes back to the front of the queue, so the scope's
-tests stay together, and a worker is always topped up to two tests.
+xdist's ``--dist load`` deals tests in collection order, where the connectors interleave, and a worker waits
+for the previous connector's background P/D shutdowns (``reliability/held_reports.py``) before another
+connector's test. Here a scope is one connector's tests (name and variant) in one module, handed out whole
+in collection order; tests with no connector are scoped by module or class, as ``--dist loadscope`` does.
+Only ``--dist load`` is replaced, through xdist's public hook ``pytest_xdist_make_scheduler`` and its
+``Scheduling`` protocol; nothing of xdist is imported or overridden. A dead worker's running test keeps its
+crash as its result and the rest of its scope goes back to the front of the queue. Why not
+``--dist loadgroup``: docs/maintaining.md, "Public and private pytest APIs".
 """
 
 from __future__ import annotations

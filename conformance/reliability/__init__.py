@@ -1,31 +1,16 @@
 """A misbehaving connector must not take the suite down, hang it, or litter the machine.
 
-Registered from ``conformance.plugin`` (``pytest_plugins``); each part is a small
-plugin of its own, watching every conformance test (one parametrized with a
-``connector``):
-
-- ``timeouts``: a per-test timeout (pytest-timeout) unless the user set one; a
-  timeout names the connector;
-- ``crashes``: under pytest-xdist (``-n 1`` or more) a test whose worker died
-  (segfault, ``os._exit``) fails naming the connector and how the process ended;
-  after a crash or a timeout, that connector's other tests of the same check are
-  reported as not run instead of costing a fresh worker or a full timeout each;
-- ``threads``: threads a test leaves running are an error naming them, and a
-  leaked non-daemon thread never keeps pytest alive: it exits with the run's status;
-- ``storage``: new entries in the connector's *default* storage location (the
-  profile always points it at a per-test folder) are an error naming them;
-- ``cleanup``: a passed test's temporary folder is removed right away;
-- ``zmq_contexts``: ZeroMQ contexts a test leaves open are named and kept alive, so
-  that pyzmq's destroy-on-collection cannot hang a later test;
-- ``finalizers``: no garbage collection (a connector's ``__del__``) while pytest
-  formats a conformance test's report;
-- ``deferred``: a test's reports wait for the shutdowns it left running in the
-  background (a P/D pair's scheduler side, ``engine/closing.py``) while the next
-  test runs; the checks above judge them once those have ended;
-- ``library_copies``: a shared library loaded from two files (NIXL's bundled libnl beside
-  the system's), whose copies can crash the process as it exits, is named before it does.
-
-``vllm_status()`` says whether the harness runs on the installed vLLM, and whether CI tests that release.
+Registered from ``conformance.plugin`` (``pytest_plugins``), each part a small plugin watching every
+conformance test: ``timeouts`` (a per-test timeout naming the connector), ``crashes`` (under xdist a
+dead worker's test fails naming the connector; its other tests of that check are not run),
+``threads`` (leaked threads are an error, and never keep pytest alive), ``storage`` (new entries in a
+connector's default storage are an error), ``cleanup`` (a passed test's folder goes at once),
+``zmq_contexts`` and ``finalizers`` (what a connector leaves to the garbage collector cannot hang or
+break pytest), ``gc_per_test`` (each test's connectors are released when it ends), ``held_reports`` and
+``left_behind`` (reports wait for background shutdowns, then what the test left is judged), and
+``library_copies`` (a library mapped from two files, which can crash the process at exit, is named
+first). docs/reliability.md describes them for users. ``vllm_status()`` says whether the harness runs
+on the installed vLLM, and whether CI tests that release.
 """
 
 from __future__ import annotations

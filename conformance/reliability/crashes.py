@@ -94,7 +94,7 @@ def _held_file(folder: Path, worker: str) -> Path:
 
 
 def record_held(config: pytest.Config, held: list[str]) -> None:
-    """An xdist worker's tests whose results wait for their background shutdowns (``deferred.py``), for the
+    """An xdist worker's tests whose results wait for their background shutdowns (``held_reports.py``), for the
     controller to report if the worker dies first; nothing outside xdist."""
     shared = getattr(config, "workerinput", {}).get(LEDGER_INPUT_KEY)
     if shared and config.stash.get(_HELD_WRITTEN_KEY, []) != held:

@@ -1,19 +1,12 @@
 """Connector finalizers run where they cannot break pytest: never while it formats a report.
 
-A connector object that failed half-way (an exception in ``__init__``) or that a
-failed check never shut down is finalized whenever Python's cyclic garbage
-collector next runs, and its ``__del__`` often does real work (closing a store,
-a transfer engine) or raises. When that happens inside pytest formatting a
-failure, CPython 3.11's ``ast.parse`` (pytest reads the test's source) fails
-with ``SystemError: AST constructor recursion depth mismatch`` and the run ends
-in an INTERNALERROR: MooncakeConnectorWorker's ``__del__`` (its ``shutdown()``
-on a worker whose ``__init__`` raised) did that, in pytest's report and in the
-lint check's own parse. So no collection runs inside ``ast.parse`` (wrapped for
-the session: automatic collection is paused for the call) nor while a conformance
-test's report is made; finalizers run at the next collection outside them, where
-an error is only pytest's "exception ignored" warning. One such collection is the
-one ``gc_per_test.py`` runs after each test's report, over only what that test made;
-this module keeps the others (automatic ones, between) out of pytest's reports.
+A connector that failed half-way or was never shut down is finalized at the cyclic collector's next
+run, and its ``__del__`` often does real work or raises. Inside pytest formatting a failure, that makes
+CPython 3.11's ``ast.parse`` fail with ``SystemError: AST constructor recursion depth mismatch`` and
+ends the run in an INTERNALERROR (MooncakeConnectorWorker's ``__del__`` does so). So no collection runs
+inside ``ast.parse`` (wrapped for the session) nor while a conformance test's report is made; finalizers
+run at the next collection outside them (``gc_per_test.py`` runs one after each report), where an error
+is only pytest's "exception ignored" warning.
 """
 
 from __future__ import annotations

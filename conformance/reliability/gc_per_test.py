@@ -1,38 +1,15 @@
 """Each test's connectors are released when the test ends, not when Python's collector next runs.
 
-Why: vLLM's connectors hold reference cycles (threads and executors whose targets
-are their own bound methods), so ``shutdown()`` ends their work but the objects,
-and whatever they own in C++, live on until the cyclic garbage collector's next
-full pass. For NixlConnector that owner is a NIXL agent whose UCX progress
-thread polls without pause (``poll(..., timeout=0)`` in ``nixlUcxSharedThread``,
-``pthrDelay = 0`` in nixl's Python API) until the agent is destroyed. In a
-process that holds vLLM and torch (about 650,000 tracked objects) full passes
-are rare, so every NIXL pair a run had made kept two agents spinning, and each
-xdist worker dragged its own dead agents along (``benchmarks/HISTORY.md``).
-
-So after each conformance test, once its teardown has been reported (the thread and
-storage checks have judged what the connector left behind, so this hides nothing
-from them), one collection runs and destroys what the test's connectors left. A full
-pass over everything vLLM and torch allocate would cost seconds per test, so the
-objects alive once collection is over are frozen (``gc.freeze``: never scanned
-again), and so is what survives each test's pass, so the next pass walks only what
-one test made. Frozen too early, an object that dies later would never be collected,
-so a test's survivors are frozen only when no thread runs but those alive when the
-tests began (a P/D pair's shutdown still running in the background holds its
-connectors: the next pass takes them), and pytest's record of the last failed call
-(``sys.last_traceback`` and its siblings, which pytest drops at the next test's call
-anyway) is dropped first: it holds the failed test's frames, connectors and caches.
-No NIXL agent outlives its test, and a pass costs what one test made, not what the
-run has made. Finalizers run here, outside any report being made (see
-``reliability/finalizers.py``); an error in one is pytest's usual "exception
-ignored" warning.
-
-Collection itself (pytest's) is cheaper with the collector paused: while vLLM
-and torch are being imported the automatic collector walks the growing heap
-again and again (a fifth of the import's CPU); nothing a test checks lives yet,
-so automatic collection is off from ``pytest_configure`` until the one
-collection before the freeze. The heap is not frozen at exit: triton's nanobind
-bindings would then print "leaked instances" at every exit.
+vLLM's connectors hold reference cycles, so after ``shutdown()`` they and what they own in C++ live
+until the collector's next full pass, which is rare in a process holding vLLM and torch; NixlConnector's
+NIXL agent polls without pause until destroyed, so dead agents pile up and spin. So once a conformance
+test's teardown is reported (the leak checks have judged), one collection destroys what it left. To keep
+that pass to what one test made, the objects alive before the tests and each test's survivors are frozen
+(``gc.freeze``), but only when no thread runs but those alive when the tests began (a background
+shutdown still holds its connectors) and after pytest's record of the last failure
+(``sys.last_traceback``, which holds its frames) is dropped. Automatic collection is off from
+``pytest_configure`` until the first freeze: while vLLM and torch import it walks the growing heap again
+and again. The heap is not frozen at exit: triton's nanobind bindings would report "leaked instances".
 """
 
 from __future__ import annotations

@@ -1,56 +1,16 @@
 """A test's result waits for the shutdowns it left running in the background; the next test does not.
 
-Why: a P/D pair's scheduler shutdown waits up to a second on an idle thread
-(``engine/closing.py``); waiting for it in every pair test would dominate a run. So
-while a conformance run goes on, each test may leave such closes running, and its
-reports are held (not logged: no result, no JUnit entry, no terminal line) until
-they have ended. Then the teardown checks judge what the test left behind, exactly
-as they would have at its teardown (``after_closes``), an exception a close raised
-fails the test's teardown, and the reports are logged, in the order the tests ran.
-Held reports are logged as soon as their closes have ended (checked after every
-test), and all of them after the run's last test and whenever the test loop ends.
-
-Under pytest-xdist a worker that dies fails the test it was running, named
-(``crashes.py``), so there a close never overlaps another connector's test: when
-the next test is another connector's and not skipped outright, a test's protocol
-ends only once the closes held so far have ended, and whatever a close does (crash
-the worker, start a thread) lands on its own connector. A worker runs one
-connector's tests of one module at a time (``plugin/scheduling.py``), so it waits
-at most once per such scope it moves on from. A serial run does not
-wait: a crash there ends the run whatever test it lands in, and faulthandler's
-dump names the close's thread. What it leaves uncovered: a thread a close starts
-after its test's teardown is charged to the test running then.
-
-A close that has not ended ``CLOSE_WAIT_S`` after it started is judged anyway: it
-fails the test's teardown as not returned, its thread is left running (daemon),
-where before the test hung until its timeout. The last test's closes may still
-run while the session's fixtures stop (the connectors' servers): only P/D pairs
-close so, and none of them has a server. Not deferred: runs with ``--pdb`` or
-``--trace`` (pytest enters the debugger while reporting), ``--setup-show``,
-``--setup-only`` or ``--setup-plan`` (pytest prints the test between its phases),
-and any pytest run that is not kvconform's: pytest's own protocol runs them.
-
-The protocol is pytest's (setup, call unless setup failed, teardown, each through
-``pytest.CallInfo.from_call`` and the item's ``pytest_runtest_makereport``),
-built from those public hooks, with its reports returned instead of logged;
-``pytest_runtest_logstart``, ``pytest_runtest_logreport`` and
-``pytest_runtest_logfinish`` log them once they are judged.
-
-Also under xdist, a worker sends each report with the index of the test it is
-running, and asserts that the two match; a held report is sent with its own
-test's index (``_xdist_index_of``), which is what the controller already received
-as that test's completion. Only tests with closes are held there (the others'
-reports go at once, so the order may differ from the run's), and the worker keeps
-their ids in a file beside the crash ledger: if it dies first, the controller
-reports each as failed, "its result was never sent", and names them in the crash
-it reports (``crashes.py``).
-
-That index is private to xdist (``WorkerInteractor.item_index``, listed in
-``private_apis.PRIVATE_USES``): it is used only while it has the shape it has in
-pytest-xdist 3.5 to 3.8, an int that is the index of the test being run, checked
-as each test starts. Otherwise, and under ``--kvconform-public-apis-only``, a
-worker holds no report past its own test: each test waits for its own closes
-before its reports go (slower; the same results).
+A P/D pair's scheduler shutdown waits up to a second on an idle thread (``engine/closing.py``); waiting
+for it in every pair test would dominate a run. So a test may leave such closes running and its reports
+are held (no result, JUnit entry or terminal line) until they end; then the teardown checks judge what it
+left (``after_closes``), an exception a close raised fails its teardown, and the reports are logged in
+the order the tests ran. A close not ended ``CLOSE_WAIT_S`` after it started is judged as not returned.
+The protocol is pytest's, built from its public hooks (``run_phases``); under a debugger or a setup
+display (``NOT_DEFERRED_UNDER``), and in runs that are not kvconform's, pytest's own runs. Under xdist a
+dying worker fails the test it ran (``crashes.py``), so a close never overlaps another connector's test
+(a worker waits at most once per connector and module, ``plugin/scheduling.py``); a serial run does not
+wait (a crash ends it anyway). A thread a close starts after its test's teardown is charged to the test
+then running. How held reports travel under xdist: ``_xdist_index_of``.
 """
 
 from __future__ import annotations
@@ -180,7 +140,10 @@ def _would_run_another_connector(held: deque[_Held], item: pytest.Item) -> bool:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, object]:
-    """Whatever ends the loop (the last test, -x, an interrupt), no held report is lost."""
+    """Whatever ends the loop (the last test, -x, an interrupt), no held report is lost.
+
+    The last test's closes may still run while the session's fixtures (the connectors' servers) stop: only
+    P/D pairs close in the background, and none of them has a server."""
     try:
         return (yield)
     finally:
@@ -222,7 +185,18 @@ def _judge_and_log(held: _Held) -> None:
 
 class _xdist_index_of:  # noqa: N801 - used as a context manager, like contextlib's lowercase ones
     """An xdist worker's current test index set to ``item``'s while its held reports are sent (a report sent
-    while its own test is the current one, the usual case, changes nothing)."""
+    while its own test is the current one, the usual case, changes nothing).
+
+    A worker sends each report with the index of the test it is running, and the controller asserts that
+    they match; a held report goes with its own test's index, which the controller already received as
+    that test's completion. Only tests with closes are held under xdist (the others' reports go at once,
+    so the order may differ from the run's), and the worker keeps their ids in a file beside the crash
+    ledger: if it dies first, the controller reports each as failed, "its result was never sent"
+    (``crashes.py``). The index is private to xdist (``WorkerInteractor.item_index``, in
+    ``private_apis.PRIVATE_USES``) and used only while it has its pytest-xdist 3.5 to 3.8 shape, an int
+    that is the running test's index, checked as each test starts (``_index_keeper``); otherwise, and under
+    ``--kvconform-public-apis-only``, each test waits for its own closes before its reports go (slower;
+    the same results)."""
 
     def __init__(self, item: pytest.Item) -> None:
         worker, items = _worker_interactor(item.config), item.session.items

@@ -1,11 +1,12 @@
 """Which tests the reliability plugins watch, and how a problem found after one is reported.
 
-A conformance test is one parametrized with a ``connector``. Problems found once
+They watch the tests that run a connector (``identity.connector_of``), as every
+conformance test does (``identity.is_conformance``). Problems found once
 the test is over (leaked threads, litter) fail its teardown, so the test shows as
 an error naming the connector; when the test had failed already, its connector may
 never have been shut down, so they are attached as a section instead of judged.
 A check observes at the test's teardown and judges once the shutdowns the test left
-running in the background have ended (``after_closes``; ``deferred.py``).
+running in the background have ended (``after_closes``; ``held_reports.py`` holds the reports meanwhile).
 """
 
 from __future__ import annotations
@@ -26,13 +27,14 @@ MakeReportWrapper = Callable[[pytest.Item, pytest.CallInfo[None]],
 
 _CALL_PASSED_KEY = pytest.StashKey[bool]()
 _FLAGGED_KEY = pytest.StashKey[bool]()
-# the test's background closes (engine/closing.py), set by deferred.py
+# the test's background closes (engine/closing.py), set by held_reports.py
 CLOSES_KEY = pytest.StashKey["list[BackgroundClose]"]()
 WAITING_KEY = pytest.StashKey[list[Callable[[], None]]]()  # what to run once they have ended
 
 
 def runs_conformance_tests(session: pytest.Session) -> bool:
-    """Whether this process collected any conformance test (an xdist controller collects none itself)."""
+    """Whether this process collected any test that runs a connector, as the conformance tests do (an xdist
+    controller collects none itself)."""
     return any(connector_of(item) for item in session.items)
 
 

@@ -1,18 +1,13 @@
 """A library whose two copies crash a process at exit: found before the process ends, reported as the environment's.
 
-Wheels bundle their own copies of shared libraries (auditwheel names them
-``<name>-<8 hex digits>.so...`` under ``<package>.libs/``), so a process often maps one
-library from two files; most such pairs are harmless. Those in ``EXIT_CLASHES`` are not:
-their copies' destructors clash as the process exits. NIXL's wheel bundles libnl, and
-with the system's libibverbs present UCX loads the system's libnl too; a process that
-built a NIXL agent then ends with SIGSEGV (-11) in ``rtnl_tc_unregister`` after every
-result was written, with or without kvconform (``benchmarks/HISTORY.md``). The harness leaves the process's
-exit to Python, as vLLM's processes do, so such a crash still shows in the exit status;
-this names its cause first: one line per library, in the terminal summary and in
-results.json (``runs[].environment_notes``), never as a test's failure.
-
-Read from Linux's ``/proc/self/maps`` in every process that ran conformance tests (each
-xdist worker tells its controller); elsewhere there is nothing to read and nothing said.
+Wheels bundle their own copies of shared libraries (``<package>.libs/<name>-<8 hex>.so``), so a process
+often maps one library from two files, mostly harmlessly; those in ``EXIT_CLASHES`` clash in their
+destructors at exit. NIXL's wheel bundles libnl, UCX loads the system's too where libibverbs is present,
+and the process then ends with SIGSEGV in ``rtnl_tc_unregister`` after every result was written, with or
+without kvconform. The harness leaves the exit to Python, as vLLM's processes do, so the crash still
+shows in the exit status; this names its cause first, one line per library, in the terminal summary and
+results.json (``runs[].environment_notes``), never as a test's failure. Read from ``/proc/self/maps`` in
+every process that ran conformance tests (xdist workers tell their controller); elsewhere nothing is said.
 """
 
 from __future__ import annotations
@@ -34,7 +29,7 @@ EXIT_CLASHES = {
     "libnl-route-3": "NIXL's wheel bundles libnl beside the system's, which libibverbs loads; the bundled copy's "
                      "destructor crashes in rtnl_tc_unregister",
 }
-# what every note says of the process's end (tests/selftest/suite_run.py reads a run's status by it)
+# what every note says of the process's end (tests/suite_run.py reads a run's status by it)
 MAY_CRASH_AT_EXIT = "so this process may end with SIGSEGV (-11) after every result is written"
 _NOTES_KEY = pytest.StashKey[list[str]]()
 _WORKER_OUTPUT = "kvconform_library_copies"

@@ -1,18 +1,11 @@
 """ZeroMQ contexts a connector leaves open: kept alive, so that no garbage collection can hang the run.
 
-pyzmq's ``Context.__del__`` destroys a context nobody closed: it closes the sockets
-it still knows of, then calls ``term()``, which blocks until every socket of that
-context is closed. When the context dies in a reference cycle, the list of its
-sockets (weak references) is cleared first, so ``term()`` waits forever for a socket
-that nobody will close, in whatever code happened to trigger the collection: a later
-test, or pytest formatting a failure. MooncakeStoreConnector's scheduler never closes
-its LookupKeyClient (its ``shutdown()`` is a no-op on the scheduler role) and hung
-runs that way.
-
-So every context created during a conformance test that is still open once the test
-is over is referenced here until the process ends (at interpreter exit pyzmq skips
-that destroy), and named in the test's report as a section: what the connector left
-open, said without judging the test, like a failed test's leaked threads.
+pyzmq's ``Context.__del__`` calls ``term()``, which waits for every socket of the context to close;
+collected in a reference cycle, the context's socket list (weak references) is already cleared, so
+``term()`` waits forever, in whatever code triggered the collection. MooncakeStoreConnector's scheduler
+never closes its LookupKeyClient and hangs runs that way. So every context a conformance test leaves open
+is referenced here until the process ends (pyzmq skips that destroy at exit) and named in the test's
+report as a section, without judging the test, like a failed test's leaked threads.
 """
 
 from __future__ import annotations

@@ -1,23 +1,14 @@
 """xdist with devices: one device per worker, chosen before torch initialises.
 
-The controller knows the platform and its device count, and gives each worker a
-slot: the lowest one no live worker holds, so a worker that replaces a crashed one
-takes its device (xdist names the replacement ``gw2`` after ``gw0`` and
-``gw1``, and ``gw2 % 2`` is the survivor's, not the dead one's). From its slot a
-worker sets the platform's visibility variables (CUDA_VISIBLE_DEVICES,
-HIP_VISIBLE_DEVICES with it on ROCm, ZE_AFFINITY_MASK on XPU) at configure time,
-before any test touches the device.
-Probing never creates a device context, so the variable still takes effect.
-Tests that need several devices carry ``xdist_group("multi-device")`` and are
-skipped, naming the visible count, where fewer are visible.
-
-The CPUs are not divided: each worker's threads, torch's pool and a connector's threads
-run wherever the OS puts them, as they would in a vLLM process, and no priority is changed.
-On the CPU platform ``-n auto`` starts one worker per ``CORES_PER_CPU_WORKER`` cores this
-process may use, and at least one (crash isolation): a worker keeps about that many busy (its
-tests, and a NIXL pair's progress threads, which poll), and one more worker costs its own vLLM
-import and collection, so on fewer cores a second one adds CPU time and saves no wall time
-(``benchmarks/README.md``).
+The controller gives each worker a slot, the lowest no live worker holds, so a worker that replaces a
+crashed one takes its device (xdist names the replacement ``gw2``, and ``gw2 % 2`` would be the
+survivor's). From its slot a worker sets the platform's visibility variables (CUDA_VISIBLE_DEVICES,
+HIP_VISIBLE_DEVICES on ROCm, ZE_AFFINITY_MASK on XPU) at configure time; probing creates no device
+context, so they still take effect. Tests that need several devices carry ``xdist_group("multi-device")``
+and skip, naming the visible count, where fewer are visible. The CPUs are not divided: threads run where
+the OS puts them, as in a vLLM process. On the CPU platform ``-n auto`` starts one worker per
+``CORES_PER_CPU_WORKER`` usable cores, at least one (crash isolation): a worker keeps about that many
+busy, and one more costs its own vLLM import and collection (``benchmarks/README.md``).
 """
 
 from __future__ import annotations

@@ -1,23 +1,13 @@
 """Every private pytest or pytest-xdist name kvconform uses: each behind a feature test, with a public fallback.
 
-Why: kvconform is a pytest plugin installed into other people's CI images, beside
-whatever pytest, pytest-xdist and pytest-timeout those pin, so it takes them as
-ranges (pytest 8.3 on, pytest-xdist 3.5 on) rather than exact versions. Public APIs
-hold across those; a private name may change in any release. So the plugin uses
-public ones, and the few private ones it keeps (for speed, or a report pytest
-offers no public way to write) are listed in ``PRIVATE_USES``: each is used only
-where its feature test passes, and otherwise, or under
-``--kvconform-public-apis-only``, the public fallback runs, which keeps what the
-self-tests prove and costs only what the entry says.
-``tests/install/test_public_apis.py`` reads kvconform's modules and fails on an
-import of ``_pytest`` or of a private xdist module that is not in this table.
-
-The public APIs used: pytest's documented hooks and objects (``pytest.CallInfo``,
-``pytest.TestReport``, ``pytest.CollectReport``, ``pytest.StashKey``, the
-``pytest_runtest_*`` hooks called through ``item.ihook``) and xdist's plugin
-hooks (``pytest_xdist_make_scheduler`` with a scheduler written to its contract,
-``pytest_configure_node``, ``pytest_testnodedown``, ``pytest_handlecrashitem``,
-``pytest_xdist_auto_num_workers``), its ``workerinput`` and its options.
+kvconform is installed into other people's CI images beside whatever pytest, pytest-xdist and
+pytest-timeout they pin, so it takes them as ranges; public APIs hold across those, a private name may
+change in any release. So the plugin uses public ones (pytest's documented hooks and objects, xdist's
+plugin hooks, ``workerinput`` and options), and the few private ones it keeps (for speed, or a report
+pytest offers no public way to write) are listed in ``PRIVATE_USES``: each is used only where its feature
+test passes; otherwise, or under ``--kvconform-public-apis-only``, the public fallback runs, keeping what
+the self-tests prove at the cost the entry states. ``tests/install/test_public_apis.py`` fails on an
+import of ``_pytest`` or a private xdist module that is not in this table.
 """
 
 from __future__ import annotations

@@ -11,22 +11,20 @@ from pathlib import Path
 from kvconform import platforms
 from kvconform.platforms.spec import PlatformSpec
 
+from ..session.suite_command import NO_CACHE, SuiteCommand
 from . import torch_only
 
 CONNECTORS = ("ExampleConnector", "DecodeBenchConnector", "NixlConnector", "MultiConnector")
 TIME_LIMIT_S = 540  # under 10 minutes with the torch-only part
 
 
-def suite_command(spec: PlatformSpec, device_count: int, out: Path, extra: list[str]) -> list[str]:
+def suite_command(spec: PlatformSpec, device_count: int, out: Path, extra: list[str]) -> SuiteCommand:
     """The bounded run: four connectors, the platform's first backend, first case per check, results in ``out``."""
     workers = max(1, device_count) if spec.torch_device_type != "cpu" else 1
-    command = [sys.executable, "-P", "-m", "pytest", "--pyargs", "kvconform.conformance", f"--platform={spec.name}",
-               f"--attn-backend={spec.backends[0]}", "-p", "kvconform.conformance.smoke.first_cases", "-q", "-rs",
-               "-n", str(workers), "--max-worker-restart=4", "-p", "no:cacheprovider",
-               f"--junitxml={out / 'junit.xml'}", f"--kvconform-json={out / 'results.json'}"]
-    for name in CONNECTORS:
-        command += ["--connector", name]
-    return command + extra
+    return SuiteCommand(spec.name, CONNECTORS, python=(sys.executable, "-P"), attn_backends=spec.backends[:1],
+                        plugins=("kvconform.conformance.smoke.first_cases", NO_CACHE), options=("-q",),
+                        workers=workers, max_worker_restarts=4, report_skips=True, junitxml=out / "junit.xml",
+                        results_json=out / "results.json", extra=extra)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,9 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.torch_only:
         return 0 if ok else 1
     command = suite_command(spec, probe.device_count, args.out, args.pytest_args)
-    print("smoke: " + " ".join(command), flush=True)
+    print("smoke: " + command.text(), flush=True)
     try:
-        status = subprocess.run(command, timeout=TIME_LIMIT_S).returncode
+        status = subprocess.run(command.argv(), timeout=TIME_LIMIT_S).returncode
     except subprocess.TimeoutExpired:
         print(f"smoke: the conformance part ran past {TIME_LIMIT_S} s and was stopped", file=sys.stderr)
         status = 1

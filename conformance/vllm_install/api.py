@@ -1,26 +1,14 @@
 """Where the installed vLLM keeps each internal name the harness drives: one table, ``PLACES``.
 
-The harness plays vLLM's engine core and model runner, so it drives vLLM's internals (the
-scheduler, the KV cache planner and allocator, the layouts, the Mamba state calculators), and
-vLLM moves, adds and drops those between releases: 0.32 added ``resolve_cache_hit_alignment_tokens``
-and ``KVCacheConfig.hash_block_size`` / ``.cache_hit_alignment_tokens``, which 0.31 lacks; 0.33 moved
-``get_kv_cache_groups`` and ``get_kv_cache_config_from_groups`` from ``vllm.v1.core.kv_cache_utils`` to
-``vllm.v1.core.kv_cache_planning`` (same signatures) and dropped the KDA RecoverSSM record from the
-Mamba state calculators; 0.34 dropped ``ModelRunnerOutput.req_id_to_index``. Every such name is
-looked up here (``find``, ``optional``, ``has_field``), so that a vLLM release that moves one is one
-edit to ``PLACES``, and a name that no known place holds fails the check that needs it with one line
-(``VllmApiError``: the name, the places tried, the installed vLLM) that the reports class as
-"kvconform cannot drive this vLLM", never as the connector's failure, never as a skip, and never as a
-bare ImportError deep inside a test. What the harness relies on of each name beyond where it lives
-(the fields it passes, what vLLM reads of its stand-ins) is ``engine/shapes.py``'s table.
-
-What a test may import from vLLM directly is the connectors' public surface, ``CONNECTOR_API``:
-the names a connector is built from and handed, which are the API under test and do not move
-without breaking every connector. tests/harness/test_vllm_imports.py reads conformance/ and
-platforms/ with ``ast`` and fails on any other vLLM import made around this table.
-
-Lookups are lazy: importing this module imports no vLLM (platforms/ must never import vLLM at
-import time, and collection must not pay for it).
+The harness plays vLLM's engine core and model runner, so it drives internals vLLM moves, adds and drops
+between releases (0.33 moved ``get_kv_cache_groups`` to ``vllm.v1.core.kv_cache_planning``; 0.34 dropped
+``ModelRunnerOutput.req_id_to_index``). Every such name is looked up here (``find``, ``optional``,
+``has_field``): a release that moves one is one edit to ``PLACES``, and a name no known place holds fails
+the check that needs it with one line (``VllmApiError``) that the reports class as "kvconform cannot drive
+this vLLM", never as the connector's failure, a skip or a bare ImportError. What the harness relies on
+beyond where a name lives is ``engine/shapes.py``'s table. Tests import from vLLM directly only the
+connectors' public surface, ``CONNECTOR_API`` (tests/vllm_install/test_vllm_imports.py checks). Lookups are
+lazy: importing this module imports no vLLM.
 """
 
 from __future__ import annotations

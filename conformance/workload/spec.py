@@ -1,18 +1,12 @@
 """A workload as data: what a server sees, small enough to print and replay exactly.
 
-A workload has two or three phases over one connector storage, as disaggregated
-or cached serving has them: a *producer* engine serves some requests (and its
-connector stores their KV), a *peer* engine (when the spec has peer requests)
-serves others into one store only (``workload_peer``: a wrapper's last child),
-then a fresh *consumer* engine serves its own (and its connector finds, claims
-and loads what the others stored). Each request
-names a prompt family (prompts of one family share a prefix and then diverge),
-when it arrives, how many tokens it generates and when, if ever, it is aborted.
-``occupants`` are requests that arrive first on the consumer and keep decoding,
-so the consumer's blocks are never the producer's ones.
-
-A spec prints as one line of JSON (``to_text``) and reads back (``from_text``):
-that line is what ``--kvconform-replay`` takes and what a failure message shows.
+Two or three phases over one connector storage, as disaggregated or cached serving has them: a
+*producer* engine serves requests (its connector stores them), an optional *peer* serves others into one
+store only (``workload_peer``: a wrapper's last child), then a fresh *consumer* serves its own (its
+connector finds, claims and loads). Each request names a prompt family (a shared prefix, then diverging),
+its arrival, its output length and any abort; ``occupants`` arrive first on the consumer and keep
+decoding, so its blocks are never the producer's. A spec prints as one line of JSON (``to_text``) and
+reads back (``from_text``): what ``--kvconform-replay`` takes and a failure message shows.
 """
 
 from __future__ import annotations

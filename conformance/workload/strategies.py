@@ -1,35 +1,14 @@
 """Generated workloads: every feature mixed, biased toward cache hits, from one generator over two sources of choices.
 
-The generator makes every choice through a tiny interface, ``Draws``
-(``integer(lo, hi)``, ``choice(options)``, the simplest value first), so the
-same code runs over two sources:
-
-* ``SeededDraws``: ``random.Random`` seeded by a string (a test's id and the
-  example's index). A normal run's workloads (``seeded_workload``) are a pure
-  function of that string: the same from a wheel, an editable install or
-  another folder, whatever modules the run imported before. Hypothesis's own
-  draws are not: they mix in integer constants of every imported module it
-  counts as local (outside site-packages), so they change with where kvconform
-  is installed and which tests ran first.
-* ``HypothesisDraws``: Hypothesis's ``draw``, for ``--kvconform-explore N``
-  (``workload_specs``: random search, and shrinking toward fewer, shorter
-  requests, no aborts and default limits, since each choice lists its simplest
-  value first).
-
-Consumer requests are mostly drawn from the producer's and the peer's (the same
-prompt, an extension, a shorter one, a sibling that diverges after a shared
-stem), because a workload with no hit checks little; the peer engine (none, or
-up to two requests) writes one store only, so a wrapper's children differ. Pool
-sizes stay large enough for the longest request, so "stuck" means a connector or
-scheduler bug, not an impossible workload.
-
-A test's first workload is anchored (``anchored_workload``): whatever else it
-draws, it holds a producer request that runs to the end and a consumer request
-that arrives first on the fresh consumer with the same prompt (or an extension
-ending in the block of the prompt's last token), more than a block long, so
-every store of the whole blocks before a prompt's last token serves it. A test
-that checks nothing then means the connector never loaded, not that the draws
-were unlucky.
+Every choice goes through ``Draws`` (``integer(lo, hi)``, ``choice(options)``, simplest value first), over
+``SeededDraws`` (``random.Random`` seeded by the test's id and example index: a normal run's workloads are
+a pure function of that string, which Hypothesis's draws are not, as they mix in constants of whatever
+local modules were imported) or ``HypothesisDraws`` (``--kvconform-explore N``: random search, shrinking
+toward fewer, shorter, simpler requests). Consumer requests mostly derive from the producer's and the
+peer's (same prompt, extension, shorter, a sibling), because a workload with no hit checks little; pools
+fit the longest request, so "stuck" is a bug, not an impossible workload. A test's first workload is
+anchored (``anchored_workload``): it holds a producer request and a consumer request for the same prompt,
+more than a block long, so a test that checks nothing means the connector never loaded.
 """
 
 from __future__ import annotations

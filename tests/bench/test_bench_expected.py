@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kvconform.conformance.bench.expected import KnownResults
-from kvconform.conformance.plugin.expectations import load_expectations
+from kvconform.conformance.session.expectation_loading import load_expectations
 
 ENTRIES = """platform: cpu
 expectations:

@@ -1,19 +1,13 @@
 """Every shell command the documentation shows runs against the code as it is.
 
-The README, ``docs/*.md`` and ``benchmarks/README.md`` show commands in fenced code blocks (```sh, ```bash,
-```console, ```shell or a bare ```). Each command that starts with ``kvconform``, ``pytest``,
-``python -m pytest``, ``python -m kvconform`` or ``make`` is checked without running anything heavy:
-
-* ``make T``: the Makefile defines target T, and every ``VAR=value`` it passes is a variable the Makefile uses;
-* ``kvconform SUB``: SUB is a subcommand, and every option appears in ``kvconform SUB --help``;
-* ``pytest``: every option appears in ``pytest --help`` with kvconform's plugin loaded (its entry point);
-* every relative path a command names exists in the repository (unless an earlier command of the same block
-  writes it: ``--junitxml=out/junit.xml`` then ``kvconform report out/junit.xml``), ``PYTHONPATH`` folders
-  included, and a ``--connector module:Class`` found there defines that class.
-
-So a renamed option, a removed make target or a moved file fails here, naming the file, line and command.
-The connector author's worked example (docs/testing-your-connector.md) is run for real by
-tests/selftest/test_worked_example.py; here its commands are checked like the others.
+In the README, ``docs/*.md`` and ``benchmarks/README.md``, each command of a fenced block that starts
+with ``kvconform``, ``pytest``, ``python -m pytest``, ``python -m kvconform`` or ``make`` is checked
+without running anything heavy: a make target exists and its ``VAR=value`` are variables the Makefile
+uses; a ``kvconform`` subcommand exists and its options appear in its ``--help``; ``pytest`` options
+appear in ``pytest --help`` with kvconform's plugin; relative paths exist (unless an earlier command of
+the block writes them), and a ``--connector module:Class`` defines that class. So a renamed option, a
+removed target or a moved file fails here, naming file, line and command. The worked example
+(docs/testing-your-connector.md) is run for real by tests/examples/test_worked_example.py.
 """
 
 from __future__ import annotations
@@ -362,7 +356,7 @@ def test_every_doc_with_commands_is_read():
 
 
 def test_the_connector_authors_example_is_checked():
-    """docs/testing-your-connector.md's commands (run for real by tests/selftest/test_worked_example.py) are
+    """docs/testing-your-connector.md's commands (run for real by tests/examples/test_worked_example.py) are
     among those checked here, and each names the example's module, class and profile as they are."""
     example = [c for c in ALL_COMMANDS if c.doc == "docs/testing-your-connector.md" and c.tool == "pytest"]
     assert len(example) >= 2, [c.text for c in example]

@@ -9,17 +9,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kvconform.conformance.connectors.profiles import FAST_SAFE_LOADER, PROFILES_FILE, safe_load_yaml
-from kvconform.conformance.plugin.expectations import (
+from kvconform.conformance.connectors.profiles import PROFILES_FILE
+from kvconform.conformance.session.expectation_loading import (
     EXPECTATIONS_DIR,
-    Entry,
     ExpectationError,
-    check_link,
-    decide,
     load_expectations,
     load_file,
-    raised_as,
 )
+from kvconform.conformance.session.expectation_matching import decide
+from kvconform.conformance.session.expectation_schema import Entry, check_link, raised_as
+from kvconform.conformance.session.yaml_models import FAST_SAFE_LOADER, safe_load_yaml
 from kvconform.reports.identity import Identity
 
 ROUNDTRIP_ID = "conformance/test_roundtrip.py::test_roundtrip[cpu-CPU_ATTN-{connector}-{variant}]"

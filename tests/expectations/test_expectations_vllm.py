@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from kvconform.conformance.plugin import expectations
-from kvconform.conformance.plugin.expectations import Entry, ExpectationError, load_file, vllm_meets
+from kvconform.conformance.session import expectation_matching
+from kvconform.conformance.session.expectation_loading import ExpectationError, load_file
+from kvconform.conformance.session.expectation_schema import Entry
+from kvconform.conformance.session.vllm_conditions import vllm_meets
 from kvconform.conformance.vllm_install.window import installed_vllm
 from tests.expectations.test_expectations_plugin import FAKE_SUITE, XFAIL_EXAMPLE, _expectations, _run
 
@@ -95,7 +97,7 @@ def test_an_entry_for_another_vllm_neither_applies_nor_is_stale(pytester):
 
 @pytest.mark.parametrize(("condition", "applies"), [(">=0.33", True), (">=0.31,<0.33", False), ("0.33.0", False)])
 def test_on_a_dev_build_a_range_up_from_the_last_release_applies(pytester, monkeypatch, condition, applies):
-    monkeypatch.setattr(expectations, "installed_vllm", lambda: (DEV_BUILD, "vllm"))
+    monkeypatch.setattr(expectation_matching, "installed_vllm", lambda: (DEV_BUILD, "vllm"))
     pytester.makepyfile(test_roundtrip=FAKE_SUITE)
     exp = _expectations(pytester, _for_vllm(condition))
     result = _run(pytester, "--kvconform-expectations", exp, "--kvconform-strict")

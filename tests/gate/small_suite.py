@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 
-from kvconform.pipelines import gate_cli, gate_source
+from kvconform.pipelines.gate import suite_run, tested_vllm
 
 # Each connector's tests: "pass", "fail", "skip" (all skipped), "xfail" (a known bug, expected),
 # "error" (a fixture breaks), "lint" (only the static lint runs). A connector not listed gets no tests.
@@ -66,6 +66,12 @@ RECORDER = textwrap.dedent('''
         if "GATE_SUITE_MARKS" in os.environ:
             Path(os.environ["GATE_SUITE_MARKS"], "run-started").write_text(str(time.time()))
 
+    def pytest_collection_modifyitems(items):  # each test's connector, as the suite's plugin records it
+        for item in items:
+            connector = item.callspec.params.get("connector") if hasattr(item, "callspec") else None
+            if connector:
+                item.user_properties.append(("kvconform.connector", connector))
+
     def pytest_sessionstart(session):  # as the suite's session check stops a run where vLLM refuses the platform
         if os.environ.get("GATE_SUITE_REFUSE"):
             raise pytest.UsageError("kvconform: vLLM cannot configure the cpu platform here: " +
@@ -101,7 +107,7 @@ def small_suite(tmp_path, monkeypatch):
     suite.write_text(SUITE)
     (suite.parent / "conftest.py").write_text(RECORDER)
     built = []
-    real_command = gate_cli.pytest_command
+    real_command = suite_run.pytest_command
 
     def command(platform, connectors, results, python=sys.executable, keyword=None) -> list[str]:
         real = real_command(platform, connectors, results, python, keyword)
@@ -109,8 +115,8 @@ def small_suite(tmp_path, monkeypatch):
         return [python, "-m", "pytest", str(suite), "-p", "no:cacheprovider", *(["-k", keyword] if keyword else []),
                 "-q", *[word for word in real if word.startswith("--junitxml=")]]
 
-    monkeypatch.setattr(gate_cli, "pytest_command", command)
-    monkeypatch.setattr(gate_source, "PROBE", CHEAP_PROBE)
+    monkeypatch.setattr(suite_run, "pytest_command", command)
+    monkeypatch.setattr(tested_vllm, "PROBE", CHEAP_PROBE)
     # no installed plugins in the small run: kvconform's would probe accelerators and import torch
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     return built

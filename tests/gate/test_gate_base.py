@@ -1,4 +1,4 @@
-"""The gate judges the change, not its base (issue 35): what fails over the base too is not the change's doing.
+"""The gate judges the change, not its base: what fails over the base too is not the change's doing.
 
 The checkouts here are based on a commit ahead of the installed build (its
 ``vllm/`` differs from it in a Python file and in the small suite's ``GATE_SUITE``
@@ -16,9 +16,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from kvconform.conformance.vllm_install.window import installed_vllm
-from kvconform.pipelines import gate_source
-from kvconform.pipelines.gate_base import RUN, Base, Problem, rerun_keyword, split
-from kvconform.pipelines.overlay import InstalledBuild
+from kvconform.pipelines.gate import tested_vllm
+from kvconform.pipelines.gate.base_comparison import RUN, Base, Problem, rerun_keyword, split
+from kvconform.pipelines.gate.overlay import InstalledBuild
 from kvconform.reports.junit import read_junit_file
 from tests.gate.small_suite import CHEAP_PROBE, run_gate
 from tests.gate.vllm_checkout import CONNECTORS, VLLM_SOURCE, VllmRepo
@@ -113,7 +113,7 @@ def test_a_base_that_is_the_installed_build_is_not_run_again(gate, vllm_repo, sm
 
 def test_a_base_that_does_not_import_over_the_build_fails_every_test_there(gate, vllm_repo, small_suite,
                                                                           monkeypatch):
-    monkeypatch.setattr(gate_source, "PROBE", PROBE_UNLESS_NO_IMPORT)
+    monkeypatch.setattr(tested_vllm, "PROBE", PROBE_UNLESS_NO_IMPORT)
     repo = ahead_of_the_build(vllm_repo, "", "vllm/NO_IMPORT")
     head = repo.commit({"vllm/NO_IMPORT": None, "vllm/GATE_SUITE": "ExampleConnector=fail",
                         EXAMPLE: repo.text(EXAMPLE) + COMMENT})

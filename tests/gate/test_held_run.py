@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from kvconform.pipelines import held_run
-from kvconform.pipelines.held_run import HeldRun, descendants
+from kvconform.pipelines.gate import held_run
+from kvconform.pipelines.gate.held_run import HeldRun, descendants
 
 
 def _alive(pid: int) -> bool:

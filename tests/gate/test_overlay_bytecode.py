@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kvconform.pipelines import overlay
+from kvconform.pipelines.gate import overlay
 from tests.gate.vllm_checkout import CONNECTORS
 
 

@@ -117,7 +117,7 @@ class GateResult:
 def _as_in_git(path: Path) -> bool:
     """Whether a git clone of vLLM has this installed file: Python sources the build did not generate."""
     from kvconform.conformance.vllm_install.import_graph import compile_glob
-    from kvconform.pipelines.overlay import GENERATED
+    from kvconform.pipelines.gate.overlay import GENERATED
 
     relative = path.relative_to(VLLM_SOURCE.parent).as_posix()
     return (path.suffix == ".py" and "__pycache__" not in path.parts

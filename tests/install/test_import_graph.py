@@ -1,15 +1,13 @@
-"""kvconform's own import graph: no cycle, and dependencies that run one way.
+"""kvconform's own import graph: no cycle, and layers that import downward only.
 
-Read statically with ``ast`` through ``conformance.import_graph`` (the same
-reader the PR gate and the lint use on vLLM's files), so every import counts:
-module level, inside functions, and under ``if TYPE_CHECKING`` (an import kept
-out of runtime still ties the two modules together for a reader and for mypy).
-An edge is an import that names a kvconform module; a package's own
-``__init__`` running first is Python's doing, not a dependency, and is left out.
+Read statically with ``ast`` through ``kvconform.conformance.vllm_install.import_graph`` (the same reader the PR gate
+and the lint use on vLLM's files), so every import counts: module level, inside functions, and under ``if
+TYPE_CHECKING`` (an import kept out of runtime still ties the two modules together for a reader and for mypy).
+An edge is an import that names a kvconform module, and importing ``a.b.c`` also runs the ``__init__`` of each
+package it passes through (``a.b``): that is an edge too, since whatever that ``__init__`` imports comes with it.
 
-The layers read bottom-up: ``kvconform`` (the leaf modules beside the four
-packages), then ``platforms``, then ``reports``; ``conformance`` and
-``pipelines`` may use those below them.
+``MAY_IMPORT`` gives every package of kvconform its rule: the packages it may import. A package without a row
+fails, so a new folder must say where it sits. docs/maintaining.md ("Layout rules") draws the same table.
 
 And a style a tool reading the checkout can follow: a module imports its own folder's
 modules relatively; only imports across folders name ``kvconform.<folder>``.
@@ -27,22 +25,44 @@ from kvconform.conformance.vllm_install.import_graph import import_targets
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# package -> the packages it must never import (directly; a cycle through others is caught below).
-C = "kvconform.conformance."
-# The harness (the engine stand-in, the checks, the workloads) is driven by the plugin and the connector model, and
-# imports neither of them nor reliability: what it needs is passed in. "Which vLLM" (vllm_install) is below everything.
-HARNESS_FORBIDS = tuple(C + p for p in ("plugin", "reliability", "connectors", "bench", "cli", "conftest"))
-LAYERS: dict[str, tuple[str, ...]] = {
-    "kvconform.platforms": ("kvconform.conformance", "kvconform.pipelines", "kvconform.reports"),
-    "kvconform.reports": ("kvconform.conformance", "kvconform.pipelines"),
-    C + "vllm_install": tuple(C + p for p in ("plugin", "reliability", "connectors", "engine", "checks", "workload",
-                                            "bench", "lint", "smoke", "cli", "conftest")),
-    C + "engine": (*HARNESS_FORBIDS, C + "checks", C + "workload"),
-    C + "checks": (*HARNESS_FORBIDS, C + "workload"),
-    C + "workload": HARNESS_FORBIDS,
-    C + "lint": tuple(C + p for p in ("plugin", "reliability", "connectors", "engine", "checks", "workload", "bench")),
+# Each package's row: the packages (or single modules) its modules may import, besides their own package and SHARED.
+# A module belongs to the longest row that contains it; ``kvconform.conformance`` itself holds the suite's test
+# modules, its conftest and the command line, which pytest and the console script load. Nothing may import the
+# pytest plugin: pytest loads it by entry point.
+P, R, C = "kvconform.platforms", "kvconform.reports", "kvconform.conformance."
+SHARED = ("kvconform.errors",)  # small things every package may import; they import nothing of kvconform
+TOP = "kvconform"  # a row for the top package's __init__ only
+VLLM_INSTALL, SESSION, ENGINE, CHECKS = C + "vllm_install", C + "session", C + "engine", C + "checks"
+CONNECTORS = C + "connectors"
+MAY_IMPORT: dict[str, tuple[str, ...]] = {
+    "kvconform": (),  # the package's own __init__ alone: the modules beside it have their rows
+    "kvconform.errors": (),
+    "kvconform.__main__": (C + "cli",),
+    P: (),
+    R: (P,),
+    # what the installed vLLM is, and where it keeps things
+    VLLM_INSTALL: (P,),
+    # what a run is: its target, options, devices, private-API table
+    SESSION: (P, R, VLLM_INSTALL),
+    # the harness: the engine stand-in, then the checks and workloads it drives
+    ENGINE: (P, VLLM_INSTALL),
+    CHECKS: (P, VLLM_INSTALL, ENGINE),
+    C + "workload": (P, VLLM_INSTALL, ENGINE, CHECKS),
+    C + "lint": (VLLM_INSTALL,),
+    # the connector model: profiles, selection, construction, services
+    CONNECTORS: (P, R, VLLM_INSTALL, SESSION, ENGINE, CHECKS),
+    C + "reliability": (P, R, VLLM_INSTALL, SESSION, ENGINE, CONNECTORS),
+    # tools beside the suite
+    C + "bench": (P, R, VLLM_INSTALL, SESSION, ENGINE, CHECKS, CONNECTORS),
+    C + "smoke": (P, R, SESSION, ENGINE),
+    # the pytest hooks, on top
+    C + "plugin": (P, R, VLLM_INSTALL, SESSION, ENGINE, CHECKS, C + "workload", C + "lint", CONNECTORS,
+                   C + "reliability"),
+    "kvconform.conformance": (P, R, VLLM_INSTALL, SESSION, ENGINE, CHECKS, C + "workload", C + "lint", CONNECTORS),
+    # the Buildkite generator, and the PR gate above it (it emits the generator's steps for what it selects)
+    "kvconform.pipelines": (P, R, VLLM_INSTALL, SESSION, CONNECTORS),
+    "kvconform.pipelines.gate": (P, R, VLLM_INSTALL, SESSION, CONNECTORS, "kvconform.pipelines"),
 }
-LEAVES = ("kvconform.errors",)  # shared small things every package may import: they import nothing of kvconform
 
 Graph = dict[str, set[str]]
 
@@ -63,15 +83,27 @@ def source_modules(root: Path = ROOT) -> dict[str, Path]:
 
 
 def build_graph(sources: dict[str, str]) -> Graph:
-    """module -> the kvconform modules it imports, from each module's source text."""
-    graph: Graph = {}
+    """module -> the kvconform modules it imports, from each module's source text, with the ``__init__`` of every
+    package an import passes through where that ``__init__`` imports kvconform modules itself (other than the
+    importer's own packages, which are already running)."""
+    named: Graph = {}
     for module, source in sources.items():
         # imported_modules resolves relative imports from a path; give it the module's own, as a path
         init = "/__init__.py" if _is_package(module, sources) else ".py"
         path = module.replace(".", "/") + init
-        graph[module] = {name for base, names in import_targets(path, source)
-                         for name in _imported(base, names, sources) if name != module}
+        named[module] = {name for base, names in import_targets(path, source)
+                         for name in _imported(base, names, sources)} - {module}
+    graph: Graph = {}
+    for module, imports in named.items():
+        inits = {package for name in imports for package in _packages_of(name) if named.get(package)}
+        graph[module] = imports | (inits - set(_packages_of(module)) - {module})
     return graph
+
+
+def _packages_of(module: str) -> list[str]:
+    """The packages whose ``__init__`` runs before ``module`` does: ``a.b.c`` -> ``a``, ``a.b``."""
+    parts = module.split(".")
+    return [".".join(parts[:end]) for end in range(1, len(parts))]
 
 
 def _imported(base: str, names: tuple[str, ...], sources: dict[str, str]) -> set[str]:
@@ -109,17 +141,33 @@ def find_cycle(graph: Graph) -> list[str] | None:
     return None
 
 
-def layer_violations(graph: Graph) -> list[str]:
-    """``a imports b`` for each import that goes up a layer, or out of a leaf."""
+def row_of(module: str, rows: dict[str, tuple[str, ...]] = MAY_IMPORT) -> str | None:
+    """The row of ``MAY_IMPORT`` a module belongs to: the longest one that contains it."""
+    return max((row for row in rows if module == row or (row != TOP and _within(module, row))), key=len,
+               default=None)
+
+
+def layer_violations(graph: Graph, rows: dict[str, tuple[str, ...]] = MAY_IMPORT) -> list[str]:
+    """``a imports b (...)`` for each import its row does not allow, and for each module in no row."""
     found = []
     for module, imports in sorted(graph.items()):
+        row = row_of(module, rows)
+        if row is None:
+            found.append(f"{module} is in no row of MAY_IMPORT: give its package a rule")
+            continue
         for target in sorted(imports):
-            for package, forbidden in LAYERS.items():
-                if _within(module, package) and any(_within(target, f) for f in forbidden):
-                    found.append(f"{module} imports {target}")
-            if module in LEAVES:
-                found.append(f"{module} imports {target} (a leaf imports nothing of kvconform)")
+            target_row = row_of(target, rows)
+            if target_row == row or any(_within(target, allowed) for allowed in (*rows[row], *SHARED)):
+                continue
+            allowed = ", ".join(rows[row]) or "nothing of kvconform"
+            found.append(f"{module} imports {target} ({row} may import {allowed})")
     return found
+
+
+def rule_cycle(rows: dict[str, tuple[str, ...]] = MAY_IMPORT) -> list[str] | None:
+    """A cycle in the rules themselves (row a may import row b, which may import a), or None."""
+    return find_cycle({row: {row_of(allowed, rows) or allowed for allowed in allowed_list} - {row}
+                       for row, allowed_list in rows.items()})
 
 
 def _within(module: str, package: str) -> bool:
@@ -134,7 +182,7 @@ def graph() -> Graph:
 def test_every_package_is_read(graph):
     """The graph covers all four packages and the leaves, so the other tests cannot pass on an empty graph."""
     assert {"kvconform.conformance.plugin", "kvconform.platforms.spec", "kvconform.pipelines.lanes",
-            "kvconform.reports.readers", *LEAVES} <= set(graph)
+            "kvconform.reports.readers", *SHARED} <= set(graph)
     # a function-level import
     assert "kvconform.conformance.connectors.selection" in graph["kvconform.conformance.plugin"]
 
@@ -146,6 +194,22 @@ def test_the_import_graph_has_no_cycle(graph):
 
 def test_imports_run_down_the_layers(graph):
     assert layer_violations(graph) == []
+
+
+def test_every_package_has_a_rule_and_the_rules_run_one_way():
+    """Each folder with an ``__init__`` has its own row, each row names only rows, and the rows form no cycle."""
+    packages = {module for module, path in source_modules().items() if path.name == "__init__.py"}
+    assert sorted(packages - MAY_IMPORT.keys()) == []
+    assert sorted({allowed for row in MAY_IMPORT.values() for allowed in row} - MAY_IMPORT.keys()
+                  - {C + "cli"}) == []
+    assert rule_cycle() is None, "the rules allow a cycle: " + " -> ".join(rule_cycle() or [])
+
+
+def test_nothing_imports_the_pytest_plugin(graph):
+    """pytest loads the plugin by entry point; a module that imports it runs every hook module's imports too."""
+    plugin = C + "plugin"
+    assert sorted(module for module, imports in graph.items()
+                  if not _within(module, plugin) and any(_within(target, plugin) for target in imports)) == []
 
 
 # ---- the checks can fail: synthetic graphs ------------------------------------------------------
@@ -174,7 +238,55 @@ def test_imports_inside_functions_and_type_checking_are_edges():
     graph = build_graph(sources)
     plugin, model = "kvconform.conformance.plugin", "kvconform.reports.model"
     assert find_cycle(graph) in ([plugin, model, plugin], [model, plugin, model])
-    assert layer_violations(graph) == ["kvconform.reports.model imports kvconform.conformance.plugin"]
+    assert layer_violations(graph) == ["kvconform.reports.model imports kvconform.conformance.plugin "
+                                       "(kvconform.reports may import kvconform.platforms)"]
+
+
+# The cycles between folders that the layering removed, as they stood: each must be named again if it came back.
+FORMER_CYCLES = {
+    "plugin <-> connectors": {
+        C + "connectors.selection": "from ..plugin.options import DEFAULTS\n",
+        C + "plugin": "from ..connectors import selection\n", C + "plugin.options": ""},
+    "plugin <-> reliability": {
+        C + "reliability.crashes": "from kvconform.conformance.plugin import console\n",
+        C + "plugin": "from .. import reliability\n", C + "plugin.console": "", C + "reliability": ""},
+    "connectors <-> reliability": {
+        C + "connectors.services": "from ..reliability import crashes\n",
+        C + "reliability.crashes": "from ..connectors import services\n"},
+    "bench -> plugin, sideways": {
+        C + "bench.expected": "from ..plugin.expectations import decide\n",
+        C + "plugin": "from . import expectations\n", C + "plugin.expectations": ""},
+}
+
+
+@pytest.mark.parametrize("name", FORMER_CYCLES)
+def test_a_former_cycle_between_folders_is_named(name):
+    sources = {C.rstrip("."): "", **{package: "" for package in (C + "connectors", C + "reliability", C + "bench")},
+               **FORMER_CYCLES[name]}
+    assert layer_violations(build_graph(sources)) != []
+
+
+def test_an_import_through_a_package_runs_its_init():
+    """``from ..plugin.options import X`` runs plugin/__init__.py: an edge to the package, when its ``__init__``
+    imports something; an empty ``__init__`` adds nothing, and a module's own packages are no edge."""
+    sources = {C + "plugin": "from ..connectors import selection\n", C + "plugin.options": "",
+               C + "plugin.hooks": "from .options import X\n", C + "connectors": "",
+               C + "connectors.selection": "from ..plugin.options import X\n", C.rstrip("."): ""}
+    graph = build_graph(sources)
+    assert graph[C + "connectors.selection"] == {C + "plugin.options", C + "plugin"}
+    assert graph[C + "plugin.hooks"] == {C + "plugin.options"}
+    assert find_cycle(graph) is not None
+
+
+def test_a_module_in_no_row_is_named():
+    graph = {"kvconform.newpkg.mod": {"kvconform.reports.model"}}
+    assert layer_violations(graph) == ["kvconform.newpkg.mod is in no row of MAY_IMPORT: give its package a rule"]
+
+
+def test_a_cycle_in_the_rules_is_found():
+    rows = {"kvconform.a": ("kvconform.b",), "kvconform.b": ("kvconform.a",)}
+    assert rule_cycle(rows) is not None
+    assert rule_cycle({"kvconform.a": ("kvconform.b",), "kvconform.b": ()}) is None
 
 
 def test_relative_imports_resolve_and_a_leaf_that_imports_is_named():
@@ -183,7 +295,7 @@ def test_relative_imports_resolve_and_a_leaf_that_imports_is_named():
     graph = build_graph(sources)
     assert graph["kvconform.platforms.cpu"] == {"kvconform.errors"}
     assert layer_violations(graph) == ["kvconform.errors imports kvconform.platforms "
-                                       "(a leaf imports nothing of kvconform)"]
+                                       "(kvconform.errors may import nothing of kvconform)"]
 
 
 # ---- imports a tool reading the checkout can follow ----------------------------------------------

@@ -147,14 +147,14 @@ def test_every_entry_names_test_modules(entry):
     ("reports/test_junit.py", False),  # a listed module
     ("reports/test_report_real_pytest.py", True),  # its neighbour is not listed
     ("reports/test_junit.py.orig", True),
-    ("selftest/test_roundtrip_catches.py", True),
+    ("checks/test_roundtrip_catches.py", True),
 ])
 def test_a_module_needs_vllm_unless_the_table_names_it(path, expected):
     assert tiers.needs_vllm(tiers.TESTS / path) is expected
 
 
 def test_a_folder_is_left_out_of_a_blocked_run_only_when_it_holds_no_listed_module():
-    assert tiers.needs_vllm_throughout(tiers.TESTS / "selftest")
+    assert tiers.needs_vllm_throughout(tiers.TESTS / "examples")
     assert tiers.needs_vllm_throughout(tiers.TESTS / "gate")
     assert not tiers.needs_vllm_throughout(tiers.TESTS / "reports")  # some of its modules are listed
     assert not tiers.needs_vllm_throughout(tiers.TESTS / "docs")

@@ -14,7 +14,7 @@ import textwrap
 import pytest
 
 from kvconform.conformance.lint.closure import connector_closure
-from kvconform.conformance.plugin.expectations import LintFinding, findings_mismatch
+from kvconform.conformance.session.lint_findings import LintFinding, findings_mismatch
 
 CONNECTOR = "vllm.distributed.kv_transfer.kv_connector.v1.pin_connector"
 OWN = "vllm/distributed/kv_transfer/kv_connector/v1/pin_connector.py"

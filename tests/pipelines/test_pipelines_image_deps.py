@@ -6,7 +6,7 @@ import pytest
 
 from kvconform.pipelines.image_deps import plan, requirements, satisfies
 
-# vLLM CI's test environment at one stored commit (DESIGN.md section 7): pytest pinned, no pytest-xdist.
+# vLLM CI's test environment at one stored commit (vLLM's requirements/test.txt): pytest pinned, no pytest-xdist.
 VLLM_CI = {"pytest": "8.3.3", "pytest-timeout": "2.3.1", "pyyaml": "6.0.2", "pydantic": "2.11.7",
            "hypothesis": "6.131.0"}
 

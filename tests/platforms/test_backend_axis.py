@@ -1,4 +1,4 @@
-"""The attention-backend axis (issue 12, item 3): backends confirmed through vLLM's registry when
+"""The attention-backend axis: backends are confirmed through vLLM's registry when
 the run starts, an unusable one skipped in vLLM's words, and MLA checks run once per MLA backend."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Loaded by tests/reliability/test_vllm_conditions.py as a third-party connector
 (``--connector tests.reliability.observed_connector:ObservedConnector``): a connector's
 threads must run as vLLM would run them, not as the harness would like. Each worker side
 records, as it saves, the priority and CPUs of the native thread it started, the process's
-own at import, and the environment variables the harness used to set, into the JSON-lines
+own at import, and the UCX and OpenMP variables a harness might set, into the JSON-lines
 file named by ``KVCONFORM_OBSERVED`` (the test's own variable).
 """
 

@@ -1,6 +1,6 @@
 """Run the conformance suite in a subprocess, the way a user does, and read its JUnit file back.
 
-Unlike ``tests/selftest/suite_run.py`` this keeps what reliability tests need: the
+Unlike ``tests/suite_run.py`` this keeps what reliability tests need: the
 order results arrived in (a crash must not stop later tests), each test's JUnit
 properties, an environment of the test's own, and the subprocess's own deadline
 (a hang of the whole run is a failure of the test, not of the machine).
@@ -12,17 +12,18 @@ import fcntl
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from kvconform.conformance.session.suite_command import NO_CACHE, SuiteCommand
 from kvconform.reports.junit import read_junit_file
 from tests.load import describe_load, stretched
+from tests.suite_run import of_connector
 
 REPO = Path(__file__).resolve().parents[2]
-MISBEHAVING = "tests.broken_connectors.misbehaving"
-PROFILES = REPO / "tests" / "broken_connectors" / "misbehaving.yaml"
+MISBEHAVING = "tests.reliability.misbehaving_broken"
+PROFILES = REPO / "tests" / "reliability" / "misbehaving_broken.yaml"
 RUN_DEADLINE_S = 300  # the whole subprocess on a quiet machine (stretched under load: tests/load.py)
 
 
@@ -41,7 +42,7 @@ class SuiteRun:
     output: str
 
     def of(self, connector: str) -> list[Case]:
-        return [c for c in self.cases if f"-{connector}-" in c.nodeid or c.nodeid.endswith(f"-{connector}]")]
+        return of_connector(self.cases, connector)
 
     @classmethod
     def from_json(cls, text: str) -> SuiteRun:
@@ -72,12 +73,11 @@ def run_suite(tmp: Path, args: list[str], env: dict[str, str] | None = None) -> 
     full_env = {**inherited, **(env or {}), "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     deadline = stretched(RUN_DEADLINE_S)
     try:
+        command = SuiteCommand("cpu", plugins=(NO_CACHE, "kvconform.conformance.reliability"),
+                               options=("-q", "--kvconform-expectations", str(no_expectations(tmp)),
+                                        "-o", "junit_family=xunit1"), junitxml=junit, extra=args)
         proc = subprocess.run(
-            [sys.executable, "-m", "pytest", "--pyargs", "kvconform.conformance", "--platform=cpu", "-q",
-             "-p", "no:cacheprovider", "-p", "kvconform.conformance.reliability",
-             "--kvconform-expectations", str(no_expectations(tmp)),
-             "-o", "junit_family=xunit1", f"--junitxml={junit}", *args],
-            cwd=tmp, env=full_env, capture_output=True, text=True, timeout=deadline)
+            command.argv(), cwd=tmp, env=full_env, capture_output=True, text=True, timeout=deadline)
     except subprocess.TimeoutExpired as hung:
         raise AssertionError(f"the suite run did not finish within {deadline} s ({describe_load()} now): "
                              f"{' '.join(args)}\n"

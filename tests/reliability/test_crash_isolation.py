@@ -13,6 +13,7 @@ import os
 
 import pytest
 
+from kvconform.reports.identity import connector_in_nodeid
 from tests.reliability.suite import misbehaving, shared_run
 
 CONNECTORS = ["ExampleConnector", "SegfaultLoadConnector", "ExitLoadConnector", "LeakyThreadConnector",
@@ -48,7 +49,8 @@ def litter(shared):
 
 def test_the_run_finishes_and_fails(crash_run):
     assert crash_run.returncode == 1, crash_run.output[-3000:]
-    assert {c.nodeid.split("-")[-2] for c in crash_run.cases} >= set(CONNECTORS), [c.nodeid for c in crash_run.cases]
+    assert {connector_in_nodeid(c.nodeid, CONNECTORS) for c in crash_run.cases} >= set(CONNECTORS), [
+        c.nodeid for c in crash_run.cases]
     assert len(crash_run.cases) == 2 * len(CONNECTORS)
 
 

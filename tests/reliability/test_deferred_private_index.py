@@ -3,7 +3,7 @@
 A held report is sent with its own test's index only while xdist's worker plugin
 has the known shape (an int ``item_index`` that is the test being run); otherwise,
 and under ``--kvconform-public-apis-only``, no report is held past its test.
-The suite runs with both are in ``tests/selftest/test_shutdown_catches.py``.
+The suite runs with both are in ``tests/checks/test_shutdown_catches.py``.
 """
 
 from __future__ import annotations

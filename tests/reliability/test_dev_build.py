@@ -13,11 +13,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 from packaging.version import Version
 
+from kvconform.conformance.session.suite_command import NO_CACHE, SuiteCommand
 from kvconform.conformance.vllm_install.window import installed_vllm
 from tests.load import stretched
 
@@ -48,13 +48,11 @@ def test_a_dev_build_runs_labelled_with_no_failure_from_its_version(tmp_path):
     dev = dev_build_of(installed)
     site = shadow_distribution(tmp_path / "site", dist, dev)
     results = tmp_path / "results.json"
-    connectors = [arg for name in CONNECTORS for arg in ("--connector", name)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
+    command = SuiteCommand("cpu", CONNECTORS, plugins=(NO_CACHE,), options=("--kvconform-strict",), keyword=SELECT,
+                           workers=1, results_json=results)
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "--pyargs", "kvconform.conformance", "--platform=cpu",
-         "-p", "no:cacheprovider", "-n", "1", "--kvconform-strict", "-k", SELECT, *connectors,
-         f"--kvconform-json={results}"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=stretched(RUN_DEADLINE_S))
+        command.argv(), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=stretched(RUN_DEADLINE_S))
     output = proc.stdout + proc.stderr
     note = f"vLLM {dev}: not a release kvconform's CI tests"
     assert f"kvconform: {note} (results are labelled so)" in output, output[-3000:]

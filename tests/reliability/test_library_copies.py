@@ -14,7 +14,7 @@ from kvconform.conformance.reliability.library_copies import (
     copies_notes,
     loaded_libraries,
 )
-from tests.selftest.suite_run import run_suite
+from tests.suite_run import run_suite
 
 WHEEL_LIBS = "/venv/lib/python3.11/site-packages/nixl_cu12.libs"
 MAPS = "\n".join(f"7f00-7f01 r-xp 00000000 08:01 {inode} {path}" for inode, path in enumerate([
@@ -62,7 +62,7 @@ def test_a_serial_nixl_run_names_the_clash_in_its_output_and_its_results(tmp_pat
 
 
 def test_a_crash_at_exit_without_the_note_stays_a_crash():
-    from tests.selftest.suite_run import Outcome, pytest_status
+    from tests.suite_run import Outcome, pytest_status
 
     passed = [Outcome("t", "passed", "")]
     assert pytest_status(-signal.SIGSEGV, passed, "2 passed") == -signal.SIGSEGV

@@ -3,8 +3,8 @@
 vLLM runs a connector's threads at the priority and on the CPUs its worker process has,
 and sets no UCX or OpenMP variable for it; a conformance verdict must describe the
 connector so. A connector that starts a native thread while its worker side is built
-(as NIXL's agent does) records what it sees, serially and under xdist (where each worker
-once took a slice of the cores); every record must show the process's own conditions.
+(as NIXL's agent does) records what it sees, serially and under xdist (where giving each worker a slice of
+the cores would be tempting); every record must show the process's own conditions.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import os
 
 import pytest
 
-from tests.selftest.suite_run import run_suite
+from tests.suite_run import run_suite
 
 CONNECTOR = "tests.reliability.observed_connector:ObservedConnector"
 

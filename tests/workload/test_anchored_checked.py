@@ -1,6 +1,6 @@
 """The anchored workload makes a generated workload test check something, whatever the other draws give.
 
-One suite run (``tests/selftest/suite_run.py``) of ``test_workload_generated``
+One suite run (``tests/suite_run.py``) of ``test_workload_generated``
 with prefill in one step, its generator forced to draw consumer requests that
 cannot load (``fresh_consumers.py``: every one a prompt of its own), for
 ExampleConnector and for a connector that never claims a hit
@@ -18,7 +18,7 @@ import pytest
 
 from kvconform.conformance.session.options import NORMAL_EXAMPLES
 from kvconform.conformance.workload.strategies import ANCHOR_LABEL
-from tests.selftest.suite_run import of_connector, run_suite
+from tests.suite_run import of_connector, run_suite
 from tests.workload.fresh_consumers import RECORD_ENV
 
 PROFILES = Path(__file__).with_name("never_loads.yaml")

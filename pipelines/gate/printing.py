@@ -1,0 +1,97 @@
+"""What the gate prints: the selection (``--dry-run``), and the verdict lines of ``--run``.
+
+Every line starts with ``kvconform gate:`` (or is indented under one), names the
+platform and the vLLM tested, and quotes file names and messages from the change
+as one line each (``one_line``), so text a pull request controls cannot forge a
+line of its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+
+from kvconform.errors import one_line
+
+from .judgement import RUNTIME_CHECKS, GateOutcome
+from .results import MESSAGE_LIMIT
+from .selection import Selection, claimed_platforms
+
+MAX_LISTED = 12  # failing tests listed by name; the rest are counted
+
+
+def _printable(text: str) -> str:
+    """A file name as one terminal line: hostile names (newlines, escapes) are shown quoted."""
+    return text if text.isprintable() else repr(text)
+
+
+def print_selection(selection: Selection, base: str, head: str) -> None:
+    """The changed files, what each selects and why, and the connectors to test with the platforms they claim."""
+    print(f"{len(selection.changed_files)} file(s) changed between {base} and {head}:")
+    for match in selection.files:
+        print(f"  {_printable(match.path)}: {match.why}")
+    if not selection.connectors:
+        print("no connector is touched: nothing to run")
+        return
+    print(f"connectors to test ({len(selection.connectors)}):")
+    for name in selection.connectors:
+        via = f"wraps {', '.join(selection.wrapped[name])}; " if name in selection.wrapped else ""
+        files = ", ".join(_printable(f) for f in selection.reasons[name][:3])
+        more = f" and {len(selection.reasons[name]) - 3} more" if len(selection.reasons[name]) > 3 else ""
+        print(f"  {name} on {', '.join(claimed_platforms(name))}: {via}{files}{more}")
+
+
+def where_it_runs(connector: str) -> str:
+    """The platforms a connector could run on, from its profile, and what it needs there."""
+    from kvconform.conformance.connectors.profiles import profile_for
+
+    profile = profile_for(connector)
+    runtime = [check for check in profile.checks or [] if check in RUNTIME_CHECKS]
+    if not runtime:
+        return f"its profile lists no runtime check on any platform ({profile.reason or 'no reason given'})"
+    needs = f", with {', '.join(profile.requires.packages)} installed" if profile.requires.packages else ""
+    return f"its profile runs {', '.join(runtime)} on {', '.join(claimed_platforms(connector))}{needs}"
+
+
+def _rerun_command(args: argparse.Namespace, platform: str) -> str:
+    words = ["kvconform", "gate", "--repo", str(args.repo), "--base", args.base, "--head", args.head,
+             "--run", f"--platform={platform}"]
+    return " ".join(shlex.quote(word) for word in words)
+
+
+def report_not_exercised(connector: str, platform: str, why: str, args: argparse.Namespace) -> None:
+    """Why ``connector`` was not exercised on ``platform``, where it could be, and the command that runs it there."""
+    print(f"kvconform gate: {connector}: not exercised on {platform}: {one_line(why, MESSAGE_LIMIT)}")
+    print(f"  {where_it_runs(connector)}")
+    others = [p for p in claimed_platforms(connector) if p != platform]
+    if others:
+        print(f"  run it there: {_rerun_command(args, others[0])}"
+              + (f" (or --platform={', '.join(others[1:])})" if others[1:] else ""))
+
+
+def _list(lines: list[str]) -> None:
+    for line in lines[:MAX_LISTED]:
+        print(f"  {line}")
+    if len(lines) > MAX_LISTED:
+        print(f"  ... and {len(lines) - MAX_LISTED} more (see the run's output above)")
+
+
+def print_outcome(outcome: GateOutcome, here: list[str], platform: str, label: str, args: argparse.Namespace) -> None:
+    """The verdict lines of a run of ``here`` on ``platform`` over the vLLM ``label`` names."""
+    if outcome.failures:
+        print(f"kvconform gate: FAIL on {platform} ({len(outcome.failures)} problem(s); {label}):")
+        _list(outcome.failures)
+    if outcome.on_base_too and outcome.base is not None:
+        both, base = len(outcome.on_base_too), outcome.base
+        if outcome.failures:
+            print(f"kvconform gate: not counted against the change: {both} selected test(s) fail on the base "
+                  f"too{base.why_broken()}; {base.does_not_run()}")
+        else:
+            print(f"kvconform gate: {base.does_not_run()}; {both} selected test(s) fail on the base too"
+                  f"{base.why_broken()}")
+        _list([problem.line for problem in outcome.on_base_too])
+    for name, why in outcome.not_exercised.items():
+        report_not_exercised(name, platform, why, args)
+    passed = [n for n in here if n not in outcome.not_exercised]
+    if passed and not outcome.failures and not outcome.on_base_too:
+        print(f"kvconform gate: PASS: {', '.join(passed)} on {platform} ({label})")

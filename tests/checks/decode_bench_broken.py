@@ -1,0 +1,79 @@
+"""Deliberately broken copies of vLLM's DecodeBenchConnector, one bug class each.
+
+The fill checks must fail every one of them (tests/checks/test_fill_catches.py).
+Each class replaces only the code that carries its bug; their profiles are
+DecodeBenchConnector's (decode_bench_broken.yaml beside this file).
+"""
+
+from __future__ import annotations
+
+import torch
+from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+from vllm.distributed.kv_transfer.kv_connector.v1.decode_bench_connector import (
+    DecodeBenchConnector,
+    DecodeBenchConnectorScheduler,
+    DecodeBenchConnectorWorker,
+)
+
+
+class _WithWorker(DecodeBenchConnector):
+    """DecodeBenchConnector whose worker (or scheduler) half is a subclass carrying the bug."""
+
+    worker_class = DecodeBenchConnectorWorker
+    scheduler_class = DecodeBenchConnectorScheduler
+
+    def __init__(self, vllm_config, role, kv_cache_config):
+        super().__init__(vllm_config, role, kv_cache_config)
+        if role == KVConnectorRole.WORKER:
+            self.connector_worker = self.worker_class(vllm_config, kv_cache_config)
+        else:
+            self.connector_scheduler = self.scheduler_class(vllm_config, kv_cache_config)
+
+
+class _EveryLayerIsATensor(DecodeBenchConnectorWorker):
+    def _fill_blocks(self, group_idx, block_ids, num_tokens):
+        if not block_ids:
+            return
+        fill_mean, fill_std = (0.0, 0.0) if group_idx in self._zero_fill_group_ids else (self.fill_mean, self.fill_std)
+        for layer_name in self.group_to_layers.get(group_idx, []):
+            kv_cache = self.kv_caches[layer_name]
+            ids = torch.tensor(block_ids, dtype=torch.long, device=kv_cache.device)
+            ids = ids[ids < kv_cache.shape[0]]
+            fill_dtype = self._fp8_dtypes.get(layer_name, kv_cache.dtype)
+            values = self._make_fill_values((len(ids),) + kv_cache.shape[1:], kv_cache.device, fill_dtype,
+                                            fill_mean, fill_std)
+            kv_cache[ids] = values.view(kv_cache.dtype)
+
+
+class DeviceOfEveryLayerConnector(_WithWorker):
+    """vLLM PR #45080's bug: ``kv_cache.device`` on every layer; a list/tuple of state tensors crashes."""
+
+    worker_class = _EveryLayerIsATensor
+
+
+class _StatesLeftAlone(DecodeBenchConnectorWorker):
+    def _fill_tensor(self, kv_cache, fill_mean, fill_std, fill_dtype):
+        return  # the state tensors of list/tuple entries are never written
+
+
+class UnfilledStatesConnector(_WithWorker):
+    """Accepts list/tuple entries without crashing but leaves their state tensors as they were."""
+
+    worker_class = _StatesLeftAlone
+
+
+class _WholeBlockTable(DecodeBenchConnectorScheduler):
+    def update_state_after_alloc(self, request, blocks, num_external_tokens):
+        super().update_state_after_alloc(request, blocks, num_external_tokens)
+        pending = self._pending_fills.get(request.request_id)
+        if pending is not None:
+            table = tuple([block.block_id for block in group] for group in blocks.blocks)
+            self._pending_fills[request.request_id] = (table, pending[1])
+
+
+class NullBlockFillConnector(_WithWorker):
+    """Fills every entry of the request's block table, not just the blocks of its external tokens: the
+    null block (block 0, which no request owns; it stands in for blocks outside a sliding window and
+    Mamba's dropped states) included."""
+
+    scheduler_class = _WholeBlockTable

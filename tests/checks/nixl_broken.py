@@ -1,0 +1,172 @@
+"""Deliberately broken copies of vLLM's NixlConnector (the pull/READ pair), one bug class each.
+
+The pair checks must fail every one of them and pass the unmodified NixlConnector;
+tests/checks/test_pair_faults_catches.py proves it (test_shutdown_catches.py for the
+shutdown ones). Each class changes only what carries its bug, on top of vLLM's own worker.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+from vllm.distributed.kv_transfer.kv_connector.v1.nixl.connector import NixlConnector
+
+
+class SwallowedReadErrorConnector(NixlConnector):
+    """Reports a request received after its READ failed: vLLM's worker lists the request in
+    ``failed_recving`` and its blocks as load errors; this copy drops both, so the request
+    looks received and vLLM computes on KV that never arrived."""
+
+    def get_transfer_results(self, finished_req_ids):
+        results = super().get_transfer_results(finished_req_ids)
+        results.failed_recving = set()  # the failed requests stay in finished_recving
+        return results
+
+    def get_block_ids_with_load_errors(self) -> set[int]:
+        super().get_block_ids_with_load_errors()  # drained and dropped
+        return set()
+
+
+class DoneOnPostingConnector(NixlConnector):
+    """Reports a read received in the step it is started, before the transfer completes
+    (the real completion, when it comes, is not reported again)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._reported_early: set[str] = set()
+        self._started: set[str] = set()
+
+    def start_load_kv(self, forward_context, **kwargs) -> None:
+        super().start_load_kv(forward_context, **kwargs)
+        self._started |= {rid for rid, meta in self._get_connector_metadata().reqs_to_recv.items()
+                          if any(meta.local_block_ids)}
+
+    def get_transfer_results(self, finished_req_ids):
+        results = super().get_transfer_results(finished_req_ids)
+        done = set(results.finished_recving or ()) - self._reported_early  # real completions, unless said already
+        early, self._started = self._started - self._reported_early, set()
+        self._reported_early |= early
+        results.finished_recving = done | early
+        return results
+
+
+class _NoReadNotification:
+    """A transport that posts READs without the completion notification the producer waits for."""
+
+    def __init__(self, real):
+        self._real = real
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def make_prepped_xfer(self, operation, *args, **kwargs):
+        if operation == "READ":
+            kwargs["notif_msg"] = b""
+        return self._real.make_prepped_xfer(operation, *args, **kwargs)
+
+
+class ExpiryFinishConnector(NixlConnector):
+    """The consumer never tells the producer it has read the pages, so the producer releases them
+    only when their lease expires ("Releasing expired KV blocks ... retrieved by 0 remote
+    worker(s)"). Its profile's lease (3 s) is shorter than the harness's drain bound, so the pair
+    still completes, only slower: the check must see the expiry itself."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.connector_worker is not None:
+            self.connector_worker.nixl_wrapper = _NoReadNotification(self.connector_worker.nixl_wrapper)
+
+
+class ListenerLeftRunningConnector(NixlConnector):
+    """The scheduler side's ``shutdown()`` forgets its handshake listener: the thread serves on, forever."""
+
+    def shutdown(self):
+        if self.connector_worker is not None:
+            self.connector_worker.shutdown()
+
+
+class ShutdownRaisesConnector(NixlConnector):
+    """The scheduler side's ``shutdown()`` stops its listener, then raises."""
+
+    def shutdown(self):
+        super().shutdown()
+        if self.connector_scheduler is not None:
+            raise RuntimeError("ShutdownRaisesConnector: the scheduler side failed to shut down")
+
+
+class ShutdownHangsConnector(NixlConnector):
+    """The scheduler side's ``shutdown()`` never returns (it waits on an event nothing sets)."""
+
+    def shutdown(self):
+        super().shutdown()
+        if self.connector_scheduler is not None:
+            threading.Event().wait()
+
+
+class ShutdownCrashesConnector(NixlConnector):
+    """The scheduler side's ``shutdown()`` stops its listener, then kills the process (a native crash)."""
+
+    def shutdown(self):
+        super().shutdown()
+        if self.connector_scheduler is not None:
+            time.sleep(0.2)  # past the test's own teardown: the crash lands while its result is held
+            os.kill(os.getpid(), signal.SIGSEGV)
+
+
+# ---- pairs behind a router (conformance/test_pair_routing.py) ------------------------------------------------
+
+
+class OwnIdNotifyConnector(NixlConnector):
+    """Tells the producer it is done under the consumer's own request id, not the producer's (``remote_request_id``):
+    harmless while a router keeps the ids equal; behind one that renames them, the producer never recognises the
+    notification and holds its pages until the lease runs out."""
+
+    def update_state_after_alloc(self, request, blocks, num_external_tokens: int) -> None:
+        params = request.kv_transfer_params
+        if params and params.get("remote_request_id"):
+            params["remote_request_id"] = request.request_id
+        super().update_state_after_alloc(request, blocks, num_external_tokens)
+
+
+class FrontTrimConnector(NixlConnector):
+    """On a partial hit in the consumer's prefix cache, pairs the consumer's blocks with the producer's *first*
+    blocks instead of its last (vLLM's worker end-trims them, ``_apply_prefix_caching``): the tokens the consumer
+    already holds are read again, into the blocks meant for the rest of the prompt."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        worker = self.connector_worker
+        if worker is not None:
+            end_trimmed = worker._apply_prefix_caching
+
+            def front_trimmed(decode_block_ids, prefill_block_ids, *rest, **named):
+                decode, _ = end_trimmed(decode_block_ids, prefill_block_ids, *rest, **named)
+                return decode, [list(p[:len(d)]) for d, p in zip(decode, prefill_block_ids, strict=True)]
+
+            worker._apply_prefix_caching = front_trimmed
+
+
+class LengthOnlyFinishConnector(NixlConnector):
+    """Hands the KV of a prefill over only when it ended by length (FINISHED_LENGTH_CAPPED), as NIXL did before it
+    took FINISHED_STOPPED too: a prefill whose one token is a stop token is treated as aborted, and the consumer
+    never gets its params."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        scheduler = self.connector_scheduler
+        if scheduler is not None:  # vLLM's scheduler reaches it through request_finished_all_groups too
+            any_status = scheduler.request_finished
+
+            def length_only(request, block_ids):
+                from vllm.v1.request import RequestStatus
+
+                if request.status == RequestStatus.FINISHED_STOPPED and (request.kv_transfer_params or {}).get(
+                        "do_remote_decode"):
+                    scheduler._reqs_not_processed.add(request.request_id)
+                    return False, None
+                return any_status(request, block_ids)
+
+            scheduler.request_finished = length_only
