@@ -36,8 +36,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, type=Path, metavar="DIR",
                         help="folder to write results.json, summary.md and index.html into (created if missing)")
     parser.add_argument("--print-matrix", action="store_true",
-                        help="also print the connector x check matrix of each platform, the known findings and "
-                             "why tests were skipped")
+                        help="also print the connector x check matrix of each platform and the verdict with what it "
+                             "rests on (known findings and skip reasons as counts)")
+    parser.add_argument("--details", action="store_true",
+                        help="--print-matrix, with each known finding and every skip reason listed, not counted")
     parser.add_argument("--exit-zero", action="store_true",
                         help="exit 0 even when tests failed or expectations matched nothing (still 2 on bad input)")
 
@@ -53,8 +55,8 @@ def run(args: argparse.Namespace) -> int:
             (args.out / name).write_text(render(results), encoding="utf-8")
     except OSError as exc:
         raise UserError(f"{args.out}: cannot write the report: {exc.strerror or exc}") from None
-    if args.print_matrix:
-        print(render_terminal.render(results))
+    if args.print_matrix or args.details:
+        print(render_terminal.render(results, details=args.details))
     outcome = verdict(results)
     print(f"kvconform report: {len(results.tests)} tests from {len(args.results)} file(s): {outcome.headline}; "
           f"wrote {', '.join(str(args.out / name) for name in OUTPUTS)}")
