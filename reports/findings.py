@@ -59,13 +59,21 @@ class Finding:
         rank = {name: i for i, name in enumerate(CHECK_ORDER)}
         return sorted(self.checks, key=lambda k: (rank.get(k, len(rank)), k))
 
+    def outcome_parts(self) -> list[str]:
+        """``["1 failed", "36 xfailed"]``: what became of the tests, worst first."""
+        return [f"{self.outcomes[o]} {o}" for o in ORDER if self.outcomes[o]]
+
     def outcome_counts(self) -> str:
-        """``37 xfailed`` or ``36 xfailed · 1 failed``: what became of the tests, worst first."""
-        return " · ".join(f"{self.outcomes[o]} {o}" for o in ORDER if self.outcomes[o])
+        """``37 xfailed`` or ``1 failed · 36 xfailed``."""
+        return " · ".join(self.outcome_parts())
+
+    def check_parts(self) -> list[str]:
+        """``["roundtrip 26", "load_failure 6"]``: the checks in the order a connector meets them, with their tests."""
+        return [f"{k} {self.checks[k]}" for k in self.check_names()]
 
     def checks_with_counts(self) -> str:
         """``roundtrip 26, load_failure 6, contract 5``."""
-        return ", ".join(f"{k} {self.checks[k]}" for k in self.check_names())
+        return ", ".join(self.check_parts())
 
 
 def _key(e: Expected) -> tuple[str, str, str, str]:

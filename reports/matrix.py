@@ -106,7 +106,11 @@ def failures(results: Results) -> list[CaseResult]:
                   key=lambda t: (-OUTCOMES[t.outcome].severity, t.platform, t.connector, t.check, t.nodeid))
 
 
+def totals_parts(results: Results) -> list[str]:
+    """``["2 failed", "71 not run", "28 skipped"]``: the run's totals, worst first, its not-run skips apart."""
+    return _parts(results.totals, sum(is_not_run(t) for t in results.tests))
+
+
 def totals_line(results: Results) -> str:
-    """``2 failed, 71 not run, 28 skipped``: the run's totals, worst first, its not-run skips apart."""
-    parts = _parts(results.totals, sum(is_not_run(t) for t in results.tests))
-    return ", ".join(parts) if parts else "no tests"
+    """``2 failed, 71 not run, 28 skipped``."""
+    return ", ".join(totals_parts(results)) or "no tests"

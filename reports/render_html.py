@@ -15,8 +15,9 @@ import re
 from collections import Counter
 from html import escape
 
+from .exercised import exercised
 from .findings import Finding, findings, is_web_link, link_text, where_text
-from .matrix import Matrix, build_matrix, cell_counts, failures, totals_line
+from .matrix import Matrix, build_matrix, cell_count_parts, failures, totals_parts
 from .model import EXCEPTION_LINE, CaseResult, Results
 from .not_run import NOT_RUN_MARK, NOT_RUN_PREFIX
 from .outcomes import ORDER, OUTCOMES
@@ -60,6 +61,7 @@ p.message { margin: 0.2em 0; }
 th .why { font-weight: normal; font-size: 12px; color: #555; max-width: 22em; }
 #filters label { margin-right: 1em; }
 ul.tests { margin: 0.3em 0 0 1em; padding: 0; }
+span.count { white-space: nowrap; }
 """
 
 _SCRIPT = """
@@ -173,7 +175,14 @@ def _cell(matrix: Matrix, platform: str, connector: str, check: str) -> str:
     mark = NOT_RUN_MARK if all_not_run(matrix, cell) else OUTCOMES[cell.status].mark
     return (f'<td class="cell o-{escape(cell.status)}" {where} data-outcomes="{escape(" ".join(cell.counts))}">'
             f'<details><summary><span class="badge o-{escape(cell.status)}">{mark}</span> '
-            f'{escape(cell_counts(cell, matrix.not_run(cell)))}</summary><ul class="tests">{items}</ul></details></td>')
+            f'{_counts(cell_count_parts(cell, matrix.not_run(cell)))}</summary><ul class="tests">{items}</ul>'
+            "</details></td>")
+
+
+def _counts(parts: list[str], separator: str = " · ") -> str:
+    """``4 xfailed · 22 passed`` with each count kept on one line with its word: a narrow cell breaks between the
+    parts, never inside one (``4`` / ``xfailed``)."""
+    return separator.join(f'<span class="count">{escape(part)}</span>' for part in parts)
 
 
 def _link(link: str) -> str:
@@ -231,7 +240,8 @@ def _folded(text: str) -> str:
 
 def _finding_row(f: Finding) -> str:
     cells = (escape(f.finding_class), escape(f.expect), escape(", ".join(f.connector_names())),
-             escape(f.checks_with_counts()), escape(f.outcome_counts()), _folded(f.reason))
+             _counts(f.check_parts(), ", "), _counts(f.outcome_parts()),
+             _folded(f.reason))
     link = _link(f.link) if is_web_link(f.link) else escape(f.link)
     return ("<tr>" + "".join(f"<td>{cell}</td>" for cell in cells) + f'<td class="link">{link}</td>'
             + f'<td class="entries"><code>{escape(where_text(f.wheres))}</code></td></tr>')
@@ -283,8 +293,9 @@ def render(results: Results) -> str:
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">
 <title>kvconform results</title><style>{_css()}</style></head>
 <body>
-<h1>kvconform conformance results: {escape(verdict(results).headline)}</h1>
-<p id="totals">{escape(totals_line(results))}</p>
+<h1>kvconform conformance results: {escape(verdict(results).stated)}</h1>
+<p id="exercised">{escape(exercised(results).text())}</p>
+<p id="totals">{_counts(totals_parts(results), ", ") or "no tests"}</p>
 {"".join(f'<p class="caveat"><strong>{escape(c)}</strong></p>' for c in caveats(results))}
 <h2>Matrix</h2>
 <p id="filters">{filters}</p>

@@ -1,6 +1,7 @@
 """``summary.md``: a Buildkite annotation (``buildkite-agent annotate --style ... < summary.md``).
 
-Failures come first because that is what the reader of a red build wants.
+The verdict comes first with what it rests on (``exercised``: how many connectors' runtime checks
+ran, the known findings), then the failures, because that is what the reader of a red build wants.
 Buildkite renders HTML inside Markdown, so every piece of test text is escaped;
 annotations are capped at 1 MiB, so long lists are cut with a pointer to index.html.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 import html
 import re
 
+from .exercised import exercised
 from .findings import findings, link_text, where_text
 from .matrix import build_matrix, cell_counts, failures, totals_line
 from .model import Results
@@ -111,7 +113,8 @@ def _stale(results: Results) -> list[str]:
 
 def render(results: Results) -> str:
     notes = caveats(results)
-    lines = [f"## kvconform conformance: {verdict(results).headline}", "", totals_line(results), ""]
+    lines = [f"## kvconform conformance: {text(verdict(results).stated)}", "",
+             text(exercised(results).text()), "", totals_line(results), ""]
     lines += [*(f"> **{text(note)}**" for note in notes), ""] if notes else []
     lines += [*_failures(results), *_findings(results), *_matrices(results), *_not_run(results), *_skips(results),
               *_stale(results)]

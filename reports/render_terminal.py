@@ -2,18 +2,25 @@
 
 It says what summary.md says, in the same words: a cell lists every outcome with
 its count (``4 xfailed``, ``22 passed``, ``7 skipped``), one per line, rather
-than a ratio a reader has to decode; then the failures, the known findings once
-each, why cells were skipped (grouped, where pytest's ``-rs`` lists each source
-line), stale expectations and the verdict.
+than a ratio a reader has to decode. A terminal shows its last screen, so the
+report ends on what matters: each failure's first line, then the known findings,
+the checks not run and the skips as counts (``--details`` lists them: each finding
+once, the skip reasons grouped per connector x check, where pytest's ``-rs`` lists
+each source line; index.html has them too), stale expectations, the matrix, and
+last the verdict with what it rests on (``exercised``).
 """
 
 from __future__ import annotations
 
-from .findings import findings, where_text
+from collections import Counter
+
+from .exercised import verdict_line
+from .findings import Finding, findings, where_text
 from .matrix import build_matrix, cell_count_parts, failures, totals_line
 from .model import Results, RunInfo
+from .outcomes import ORDER
 from .skips import SkipGroup, not_run_groups, skip_groups
-from .verdict import caveats, verdict
+from .verdict import caveats
 
 FAILURES_SHOWN = 20
 
@@ -62,8 +69,23 @@ def _failures(results: Results) -> list[str]:
     return lines + ([""] if lines else [])
 
 
-def _findings(results: Results) -> list[str]:
-    found = findings(results)
+DETAILS_HINT = "kvconform report --details or index.html lists them"
+
+
+def _findings_summary(found: list[Finding]) -> list[str]:
+    """``known findings: 20 (84 tests: 80 xfailed, 4 skipped); ...``: the findings as one line of counts."""
+    if not found:
+        return []
+    outcomes = Counter[str]()
+    for f in found:
+        outcomes.update(f.outcomes)
+    counts = ", ".join(f"{outcomes[o]} {o}" for o in ORDER if outcomes[o])
+    unexpected = sum(1 for f in found if f.unexpected)
+    odd = f"; {unexpected} with tests that did not behave as expected" if unexpected else ""
+    return [f"known findings: {len(found)} ({sum(f.tests for f in found)} tests: {counts}){odd}; {DETAILS_HINT}"]
+
+
+def _findings(found: list[Finding]) -> list[str]:
     if not found:
         return []
     lines = [f"known findings ({len(found)}), each once: class, connector, checks (tests), outcome; reason; link"]
@@ -84,15 +106,22 @@ def _grouped(groups: list[SkipGroup], header: str) -> list[str]:
     return [header.format(total=sum(g.tests for g in groups)), *("  " + row for row in _table(rows)), ""]
 
 
-def _not_run(results: Results) -> list[str]:
-    return _grouped(not_run_groups(results, build_matrix(results)),
-                    "not run ({total} tests: an earlier step of the connector failed), by connector x check: tests, "
-                    "reason")
+NOT_RUN_HEADER = "not run ({total} tests: an earlier step of the connector failed)"
+SKIPPED_HEADER = "skipped ({total} tests)"
 
 
-def _skips(results: Results) -> list[str]:
-    return _grouped(skip_groups(results, build_matrix(results)),
-                    "skipped ({total} tests), by connector x check: tests, reason (pytest -rs lists each test)")
+def _groups_summary(groups: list[SkipGroup], header: str) -> list[str]:
+    """``skipped (640 tests): 35 reasons in 60 connector x check cells; ...``."""
+    if not groups:
+        return []
+    cells = len({(g.platform, g.connector, g.check) for g in groups})
+    reasons = len({g.reason for g in groups})
+    return [f"{header.format(total=sum(g.tests for g in groups))}: {reasons} reason{'s' if reasons != 1 else ''} "
+            f"in {cells} connector x check cell{'s' if cells != 1 else ''}; {DETAILS_HINT}"]
+
+
+def _details(groups: list[SkipGroup], header: str, what: str) -> list[str]:
+    return _grouped(groups, f"{header}, by connector x check: tests, reason{what}")
 
 
 def _stale(results: Results) -> list[str]:
@@ -100,9 +129,20 @@ def _stale(results: Results) -> list[str]:
             for run in results.runs for stale in run.stale_expectations]
 
 
-def render(results: Results) -> str:
-    lines = [*_matrix(results), *_failures(results), *_findings(results), *_not_run(results), *_skips(results),
-             *_stale(results)]
-    lines += caveats(results)
-    lines.append(f"total: {totals_line(results)}; verdict: {verdict(results).headline}")
+def render(results: Results, details: bool = False) -> str:
+    """The report's text; ``details``: the known findings, not-run checks and skip reasons listed in full, first."""
+    found, matrix = findings(results), build_matrix(results)
+    not_run, skipped = not_run_groups(results, matrix), skip_groups(results, matrix)
+    if details:
+        lines = [*_findings(found), *_details(not_run, NOT_RUN_HEADER, ""),
+                 *_details(skipped, SKIPPED_HEADER, " (pytest -rs lists each test)")]
+    else:
+        lines = []
+    lines += _failures(results)
+    if not details:
+        summaries = [*_findings_summary(found), *_groups_summary(not_run, NOT_RUN_HEADER),
+                     *_groups_summary(skipped, SKIPPED_HEADER)]
+        lines += [*summaries, *([""] if summaries else [])]
+    lines += [*_stale(results), *_matrix(results), *caveats(results),
+              f"total: {totals_line(results)}; verdict: {verdict_line(results)}"]
     return "\n".join(lines)

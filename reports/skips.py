@@ -14,6 +14,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .exercised import STATIC_CHECKS
 from .matrix import Matrix
 from .model import CaseResult, Cell, Results
 from .not_run import is_not_run
@@ -40,8 +41,6 @@ def all_not_run(matrix: Matrix, cell: Cell) -> bool:
     return cell.status == "skipped" and matrix.not_run(cell) == cell.counts.get("skipped", 0) > 0
 
 
-# Checks that read a connector's source without running it: a row with only these ran nothing of the connector.
-STATIC_CHECKS = frozenset({"lint"})
 # Connectors whose packages the main environment leaves out, and where they run for real instead: the Makefile's
 # TP_CONNECTORS (tests/reports/test_report_sections.py checks the two agree).
 RUN_ELSEWHERE = {name: "make test-thirdparty"

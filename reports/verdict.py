@@ -2,7 +2,10 @@
 
 ``kvconform report``'s exit status is what a CI step keys on, and the headline is
 what a person reads first; both come from this one table so they never disagree.
-The first rule that holds decides.
+The first rule that holds decides. A headline whose word could be read for more
+than it says carries its meaning (``passing``: every outcome matched kvconform's
+expectations, not "the connectors work"); what the run exercised is said beside it
+by every report (``exercised.verdict_line``), never decided here.
 """
 
 from __future__ import annotations
@@ -19,6 +22,12 @@ from .outcomes import is_failing
 class Verdict:
     headline: str
     exit_status: int  # kvconform report's, unless --exit-zero
+    meaning: str = ""  # what the headline says and no more, where its word could be read for more
+
+    @property
+    def stated(self) -> str:
+        """``passing (every outcome as expected)``: the headline with its meaning."""
+        return f"{self.headline} ({self.meaning})" if self.meaning else self.headline
 
 
 def _has_failures(results: Results) -> bool:
@@ -44,7 +53,7 @@ def _has_stale_expectations(results: Results) -> bool:
 # (rule, verdict): failures first; a run that tested nothing is not a success; an expectation that
 # matched no test means the expectations no longer describe the suite.
 RULES: tuple[tuple[Callable[[Results], bool], Verdict], ...] = (
-    (_has_failures, Verdict("FAILING", 1)),
+    (_has_failures, Verdict("FAILING", 1, "a test failed or errored")),
     (_is_empty, Verdict("no tests ran", 1)),
     # not the connectors' result: the checks that need what kvconform cannot drive did not run (caveats say what)
     (_cannot_drive_vllm, Verdict("not tested: kvconform cannot drive this vLLM", 1)),
@@ -52,7 +61,7 @@ RULES: tuple[tuple[Callable[[Results], bool], Verdict], ...] = (
     (_has_not_run, Verdict("not tested: checks that could not start here (see Not run)", 1)),
     (_has_stale_expectations, Verdict("passing, but expectations matched no test", 1)),
 )
-PASSING = Verdict("passing", 0)
+PASSING = Verdict("passing", 0, "every outcome as expected")
 
 
 def caveats(results: Results) -> list[str]:

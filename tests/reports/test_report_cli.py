@@ -73,8 +73,29 @@ def test_report_writes_results_summary_and_page_and_prints_the_matrix(tmp_path, 
     assert out.splitlines()[-1].startswith("kvconform report: 10 tests from 2 file(s): FAILING; wrote ")
 
 
-def test_the_terminal_lists_each_known_finding_once_and_groups_skip_reasons(tmp_path, capsys, junit_files):
+def test_the_terminal_counts_findings_and_skips_and_ends_on_the_matrix_and_the_verdict(tmp_path, capsys,
+                                                                                        junit_files):
     _, out, _ = _report(capsys, *junit_files, "--out", tmp_path, "--print-matrix")
+    lines = out.splitlines()
+    assert ("known findings: 1 (1 tests: 1 xfailed); kvconform report --details or index.html lists them"
+            in lines)
+    assert ("skipped (1 tests): 1 reason in 1 connector x check cell; kvconform report --details or index.html "
+            "lists them") in lines
+    assert "loads from the wrong folder" not in out and "needs two devices" not in out  # counted, not listed
+    # the end: the failures' first lines and the counts above, then the matrices, then the verdict
+    assert max(i for i, line in enumerate(lines) if line.startswith(("FAILED ", "ERROR ", "known", "skipped"))) < \
+        lines.index("cuda") < lines.index("cpu")
+    assert lines[-2] == ("total: 2 error, 3 failed, 1 xfailed, 3 passed, 1 skipped; verdict: FAILING (a test failed "
+                         "or errored) - runtime checks ran for 3 of 3 connectors on cuda; runtime checks ran for 1 of "
+                         "2 connectors on cpu; 1 had no test run (why: see the matrix); 1 known finding (1 tests)")
+    assert lines[-1].startswith("kvconform report: ")
+    cpu = _block(lines, "cpu")
+    assert lines.index("cpu") + len(cpu) + 1 == len(lines) - 3  # the cpu matrix, its blank line, the verdict
+
+
+def test_the_terminal_lists_each_known_finding_once_and_groups_skip_reasons_with_details(tmp_path, capsys,
+                                                                                         junit_files):
+    _, out, _ = _report(capsys, *junit_files, "--out", tmp_path, "--print-matrix", "--details")
     findings = out[out.index("known findings (1)"):]
     assert findings.splitlines()[1:4] == [
         "  [bug] xfail ExampleConnector: roundtrip 1 (1 tests: 1 xfailed)",
@@ -102,7 +123,9 @@ def test_results_json_matches_the_documented_schema(tmp_path, capsys, junit_file
 def test_summary_lists_failures_then_findings_then_a_matrix_per_platform(tmp_path, capsys, junit_files):
     _report(capsys, *junit_files, "--out", tmp_path)
     summary = (tmp_path / "summary.md").read_text()
-    assert summary.startswith("## kvconform conformance: FAILING\n")
+    assert summary.startswith("## kvconform conformance: FAILING (a test failed or errored)\n\nruntime checks ran for "
+                              "3 of 3 connectors on cuda; runtime checks ran for 1 of 2 connectors on cpu; 1 had no "
+                              "test run (why: see the matrix); 1 known finding (1 tests)\n")
     failures_at = summary.index("### Failures (5)")
     findings_at = summary.index("### Known findings (1)")
     assert failures_at < findings_at < summary.index("### cuda") < summary.index("### cpu")
@@ -202,7 +225,7 @@ def test_headline_and_exit_status_warn_about_stale_expectations_and_empty_runs(t
         "stale": (_results_json(tmp_path / "stale.json", [passed], [stale]),
                   "passing, but expectations matched no test", 1),
         "empty": (_results_json(tmp_path / "empty.json", []), "no tests ran", 1),
-        "clean": (_results_json(tmp_path / "clean.json", [passed]), "passing", 0),
+        "clean": (_results_json(tmp_path / "clean.json", [passed]), "passing (every outcome as expected)", 0),
     }
     for name, (path, headline, status) in cases.items():
         rc, out, _ = _report(capsys, path, "--out", tmp_path / name, "--print-matrix")

@@ -1,10 +1,13 @@
 """The report's parts on their own: a failure's message, findings listed once, skip reasons grouped, the
-error shown before its traceback, and the verdict's exit status."""
+error shown before its traceback, the verdict's exit status and what it rests on (the connectors whose runtime
+checks ran, per platform), and counts kept with their words in the page."""
 
 from __future__ import annotations
 
 import pytest
 
+from kvconform.reports import render_html
+from kvconform.reports.exercised import exercised, is_runtime_check, verdict_line
 from kvconform.reports.findings import findings, where_text
 from kvconform.reports.matrix import build_matrix
 from kvconform.reports.model import CaseResult, Expected, RunInfo, build, first_line
@@ -104,3 +107,58 @@ def test_the_verdicts_exit_status(tests, stale, status):
                    Expected(where="w:1", expect=kind, reason="r", link="l") if kind else None)
              for i, (outcome, kind) in enumerate(tests)]
     assert verdict(_results(*cases, stale=stale)).exit_status == status
+
+
+def test_the_verdict_line_says_per_platform_which_connectors_runtime_checks_ran_and_the_known_findings():
+    crash = Expected(where="cpu.yaml:10", **CRASH)
+    results = _results(
+        # runtime checks ran: a pass, a failure as expected, an error (the connector's code was driven all three)
+        _test("a1", "Ran", "roundtrip", "passed"), _test("a2", "Ran", "lint", "skipped"),
+        _test("b1", "Crashes", "contract", "xfailed", crash), _test("b2", "Crashes", "fill", "xfailed", crash),
+        _test("c1", "Errors", "fill", "error", message="RuntimeError: no device"),
+        # lint only: its lint passed (or failed), every runtime check skipped
+        _test("d1", "LintOnly", "lint", "passed"), _test("d2", "LintOnly", "roundtrip", "skipped"),
+        _test("e1", "LintFails", "lint", "failed"),
+        # nothing ran
+        _test("f1", "Skipped", "lint", "skipped"), _test("f2", "Skipped", "fill", "skipped"),
+        # no connector's: counted for none
+        _test("g1", "-", "collection", "error"), _test("g2", "-", "platform_facts", "passed"),
+        # another platform: counted apart
+        _test("h1", "Ran", "roundtrip", "skipped", platform="cuda"), _test("h2", "Ran", "lint", "passed",
+                                                                          platform="cuda"),
+    )
+    found = exercised(results)
+    cpu = next(p for p in found.platforms if p.platform == "cpu")
+    assert (cpu.runtime, cpu.lint_only, cpu.nothing) == (("Crashes", "Errors", "Ran"), ("LintFails", "LintOnly"),
+                                                          ("Skipped",))
+    assert (found.findings, found.finding_tests) == (1, 2)
+    assert verdict_line(results) == (
+        "FAILING (a test failed or errored) - "
+        "runtime checks ran for 0 of 1 connectors on cuda; 1 had lint only (why: see the matrix); "
+        "runtime checks ran for 3 of 6 connectors on cpu; 2 had lint only, 1 had no test run (why: see the matrix); "
+        "1 known finding (2 tests)")
+    passing = _results(_test("a1", "Ran", "roundtrip", "passed"), _test("b1", "Crashes", "fill", "xfailed", crash),
+                       _test("d1", "LintOnly", "lint", "passed"))
+    assert verdict_line(passing) == ("passing (every outcome as expected) - runtime checks ran for 2 of 3 connectors "
+                                     "on cpu; 1 had lint only (why: see the matrix); 1 known finding (1 tests)")
+    assert verdict_line(_results()) == "no tests ran - no connector's test ran; no known findings"
+
+
+def test_the_runtime_checks_are_every_check_but_lint_and_collection_errors():
+    assert [is_runtime_check(c) for c in ("roundtrip", "engine", "workload", "lint", "collection")] == [
+        True, True, True, False, False]
+
+
+def test_the_page_keeps_each_count_with_its_word_and_states_the_verdicts_basis():
+    crash = Expected(where="cpu.yaml:10", **CRASH)
+    results = _results(*(_test(f"x{i}", "C", "roundtrip", "xfailed", crash) for i in range(4)),
+                       *(_test(f"p{i}", "C", "roundtrip", "passed") for i in range(22)))
+    page = render_html.render(results)
+    # the matrix cell, the totals and the findings' outcome and checks: no count breaks from its word
+    assert '<span class="count">4 xfailed</span> · <span class="count">22 passed</span>' in page
+    assert '<p id="totals"><span class="count">4 xfailed</span>, <span class="count">22 passed</span></p>' in page
+    assert '<td><span class="count">roundtrip 4</span></td><td><span class="count">4 xfailed</span></td>' in page
+    assert "span.count { white-space: nowrap; }" in page
+    assert "4 xfailed · 22" not in page  # every count sits in its own span
+    assert ("<h1>kvconform conformance results: passing (every outcome as expected)</h1>\n"
+            '<p id="exercised">runtime checks ran for 1 of 1 connectors on cpu; 1 known finding (4 tests)</p>') in page
