@@ -3,9 +3,10 @@
 The engine core would call ``schedule()``, run the model, then
 ``update_from_output()``; this does the same with a ``ModelRunnerStandIn`` in place
 of the model runner. The scheduler's connector is vLLM's own (the scheduler
-builds it); its ``get_num_new_matched_tokens`` answers are recorded so the
-checks can compare the claim with what was stored, because vLLM itself only
-guards that with a bare ``assert``.
+builds it); its ``get_num_new_matched_tokens`` and ``request_finished`` answers are
+recorded so the checks can compare the claim with what was stored, and so an ``assert``
+of vLLM's scheduler that trips on them fails naming the connector's mistake
+(``vllm_assertions``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ..vllm_install import api as vllm_api
 from .block_sizes import engine_block_sizes
 from .requests import block_hasher, new_request
+from .vllm_assertions import ConnectorAnswers, vllm_assertions_translated
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -88,8 +90,13 @@ class SchedulerDriver:
             log_stats=False,
         )
         self.connector = self.scheduler.connector
+        self.answers = ConnectorAnswers(type(self.connector).__name__, self.claims)
         if self.connector is not None:
             self._record_claims(self.connector)
+            watch_request_finished(self.connector, self._record_finished)
+
+    def _record_finished(self, request: Request, block_ids: list[int], kept: bool) -> None:
+        self.answers.kept_blocks.setdefault(request.request_id, kept)
 
     def _record_claims(self, connector: KVConnectorBase_V1) -> None:
         answer = connector.get_num_new_matched_tokens
@@ -113,7 +120,8 @@ class SchedulerDriver:
         """One engine step: schedule, run the worker side, feed the result back."""
         ModelRunnerOutput = vllm_api.find("ModelRunnerOutput")
 
-        output = self.scheduler.schedule()
+        with vllm_assertions_translated(self.answers):
+            output = self.scheduler.schedule()
         for req_id in output.num_scheduled_tokens:
             self.block_ids[req_id] = self.scheduler.kv_cache_manager.get_block_ids(req_id)
         kv_output = worker.step(output)
@@ -123,7 +131,8 @@ class SchedulerDriver:
                  if vllm_api.has_field("ModelRunnerOutput.req_id_to_index") else {})
         runner_output = ModelRunnerOutput(req_ids=req_ids, sampled_token_ids=sampled, kv_connector_output=kv_output,
                                           **index)
-        self.scheduler.update_from_output(output, runner_output)
+        with vllm_assertions_translated(self.answers):
+            self.scheduler.update_from_output(output, runner_output)
         self.outputs.append(output)
         return output
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from ..engine.prompts import prompts_of
 from ..engine.rig import Rig
 from ..engine.scheduler import watch_request_finished
+from ..engine.vllm_assertions import TrippedVllmAssertion
 from ..vllm_install import api as vllm_api
 from . import invariants as checks
 from .invariants import WorkloadFailure
@@ -162,7 +163,9 @@ class EnginePhase:
                 self.driver.step(self)
             except (WorkloadFailure, vllm_api.VllmApiError):  # the latter: kvconform cannot drive this vLLM
                 raise
-            except Exception as exc:  # a connector (or vLLM's scheduler asserting on its answers) raised
+            except TrippedVllmAssertion as exc:  # vLLM's scheduler asserted on the connector's answers: said in words
+                self.fail(f"{exc}{self._loads_note()}")
+            except Exception as exc:  # a connector raised (or vLLM's scheduler, on an assertion not translated)
                 self.fail(f"{type(exc).__name__} raised while stepping: {exc}{self._loads_note()}")
             self._after_update()
             if self.step_index >= last_arrival and not self.scheduler.has_requests() and not self.driver._pending():
