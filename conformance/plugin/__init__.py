@@ -56,10 +56,11 @@ def pytest_configure(config: pytest.Config) -> None:
     worker = getattr(config, "workerinput", None)
     if worker and "kvconform_platform" in worker:
         # an xdist worker: take its own device before anything probes or initialises it
-        from ..session.devices import pin_worker_device
+        from ..session.devices import pin_worker_device, share_cpu_threads
 
         slot = worker["kvconform_slot"]
         pin_worker_device(platforms.get(worker["kvconform_platform"]), worker["kvconform_device_count"], slot)
+        share_cpu_threads(worker.get("workercount", 1))
     try:
         spec, found = platforms.resolve(config.getoption("platform"))
         backends = platforms.check_backends(spec, config.getoption("attn_backend"))

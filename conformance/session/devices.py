@@ -5,10 +5,14 @@ crashed one takes its device (xdist names the replacement ``gw2``, and ``gw2 % 2
 survivor's). From its slot a worker sets the platform's visibility variables (CUDA_VISIBLE_DEVICES,
 HIP_VISIBLE_DEVICES on ROCm, ZE_AFFINITY_MASK on XPU) at configure time; probing creates no device
 context, so they still take effect. Tests that need several devices carry ``xdist_group("multi-device")``
-and skip, naming the visible count, where fewer are visible. The CPUs are not divided: threads run where
-the OS puts them, as in a vLLM process. On the CPU platform ``-n auto`` starts one worker per
-``CORES_PER_CPU_WORKER`` usable cores, at least one (crash isolation): a worker keeps about that many
-busy, and one more costs its own vLLM import and collection (``benchmarks/README.md``).
+and skip, naming the visible count, where fewer are visible. The CPUs are not pinned: threads run where
+the OS puts them, as in a vLLM process; but each worker sizes torch's intra-op pool to its share of the
+usable cores, as vLLM's multiprocessing executor sizes its workers' (``startup_omp_num_threads``): N
+workers' full-size pools on the same cores spin against each other in every parallel region, which cost
+``-n 2`` on 2 cores about half again a serial run's CPU (``benchmarks/README.md``). A user's
+``OMP_NUM_THREADS`` is left to decide, and the engine tier's vLLM processes start fresh with torch's
+default. On the CPU platform ``-n auto`` starts one worker per ``CORES_PER_CPU_WORKER`` usable cores, at
+least one (crash isolation): one more costs its own vLLM import and collection.
 """
 
 from __future__ import annotations
@@ -47,6 +51,20 @@ def pin_worker_device(spec: PlatformSpec, device_count: int, index: int) -> dict
     env = visibility_env(spec.visibility_vars, device_count, index)
     os.environ.update(env)
     return env
+
+
+def share_cpu_threads(worker_count: int, cores: int | None = None) -> int | None:
+    """Called in each xdist worker's configure: torch's intra-op threads cut to this worker's share of the usable
+    cores; the count set, or None where there is nothing to share or ``OMP_NUM_THREADS`` says how many."""
+    if worker_count < 2 or "OMP_NUM_THREADS" in os.environ:
+        return None
+    import torch
+
+    share = max(1, (cores if cores is not None else _usable_cores()) // worker_count)
+    if share >= torch.get_num_threads():
+        return None
+    torch.set_num_threads(share)
+    return share
 
 
 def auto_workers(spec: PlatformSpec, device_count: int, cores: int | None = None) -> int | None:

@@ -127,3 +127,20 @@ def test_the_worker_replacing_a_crashed_one_takes_its_slot(tmp_path):
                                  "        time.sleep(0.05)\n", copies=4)
     assert out.returncode == 1 and "replacing crashed worker gw1" in out.stdout, out.stdout[-2000:]
     assert _conditions(tmp_path, "gw2")[0] == 1
+
+
+def test_each_worker_takes_its_share_of_the_cores_for_torch(monkeypatch):
+    import torch
+
+    set_to: list[int] = []
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 8)
+    monkeypatch.setattr(torch, "set_num_threads", set_to.append)
+    assert xdist_devices.share_cpu_threads(2, cores=8) == 4
+    assert xdist_devices.share_cpu_threads(3, cores=2) == 1  # never below one thread
+    assert set_to == [4, 1]
+    assert xdist_devices.share_cpu_threads(1, cores=8) is None  # a lone worker keeps torch's default
+    assert xdist_devices.share_cpu_threads(2, cores=32) is None  # a share above torch's pool changes nothing
+    monkeypatch.setenv("OMP_NUM_THREADS", "8")
+    assert xdist_devices.share_cpu_threads(2, cores=8) is None  # the user's choice stands
+    assert set_to == [4, 1]
