@@ -141,6 +141,62 @@ class Cell(_Strict):
     counts: dict[str, int]
 
 
+class MissingLines(_Strict):
+    """A function's statements that no test of the connector ran."""
+
+    function: str  # qualified name (``NixlConnectorWorker.register_kv_caches``), or MODULE_LEVEL
+    lines: list[int]
+
+
+MODULE_LEVEL: Final = "(module level)"  # MissingLines.function of statements outside every function
+
+
+class ModuleCoverage(_Strict):
+    """One source file's coverage during one connector's tests (coverage.py, branch measurement)."""
+
+    path: str  # from the folder above its top package: vllm/distributed/kv_transfer/kv_connector/v1/nixl/worker.py
+    own: bool  # the connector's own module (counted in its percentage), or shared code its tests reached
+    statements: int = Field(ge=0)
+    covered_statements: int = Field(ge=0)
+    branches: int = Field(ge=0)
+    covered_branches: int = Field(ge=0)
+    missing: list[MissingLines] = Field(default_factory=list)  # statements not run, grouped by function
+    missing_branches: list[tuple[int, int]] = Field(default_factory=list)  # (line, destination); < 0: exit
+
+    @property
+    def percent(self) -> float:
+        """coverage.py's figure with branches: statements and branches run, over statements and branches."""
+        return percent(self.covered_statements + self.covered_branches, self.statements + self.branches)
+
+    def missing_lines(self) -> set[int]:
+        return {line for group in self.missing for line in group.lines}
+
+
+class ConnectorCoverage(_Strict):
+    """What of a connector's code its tests ran on one platform: its own modules, and the shared ones reached."""
+
+    run: str
+    platform: str
+    connector: str
+    modules: list[ModuleCoverage] = Field(default_factory=list)
+
+    @property
+    def own(self) -> list[ModuleCoverage]:
+        return [m for m in self.modules if m.own]
+
+    @property
+    def percent(self) -> float:
+        """Over the connector's own modules, as coverage.py totals them."""
+        own = self.own
+        return percent(sum(m.covered_statements + m.covered_branches for m in own),
+                       sum(m.statements + m.branches for m in own))
+
+
+def percent(covered: int, total: int) -> float:
+    """``covered`` of ``total`` in percent, 100 where there is nothing to cover (coverage.py's convention)."""
+    return 100.0 * covered / total if total else 100.0
+
+
 class Results(_Strict):
     format: Literal["kvconform-results"] = FORMAT
     version: Literal[1] = VERSION
@@ -148,9 +204,11 @@ class Results(_Strict):
     tests: list[CaseResult]
     totals: dict[str, int] = Field(default_factory=dict)
     cells: list[Cell] = Field(default_factory=list)
+    # --kvconform-coverage: one entry per (platform, connector) whose tests ran; absent from runs without it
+    coverage: list[ConnectorCoverage] = Field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", by_alias=True)
+        return self.model_dump(mode="json", by_alias=True, exclude=None if self.coverage else {"coverage"})
 
 
 # A line that names an exception (``KeyError: 'x'``, ``torch.OutOfMemoryError``): the cause in a log tail.
@@ -201,6 +259,6 @@ def tally(tests: list[CaseResult]) -> tuple[dict[str, int], list[Cell]]:
     return {o: totals[o] for o in ORDER if totals[o]}, cells
 
 
-def build(runs: list[RunInfo], tests: list[CaseResult]) -> Results:
+def build(runs: list[RunInfo], tests: list[CaseResult], coverage: list[ConnectorCoverage] | None = None) -> Results:
     totals, cells = tally(tests)
-    return Results(runs=runs, tests=tests, totals=totals, cells=cells)
+    return Results(runs=runs, tests=tests, totals=totals, cells=cells, coverage=coverage or [])

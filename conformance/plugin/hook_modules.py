@@ -17,6 +17,7 @@ HOOK_MODULES = (
     "kvconform.conformance.plugin.preflight",
     "kvconform.conformance.plugin.expectations",
     "kvconform.conformance.plugin.results_json",
+    "kvconform.conformance.plugin.coverage",
     "kvconform.conformance.reliability",
     "kvconform.conformance.plugin.workload_options",
     "kvconform.conformance.connectors.services",

@@ -28,6 +28,7 @@ from ..session.target import TARGET_KEY
 from ..vllm_install import source as vllm_source
 from ..vllm_install.versions import installed
 from ..vllm_install.window import VLLM_DISTRIBUTIONS, installed_status
+from .coverage import summary as coverage_summary
 
 if TYPE_CHECKING:
     from kvconform.reports.outcomes import OutcomeName
@@ -158,7 +159,8 @@ class _Collector:
         tests = [self._collect_error(n, r, run.id) for n, r in self.collect_errors.items()]
         tests += [self._result(nodeid, phases, run.id) for nodeid, phases in self.phases.items()]
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text(json.dumps(build([run], tests).to_json(), indent=2) + "\n")
+        results = build([run], tests, coverage_summary(self.config))
+        self.path.write_text(json.dumps(results.to_json(), indent=2) + "\n")
 
 
 def _run_platform(config: pytest.Config) -> str:

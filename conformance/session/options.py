@@ -72,6 +72,9 @@ OPTIONS: tuple[Option, ...] = (
           "on a vLLM kvconform's CI does not test"),
     Option("--kvconform-json", "write the run's results as JSON (the format of kvconform report's results.json)",
            extra={"metavar": "PATH"}),
+    _flag("--kvconform-coverage",
+          "measure which lines and branches of each connector's modules its tests ran (coverage.py); the JSON "
+          "results and kvconform report show it per connector (docs/coverage.md)"),
     # a misbehaving connector
     Option("--kvconform-timeout",
            f"per-test timeout for conformance tests (default {DEFAULT_TIMEOUT_S:g} s, or pytest-timeout's "

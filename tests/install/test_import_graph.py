@@ -52,12 +52,14 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     # the connector model: profiles, selection, construction, services
     CONNECTORS: (P, R, VLLM_INSTALL, SESSION, ENGINE, CHECKS),
     C + "reliability": (P, R, VLLM_INSTALL, SESSION, ENGINE, CONNECTORS),
+    # connector coverage: what is measured and whose it is, and coverage.py's numbers as results
+    C + "coverage": (R, VLLM_INSTALL),
     # tools beside the suite
     C + "bench": (P, R, VLLM_INSTALL, SESSION, ENGINE, CHECKS, CONNECTORS),
     C + "smoke": (P, R, SESSION, ENGINE),
     # the pytest hooks, on top
     C + "plugin": (P, R, VLLM_INSTALL, SESSION, ENGINE, CHECKS, C + "workload", C + "lint", CONNECTORS,
-                   C + "reliability"),
+                   C + "reliability", C + "coverage"),
     "kvconform.conformance": (P, R, VLLM_INSTALL, SESSION, ENGINE, CHECKS, C + "workload", C + "lint", CONNECTORS),
     # the Buildkite generator, and the PR gate above it (it emits the generator's steps for what it selects)
     "kvconform.pipelines": (P, R, VLLM_INSTALL, SESSION, CONNECTORS),
