@@ -108,6 +108,51 @@ def scenario_prompts(scenario: RoundTripScenario, block_size: int) -> tuple[dict
     return stored, wanted
 
 
+def _token_rows(view: torch.Tensor) -> torch.Tensor:
+    """Each token slot's bytes of a standard ``[B, H, N, C]`` view, as ``[B, N, bytes]``."""
+    return _as_bytes(view).movedim(2, 1).flatten(2)
+
+
+def _shift(blocks: int, slots: int) -> str:
+    """How far bytes landed from where they were due, in words ("one block late": in the next block)."""
+    count, unit = (blocks, "block") if slots == 0 else (slots, "slot") if blocks == 0 else (None, "")
+    if count is None:
+        return f"loaded {blocks:+d} block(s) and {slots:+d} slot(s) from where it was due"
+    amount = f"one {unit}" if abs(count) == 1 else f"{abs(count)} {unit}s"
+    return f"loaded {amount} {'late' if count > 0 else 'early'}"
+
+
+def where_saved_bytes_are(producer: EngineStandIn, consumer: EngineStandIn, layer: str, rid: str, source_rid: str,
+                          saved_at: tuple[int, int], loaded_at: tuple[int, int], block_size: int) -> str:
+    """Where the bytes the producer saved at ``saved_at`` (block, slot) are in the consumer's cache of ``layer``,
+    if anywhere; else what the consumer's ``loaded_at`` holds instead (zeros, another token's bytes, bytes the
+    producer never saved). Only on a failure: it compares every slot of the layer."""
+    rows_a, rows_b = _token_rows(producer.caches[layer]), _token_rows(consumer.caches[layer])
+    saved = rows_a[saved_at]
+    table = consumer.scheduler.block_ids[rid][0]
+    due = table.index(loaded_at[0])
+    matches = [(int(b), int(n)) for b, n in (rows_b == saved).all(dim=-1).nonzero()]
+    if matches:
+        block, slot = min(matches, key=lambda m: (m[1] != loaded_at[1], m))  # the same slot first
+        where = f"the bytes the producer saved for it are in the consumer's block {block} slot {slot}"
+        if block in table:
+            return f"{where}: {_shift(table.index(block) - due, slot - loaded_at[1])}"
+        return f"{where}, which is not one of {rid}'s blocks {table}"
+    nowhere = "the bytes the producer saved for it are nowhere in the consumer's cache"
+    loaded = rows_b[loaded_at]
+    if not bool(loaded.any()):
+        return f"{nowhere}; block {loaded_at[0]} slot {loaded_at[1]} holds zeros (nothing was loaded there)"
+    for owner, tables in producer.scheduler.block_ids.items():
+        for block, slot in ((int(b), int(n)) for b, n in (rows_a == loaded).all(dim=-1).nonzero()):
+            if block in tables[0]:
+                token = tables[0].index(block) * block_size + slot
+                whose = "the same request's" if owner == source_rid else f"another request's ({owner})"
+                return (f"{nowhere}; block {loaded_at[0]} slot {loaded_at[1]} holds {whose} token {token}, which "
+                        f"the producer saved at its block {block} slot {slot}")
+    return (f"{nowhere}; block {loaded_at[0]} slot {loaded_at[1]} holds bytes the producer never saved (stale or "
+            f"garbled)")
+
+
 def run_roundtrip(rig: Rig, scenario: RoundTripScenario) -> RoundTripResult:
     producer_role, consumer_role = rig.roles()
     stored, wanted = scenario_prompts(scenario, rig.block_size)
@@ -172,10 +217,13 @@ def verify_roundtrip(rig: Rig, producer: EngineStandIn, consumer: EngineStandIn,
             same = (saved == loaded).flatten(1).all(dim=1)
             if not bool(same.all()):
                 first = int((~same).nonzero()[0])
+                slot_a, slot_b = ((int(blocks_a[first]), int(offsets_a[first])),
+                                  (int(blocks_b[first]), int(offsets_b[first])))
+                found = where_saved_bytes_are(producer, consumer, name, rid, source[rid], slot_a, slot_b, block_size)
                 raise RoundTripFailure(
-                    f"{rig.connector.name}: {rid}, layer {name}: token {span[first]} of {span.stop} loaded wrong bytes "
-                    f"(block {int(blocks_b[first])} slot {int(offsets_b[first])} of the consumer's cache differs "
-                    f"from block {int(blocks_a[first])} slot {int(offsets_a[first])} the producer saved)")
+                    f"{rig.connector.name}: {rid}, layer {name}: token {span[first]} of {span.stop} loaded wrong "
+                    f"bytes: {found} (block {slot_b[0]} slot {slot_b[1]} of the consumer's cache differs from block "
+                    f"{slot_a[0]} slot {slot_a[1]} the producer saved)")
             if whole_blocks:
                 touched[blocks_b] = True
             else:

@@ -1,0 +1,80 @@
+"""A connector's answers that trip an assert in vLLM's scheduler fail with the connector's mistake on the first line.
+
+Each copy in vllm_assertions_broken.py breaks one contract vLLM checks with a bare ``assert``; the suite's
+failure states it in connector terms, with the numbers, and names vLLM's assertion and its line
+(conformance/engine/vllm_assertions.py). NextBlockDictConnector (dict_broken.py) loads into the wrong block:
+the round-trip says where the producer's bytes went. DictConnector, unmodified, passes the same tests.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.suite_run import BROKEN, REPO, of_connector, run_suite
+
+HERE = Path(__file__).resolve().parent
+PROFILES = [REPO / "examples" / "dict_connector.yaml", HERE / "vllm_assertions_broken.yaml", HERE / "dict_broken.yaml"]
+ALIGNED = "test_roundtrip_scenario and aligned-bs32 and not unaligned"  # a 128-token prompt, 4 blocks of 32
+PEER_STORE = "test_workload_scenario and peer-store"  # a consumer whose own prefix cache holds part of a prompt
+# connector -> (module, the test it fails, words its failure's first line carries)
+CAUGHT = {
+    "EveryTokenDictConnector": ("vllm_assertions_broken", ALIGNED, [
+        "claimed 128 external tokens of a 128-token prompt (req-0, after 0 computed locally",
+        "must leave at least the last token to compute", "(vLLM asserts num_new_tokens > 0, scheduler.py:"]),
+    "LocalBlindDictConnector": ("vllm_assertions_broken", PEER_STORE, [
+        "claimed 64 external tokens of a 90-token prompt (c2) after 32 computed locally: 96 in all, past the "
+        "prompt's end", "ignores the 32 tokens computed locally",
+        "(vLLM asserts num_computed_tokens <= request.num_tokens, scheduler.py:"]),
+    "AsyncNothingDictConnector": ("vllm_assertions_broken", ALIGNED, [
+        "answered (0, True) for req-0", "(vLLM asserts num_external_computed_tokens > 0, scheduler.py:"]),
+    "SendWithoutHoldDictConnector": ("vllm_assertions_broken", ALIGNED, [
+        "get_finished reported req-0 as finished sending", "its request_finished returned False for req-0",
+        "(vLLM asserts req_id in self.requests, scheduler.py:"]),
+    "SyncLoadReportedDictConnector": ("vllm_assertions_broken", ALIGNED, [
+        "get_finished reported req-0 as finished receiving", "(its claim for req-0 was (96, False))",
+        "(vLLM asserts req_id in self.requests, scheduler.py:"]),
+    "NextBlockDictConnector": ("dict_broken", ALIGNED, [
+        "token 0 of 96 loaded wrong bytes: the bytes the producer saved for it are in the consumer's block 2 slot "
+        "0: loaded one block late"]),
+}
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    args = ["-k", f"({ALIGNED}) or ({PEER_STORE})", "--connector", "examples.dict_connector:DictConnector",
+            *(a for name, (module, _, _) in CAUGHT.items() for a in ("--connector", f"{BROKEN}.{module}:{name}")),
+            *(a for p in PROFILES for a in ("--profiles", str(p)))]
+    return run_suite(tmp_path_factory.mktemp("vllm-assertions"), args)
+
+
+def of_test(outcomes, name: str, selection: str):
+    test = "test_roundtrip_scenario" if selection == ALIGNED else "test_workload_scenario"
+    return [o for o in of_connector(outcomes, name) if o.nodeid.split("::")[1].startswith(test)]
+
+
+@pytest.mark.parametrize("name", list(CAUGHT))
+def test_the_first_line_states_the_mistake(run, name):
+    _, outcomes, output = run
+    _, selection, words = CAUGHT[name]
+    failed = of_test(outcomes, name, selection)
+    assert [o.outcome for o in failed] == ["failed"], output[-3000:]
+    # the exception's first line, as the traceback prints it (JUnit's message attribute is cut short)
+    first_line = next((line for line in failed[0].message.splitlines()
+                       if re.match(r"E\s+kvconform\.", line) and words[0] in line), "")
+    for phrase in words:
+        assert phrase in first_line, (phrase, failed[0].message[:3000])
+
+
+def test_vllms_assertion_follows_as_the_cause(run):
+    _, outcomes, _ = run
+    failed = of_test(outcomes, "EveryTokenDictConnector", ALIGNED)[0]
+    assert "assert num_new_tokens > 0" in failed.message and "direct cause" in failed.message, failed.message[:3000]
+
+
+def test_the_original_passes(run):
+    _, outcomes, output = run
+    mine = of_connector(outcomes, "DictConnector")
+    assert mine and all(o.outcome == "passed" for o in mine), output[-3000:]
