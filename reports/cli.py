@@ -1,5 +1,8 @@
 """``kvconform report RESULTS... --out DIR [--print-matrix]``: render runs into results.json, summary.md, index.html.
 
+With ``--uncovered CONNECTOR`` it prints what of a connector's code no test ran, with ``--coverage-floor
+FILE`` it checks the run's connector coverage against a floor (exit 1 below it); ``--out`` is then optional.
+
 RESULTS are JUnit XML files (from any pytest run, e.g. one per platform) and/or
 the suite's own ``--kvconform-json`` files; they are merged into one matrix.
 Exit status, so a CI step can key on it (``reports.verdict``): 0 when every test
@@ -19,6 +22,9 @@ from pathlib import Path
 from kvconform.errors import UserError
 
 from . import render_html, render_markdown, render_terminal
+from .coverage import CoverageLookupError, uncovered_text
+from .coverage_floor import FloorError, check_floor, floor_text, load_floor, updated_floor
+from .model import Results
 from .readers import ReportInputError, read_all
 from .verdict import verdict
 
@@ -33,8 +39,9 @@ OUTPUTS = {
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("results", nargs="+", metavar="RESULTS",
                         help="JUnit XML or kvconform JSON (--kvconform-json) files; several are merged")
-    parser.add_argument("--out", required=True, type=Path, metavar="DIR",
-                        help="folder to write results.json, summary.md and index.html into (created if missing)")
+    parser.add_argument("--out", type=Path, metavar="DIR",
+                        help="folder to write results.json, summary.md and index.html into (created if missing); "
+                             "required unless --uncovered or --coverage-floor is given")
     parser.add_argument("--print-matrix", action="store_true",
                         help="also print the connector x check matrix of each platform and the verdict with what it "
                              "rests on (known findings and skip reasons as counts)")
@@ -42,13 +49,65 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="--print-matrix, with each known finding and every skip reason listed, not counted")
     parser.add_argument("--exit-zero", action="store_true",
                         help="exit 0 even when tests failed or expectations matched nothing (still 2 on bad input)")
+    coverage = parser.add_argument_group("connector coverage (results of a --kvconform-coverage run; "
+                                         "docs/coverage.md)")
+    coverage.add_argument("--uncovered", metavar="CONNECTOR",
+                          help="print the lines and branches of CONNECTOR's modules that no test of it ran, "
+                               "grouped by function")
+    coverage.add_argument("--coverage-floor", type=Path, metavar="FILE",
+                          help="exit 1 when a connector's module is covered less than FILE's floor says "
+                               "(conformance/coverage/floor.yaml)")
+    coverage.add_argument("--update-coverage-floor", action="store_true",
+                          help="with --coverage-floor: rewrite FILE's figures from these results instead of "
+                               "checking them")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.update_coverage_floor and not args.coverage_floor:
+        raise UserError("--update-coverage-floor rewrites the file --coverage-floor FILE names: give both")
+    if args.out is None and not (args.uncovered or args.coverage_floor):
+        raise UserError("--out DIR is required (the folder the report is written to), unless --uncovered "
+                        "CONNECTOR or --coverage-floor FILE is given")
     try:
         results = read_all(args.results)
     except ReportInputError as exc:
         raise UserError(str(exc)) from None
+    status = write_report(args, results) if args.out is not None else 0
+    if args.uncovered:
+        try:
+            print(uncovered_text(results, args.uncovered))
+        except CoverageLookupError as exc:
+            raise UserError(str(exc)) from None
+    if args.coverage_floor:
+        status = max(status, _floor(args.coverage_floor, results, update=args.update_coverage_floor))
+    return 0 if args.exit_zero else status
+
+
+def _floor(path: Path, results: Results, update: bool) -> int:
+    """Check ``results`` against the floor in ``path`` (print what fell below it), or rewrite it from them."""
+    try:
+        floor = load_floor(path)
+    except FloorError as exc:
+        raise UserError(str(exc)) from None
+    if update:
+        new = updated_floor(results, floor)
+        try:
+            path.write_text(floor_text(new), encoding="utf-8")
+        except OSError as exc:
+            raise UserError(f"{path}: cannot write the floor: {exc.strerror or exc}") from None
+        print(f"kvconform report: wrote {path}: {sum(map(len, new.connectors.values()))} modules of "
+              f"{len(new.connectors)} connectors, vLLM {new.vllm}")
+        return 0
+    check = check_floor(results, floor, str(path))
+    for line in [*check.notes, *check.below]:
+        print(f"kvconform coverage: {line}")
+    if not check.below and not check.notes:
+        print(f"kvconform coverage: every module at or above its floor ({path})")
+    return check.exit_status
+
+
+def write_report(args: argparse.Namespace, results: Results) -> int:
+    """Write the report's files into ``--out``; the verdict's exit status."""
     try:
         args.out.mkdir(parents=True, exist_ok=True)
         for name, render in OUTPUTS.items():
@@ -60,4 +119,4 @@ def run(args: argparse.Namespace) -> int:
     outcome = verdict(results)
     print(f"kvconform report: {len(results.tests)} tests from {len(args.results)} file(s): {outcome.headline}; "
           f"wrote {', '.join(str(args.out / name) for name in OUTPUTS)}")
-    return 0 if args.exit_zero else outcome.exit_status
+    return outcome.exit_status

@@ -19,7 +19,10 @@ from .junit import JunitCase, JunitError, JunitSuite, parse_junit
 from .model import (
     FORMAT,
     CaseResult,
+    ConnectorCoverage,
     Expected,
+    MissingLines,
+    ModuleCoverage,
     Results,
     RunInfo,
     build,
@@ -158,12 +161,14 @@ def _by_vllm_release(inputs: list[tuple[Results, str]]) -> list[tuple[Results, s
 
         runs = [run.model_copy(update={"platform": column.get(run.id, run.platform)}) for run in results.runs]
         tests = [t.model_copy(update={"platform": _test_column(t, column, last)}) for t in results.tests]
-        qualified.append((results.model_copy(update={"runs": runs, "tests": tests}), kind))
+        covered = [c.model_copy(update={"platform": _test_column(c, column, last)}) for c in results.coverage]
+        qualified.append((results.model_copy(update={"runs": runs, "tests": tests, "coverage": covered}), kind))
     return qualified
 
 
-def _test_column(test: CaseResult, column: dict[str, str], last: str | None) -> str:
-    """A test's column: its run's, or ``last`` for a stray id, unless that column is another platform's."""
+def _test_column(test: CaseResult | ConnectorCoverage, column: dict[str, str], last: str | None) -> str:
+    """A test's (or a connector's coverage's) column: its run's, or ``last`` for a stray id, unless that column is
+    another platform's."""
     found = column.get(test.run, last)
     return found if found and ident.column_platform(found) == test.platform else test.platform
 
@@ -176,12 +181,17 @@ def merge(inputs: list[tuple[Results, str]]) -> Results:
     """
     runs: list[RunInfo] = []
     chosen: dict[tuple[str, str], tuple[bool, CaseResult]] = {}
+    covered: dict[tuple[str, str], ConnectorCoverage] = {}
     taken: set[str] = set()
     had_tests: set[str] = set()
     for results, kind in _by_vllm_release(inputs):
         renamed = {run.id: _unique_id(run.platform, taken) for run in results.runs}
         runs += [run.model_copy(update={"id": renamed[run.id]}) for run in results.runs]
         fallback = runs[-1].id if runs else ""
+        for entry in results.coverage:
+            entry = entry.model_copy(update={"run": renamed.get(entry.run, fallback)})
+            key = (entry.platform, entry.connector)
+            covered[key] = merge_coverage(covered[key], entry) if key in covered else entry
         preferred = kind == "json"
         for test in results.tests:
             test = test.model_copy(update={"run": renamed.get(test.run, fallback)})
@@ -199,7 +209,30 @@ def merge(inputs: list[tuple[Results, str]]) -> Results:
     for run in kept:
         final[run.id] = _unique_id(run.platform, taken)
     return build([r.model_copy(update={"id": final[r.id]}) for r in kept],
-                 [t.model_copy(update={"run": final.get(t.run, t.run)}) for t in tests])
+                 [t.model_copy(update={"run": final.get(t.run, t.run)}) for t in tests],
+                 [c.model_copy(update={"run": final.get(c.run, c.run)}) for c in covered.values()])
+
+
+def _merge_module(first: ModuleCoverage, second: ModuleCoverage) -> ModuleCoverage:
+    """One module measured in two runs: a line or branch is missing where neither run ran it. Where the two
+    disagree on the module's size (another version of the file), the later run's figures stand."""
+    if (first.statements, first.branches) != (second.statements, second.branches):
+        return second
+    lines = first.missing_lines() & second.missing_lines()
+    missing = [MissingLines(function=g.function, lines=[n for n in g.lines if n in lines]) for g in second.missing]
+    branches = [arc for arc in second.missing_branches if arc in set(first.missing_branches)]
+    return second.model_copy(update={
+        "own": first.own or second.own, "covered_statements": second.statements - len(lines),
+        "covered_branches": second.branches - len(branches), "missing": [g for g in missing if g.lines],
+        "missing_branches": branches})
+
+
+def merge_coverage(first: ConnectorCoverage, second: ConnectorCoverage) -> ConnectorCoverage:
+    """A connector's coverage on one platform from two runs (two inputs, or a run split across machines)."""
+    modules = {m.path: m for m in first.modules}
+    for module in second.modules:
+        modules[module.path] = _merge_module(modules[module.path], module) if module.path in modules else module
+    return second.model_copy(update={"modules": sorted(modules.values(), key=lambda m: (not m.own, m.path))})
 
 
 def read_all(paths: Iterable[str | Path]) -> Results:

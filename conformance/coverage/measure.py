@@ -30,13 +30,18 @@ from kvconform.reports.model import MODULE_LEVEL, ConnectorCoverage, MissingLine
 
 from .scope import Scope
 
+# coverage.py's warnings that say nothing here: a worker whose tests ran no connector measured nothing, and the
+# results say which connectors ran measured code
+QUIET = ("no-data-collected", "module-not-measured")
 NO_CONNECTOR = ""  # the context of a test that runs no connector: measured, attributed to none
 
 
 def new(scope: Scope) -> coverage.Coverage:
     """A Coverage over ``scope``'s files that keeps its data in memory and reads no configuration file (the
     project's own .coveragerc, if any, is about its code, not the connectors')."""
-    return coverage.Coverage(branch=True, data_file=None, config_file=False, include=scope.include_patterns())
+    measuring = coverage.Coverage(branch=True, data_file=None, config_file=False, include=scope.include_patterns())
+    measuring.set_option("run:disable_warnings", list(QUIET))
+    return measuring
 
 
 def start(scope: Scope) -> coverage.Coverage:
@@ -97,14 +102,20 @@ def _functions(file: Path) -> tuple[Function, ...]:
     return tuple(found)
 
 
+def _holder(functions: tuple[Function, ...], line: int) -> str:
+    """The innermost function whose body holds ``line``; else the function ``line`` defines (its def or a
+    decorator); else MODULE_LEVEL."""
+    in_body = [f.name for f in functions if f.body <= line <= f.last]
+    defines = [f.name for f in functions if f.first <= line < f.body]
+    return (in_body or defines or [MODULE_LEVEL])[-1]
+
+
 def group_by_function(file: Path, lines: Iterable[int]) -> list[MissingLines]:
-    """``lines`` of ``file`` grouped by the innermost function that holds each (its def line included), in the
-    order of the file."""
+    """``lines`` of ``file`` grouped by the function that holds each (``_holder``), in the order of the file."""
     groups: dict[str, list[int]] = {}
     functions = _functions(file)
     for line in sorted(lines):
-        holders = [f.name for f in functions if f.first <= line <= f.last]
-        groups.setdefault(holders[-1] if holders else MODULE_LEVEL, []).append(line)
+        groups.setdefault(_holder(functions, line), []).append(line)
     return [MissingLines(function=name, lines=found) for name, found in groups.items()]
 
 
@@ -173,7 +184,8 @@ def connector_coverage(measuring: coverage.Coverage, scope: Scope, connector: st
             return None
         reports = json.loads(out.read_text())["files"]
     by_path = {Path(name).resolve(): report for name, report in reports.items()}
-    modules = [_module(f, f in own, by_path[f], imported) for f in files if f in by_path]
+    modules = [_module(f, f in own, by_path[f], imported) for f in files
+               if f in by_path and by_path[f]["summary"]["num_statements"]]  # an empty __init__.py says nothing
     modules.sort(key=lambda m: (not m.own, m.path))
     return ConnectorCoverage(run=run, platform=platform, connector=connector, modules=modules)
 

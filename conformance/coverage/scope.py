@@ -31,7 +31,10 @@ EXTRA_OWN: dict[str, tuple[str, ...]] = {
 
 def vllm_folder() -> Path | None:
     """The installed vLLM's package folder, found without importing it; None where vLLM is not installed."""
-    spec = importlib.util.find_spec("vllm")
+    try:
+        spec = importlib.util.find_spec("vllm")
+    except ImportError:  # an environment that refuses vLLM measures only third-party connectors
+        return None
     if spec is None or not spec.submodule_search_locations:
         return None
     return Path(next(iter(spec.submodule_search_locations))).resolve()
@@ -77,12 +80,12 @@ class Scope:
 
     def _registry(self) -> dict[str, str]:
         """name -> module of every connector the installed vLLM registers (none where it cannot be read)."""
-        factory = installed_factory_file()
-        if factory is None:
-            return {}
         try:
+            factory = installed_factory_file()
+            if factory is None:
+                return {}
             return {name: module for name, (module, _) in parse_registrations(factory.read_text()).items()}
-        except (FactorySourceError, OSError):
+        except (FactorySourceError, OSError, ImportError):
             return {}
 
     def measured(self) -> list[Path]:

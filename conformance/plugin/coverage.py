@@ -99,7 +99,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     if measuring is None:
         measuring = measure.new(config.stash[_SCOPE_KEY])
-        measure.combine(measuring, config.stash.get(_BLOBS_KEY, []))
+        blobs: list[bytes] = config.stash.get(_BLOBS_KEY, [])
+        measure.combine(measuring, blobs)
     platform = _platform(config)
     config.stash[SUMMARY_KEY] = measure.summarize(measuring, config.stash[_SCOPE_KEY], platform, platform)
 

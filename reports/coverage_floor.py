@@ -1,0 +1,170 @@
+"""The coverage floor: what the suite reaches of each CPU connector today, so that it cannot silently fall.
+
+``kvconform report RESULTS --coverage-floor FILE`` compares a run's coverage (``--kvconform-coverage``)
+with FILE (``conformance/coverage/floor.yaml``): per connector and own module, coverage.py's percentage
+with branches, less ``tolerance`` points for the runs' nondeterminism (a background thread's last lines
+can land in the next test's connector). Lines no CPU run can reach (CUDA-only branches, GPU kernels) are
+listed in ``unreachable_on_cpu`` with their reason and left out of the count, statements and branches
+from or into them alike. A floor is measured on one vLLM release: another release's files differ line
+for line, so there the check says so and passes. ``--update-coverage-floor`` rewrites FILE's figures
+from the run, keeping its tolerance and unreachable lines.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from . import identity as ident
+from .model import ConnectorCoverage, ModuleCoverage, Results, percent
+
+_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+
+
+class FloorError(Exception):
+    """A floor file that cannot be read; the message is one line that names the file."""
+
+
+class Unreachable(BaseModel):
+    """Lines of a module no run on this platform can reach, and why."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    lines: str  # "120-140" or "97"
+    reason: str = Field(min_length=1)
+
+    @field_validator("lines", mode="before")
+    @classmethod
+    def _range(cls, value: object) -> str:
+        text = str(value).replace(" ", "")
+        found = _RANGE.match(text)
+        if not found or (found.group(2) and int(found.group(2)) < int(found.group(1))):
+            raise ValueError(f"{value!r} is not a line or a range of lines (120 or 120-140)")
+        return text
+
+    def span(self) -> range:
+        first, _, last = self.lines.partition("-")
+        return range(int(first), int(last or first) + 1)
+
+
+class Floor(BaseModel):
+    """``floor.yaml``: connector -> own module path -> the lowest percentage a run may show."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    platform: str = "cpu"
+    vllm: str  # the release the figures were measured on
+    tolerance: float = Field(default=1.0, ge=0)  # percentage points a run may fall short by
+    connectors: dict[str, dict[str, float]] = Field(default_factory=dict)
+    unreachable_on_cpu: dict[str, list[Unreachable]] = Field(default_factory=dict)  # module path -> its lines
+
+    def unreachable_lines(self, path: str) -> set[int]:
+        return {line for entry in self.unreachable_on_cpu.get(path, []) for line in entry.span()}
+
+
+def load_floor(path: Path) -> Floor:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FloorError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise FloorError(f"{path}: cannot read: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise FloorError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    try:
+        return Floor.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(p) for p in first["loc"]) or "(top)"
+        raise FloorError(f"{path}: {key}: {first['msg']}") from None
+
+
+def counted_percent(module: ModuleCoverage, unreachable: set[int]) -> float:
+    """``module``'s percentage without the ``unreachable`` lines: their statements, and the branches from or into
+    them, leave both the count and the total (those that ran, if any did, stay counted as run)."""
+    left_out = module.missing_lines() & unreachable
+    branches_out = [arc for arc in module.missing_branches if arc[0] in unreachable or arc[1] in unreachable]
+    return percent(module.covered_statements + module.covered_branches,
+                   module.statements - len(left_out) + module.branches - len(branches_out))
+
+
+@dataclass
+class FloorCheck:
+    """What a run's coverage says against a floor: one line per module below it, and notes."""
+
+    below: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def exit_status(self) -> int:
+        return 1 if self.below else 0
+
+
+def _on_platform(results: Results, platform: str) -> dict[str, ConnectorCoverage]:
+    return {c.connector: c for c in results.coverage if ident.column_platform(c.platform) == platform}
+
+
+def _releases(results: Results, platform: str) -> set[str]:
+    return {run.vllm for run in results.runs if ident.column_platform(run.platform) == platform and run.vllm}
+
+
+def check_floor(results: Results, floor: Floor, source: str = "the floor") -> FloorCheck:
+    """Every module of the floor whose coverage in ``results`` fell more than the tolerance below it."""
+    check = FloorCheck()
+    releases = _releases(results, floor.platform)
+    if floor.vllm not in releases:
+        check.notes.append(f"{source} was measured on vLLM {floor.vllm}; these results are from "
+                           f"{', '.join(sorted(releases)) or 'an unknown vLLM'} on {floor.platform}: not checked")
+        return check
+    measured = _on_platform(results, floor.platform)
+    if not measured:
+        check.below.append(f"no coverage for {floor.platform} in these results: run the suite with "
+                           f"--kvconform-coverage and --kvconform-json PATH")
+        return check
+    for connector, modules in floor.connectors.items():
+        entry = measured.get(connector)
+        if entry is None:
+            check.below.append(f"{connector}: no coverage in these results (none of its tests ran measured code); "
+                               f"{source} expects {len(modules)} module(s)")
+            continue
+        found = {m.path: m for m in entry.modules}
+        for path, lowest in modules.items():
+            module = found.get(path)
+            now = counted_percent(module, floor.unreachable_lines(path)) if module is not None else 0.0
+            if now < lowest - floor.tolerance:
+                check.below.append(f"{connector}: {path}: {now:.1f}%, below its floor {lowest:.1f}% "
+                                   f"(tolerance {floor.tolerance:g} points; {source})")
+    return check
+
+
+FLOOR_HEADER = """\
+# The connector coverage floor (docs/coverage.md): per in-tree connector the CPU suite runs, and per own module,
+# the percentage of statements and branches the strict suite ran (coverage.py, branch measurement) when this
+# file was last written, without the unreachable_on_cpu lines. make test fails when a run falls more than
+# `tolerance` points below a figure (kvconform report RESULTS --coverage-floor FILE); after raising coverage,
+# rewrite the figures with --update-coverage-floor. Modules the suite never reaches (0%) are left out.
+"""
+
+
+def updated_floor(results: Results, floor: Floor) -> Floor:
+    """``floor`` with this run's figures: every own module of every connector measured on its platform, from the
+    run's vLLM; its tolerance and unreachable lines kept."""
+    releases = sorted(_releases(results, floor.platform))
+    connectors: dict[str, dict[str, float]] = {}
+    for name, entry in sorted(_on_platform(results, floor.platform).items()):
+        figures = {m.path: round(counted_percent(m, floor.unreachable_lines(m.path)), 1) for m in entry.own
+                   if m.statements}
+        figures = {path: value for path, value in figures.items() if value > 0}
+        if figures:
+            connectors[name] = figures
+    return floor.model_copy(update={"vllm": releases[-1] if releases else floor.vllm, "connectors": connectors})
+
+
+def floor_text(floor: Floor) -> str:
+    body = floor.model_dump(mode="json")
+    text: str = yaml.safe_dump(body, sort_keys=False, width=120)
+    return FLOOR_HEADER + text
