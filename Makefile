@@ -81,7 +81,7 @@ check: venv lint-self
 conformance: venv
 	mkdir -p $(OUT)
 	$(BIN)/python -m pytest --pyargs kvconform.conformance --platform=$(PLATFORM) -q -n $(WORKERS) --max-worker-restart=16 \
-		--junitxml=$(OUT)/junit.xml --kvconform-json=$(OUT)/results-run.json $(PYTEST_ARGS); status=$$?; \
+		--junitxml=$(OUT)/junit.xml --kvconform-json=$(OUT)/results-run.json --kvconform-coverage $(PYTEST_ARGS); status=$$?; \
 	$(BIN)/kvconform report $(OUT)/junit.xml $(OUT)/results-run.json --out $(OUT) --print-matrix || status=1; \
 	exit $$status
 
