@@ -110,7 +110,8 @@ def scenario_prompts(scenario: RoundTripScenario, block_size: int) -> tuple[dict
 
 def _token_rows(view: torch.Tensor) -> torch.Tensor:
     """Each token slot's bytes of a standard ``[B, H, N, C]`` view, as ``[B, N, bytes]``."""
-    return _as_bytes(view).movedim(2, 1).flatten(2)
+    by_slot = view.movedim(2, 1).contiguous()
+    return by_slot.reshape(by_slot.shape[0], by_slot.shape[1], -1).view(torch.uint8)
 
 
 def _shift(blocks: int, slots: int) -> str:

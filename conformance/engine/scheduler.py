@@ -38,17 +38,18 @@ DRAIN_PACE_S = 0.02  # between steps past the step budget: lets a server's threa
 def watch_request_finished(connector: KVConnectorBase_V1, note: Callable[[Request, list[int], bool], None]) -> None:
     """Call ``note(request, its first group's block ids, whether the connector kept them)`` after each answer of
     the connector's ``request_finished`` (and ``request_finished_all_groups``, which vLLM's scheduler calls for
-    SupportsHMA connectors); the answer goes back to vLLM unchanged."""
+    SupportsHMA connectors); the answer goes back to vLLM unchanged, a malformed one unnoted."""
     for method in ("request_finished", "request_finished_all_groups"):
         answer = getattr(connector, method, None)
         if answer is None:
             continue
 
-        def watched(request: Request, block_ids: Any, _answer: Any = answer) -> tuple[Any, Any]:
-            delay, params = _answer(request, block_ids)
-            table = block_ids[0] if block_ids and isinstance(block_ids[0], (list, tuple)) else block_ids
-            note(request, list(table), bool(delay))
-            return delay, params
+        def watched(request: Request, block_ids: Any, _answer: Any = answer) -> object:
+            result = _answer(request, block_ids)
+            if isinstance(result, tuple) and len(result) == 2:  # a malformed answer goes to vLLM as it is
+                table = block_ids[0] if block_ids and isinstance(block_ids[0], (list, tuple)) else block_ids
+                note(request, list(table), bool(result[0]))
+            return result
 
         setattr(connector, method, watched)
 
