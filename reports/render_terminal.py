@@ -129,15 +129,19 @@ def _stale(results: Results) -> list[str]:
             for run in results.runs for stale in run.stale_expectations]
 
 
+def details_lines(results: Results) -> list[str]:
+    """Each known finding once, then the checks not run and the skip reasons grouped per connector x check (what
+    ``--details`` adds, here and in the suite's own summary: ``--kvconform-details``)."""
+    matrix = build_matrix(results)
+    return [*_findings(findings(results)), *_details(not_run_groups(results, matrix), NOT_RUN_HEADER, ""),
+            *_details(skip_groups(results, matrix), SKIPPED_HEADER, " (pytest -rs lists each test)")]
+
+
 def render(results: Results, details: bool = False) -> str:
     """The report's text; ``details``: the known findings, not-run checks and skip reasons listed in full, first."""
     found, matrix = findings(results), build_matrix(results)
     not_run, skipped = not_run_groups(results, matrix), skip_groups(results, matrix)
-    if details:
-        lines = [*_findings(found), *_details(not_run, NOT_RUN_HEADER, ""),
-                 *_details(skipped, SKIPPED_HEADER, " (pytest -rs lists each test)")]
-    else:
-        lines = []
+    lines = details_lines(results) if details else []
     lines += _failures(results)
     if not details:
         summaries = [*_findings_summary(found), *_groups_summary(not_run, NOT_RUN_HEADER),

@@ -5,7 +5,10 @@ Warnings vLLM and torch raise about their own APIs, and pytest's warning about `
 xunit2 (the labels are written all the same), are filtered after the user's ini lines (``-W`` still wins).
 A section before pytest's short summary gives each failing test's whole first line of its cause
 (``reports.model.first_line``, the line the report and the gate show), which pytest cuts at the terminal's
-width. ``pytest --platform=cpu`` in the checkout with no test named says in one line how to run the suite.
+width. The known findings (xfailed) and skips are counted in one line after it; ``--kvconform-details``
+lists each finding once and the skip reasons grouped per connector x check instead (``kvconform report``'s
+words, ``reports.render_terminal.details_lines``). ``pytest --platform=cpu`` in the checkout with no test
+named says in one line how to run the suite.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Literal
 import pytest
 
 from kvconform.reports.model import first_line
+from kvconform.reports.render_terminal import details_lines
 
 from ..session.target import CONFORMANCE_DIR, PACKAGE, is_active, targets_conformance
 
@@ -36,6 +40,7 @@ def ini_line(action: str, message: str, category: type[Warning], module: str) ->
 
 
 SECTION = "kvconform: the cause of each failure (first line)"
+DETAILS_SECTION = "kvconform: known findings and skip reasons"
 _CAUSES_NAME = "kvconform-failure-causes"
 
 
@@ -87,10 +92,32 @@ class _Causes:
         if report.failed:
             self.causes.setdefault(report.nodeid, ("ERROR", _cause(report)))
 
-    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter, exitstatus: int,
+                                config: pytest.Config) -> None:
+        _findings_and_skips(terminalreporter, exitstatus, config)
         if not self.causes:
             return
         terminalreporter.section(SECTION)
         for nodeid, (word, cause) in self.causes.items():
             terminalreporter.write_line(f"{word} {nodeid}")
             terminalreporter.write_line(f"    {cause}")
+
+
+def _findings_and_skips(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
+    """``--kvconform-details``: each known finding and the skip reasons, grouped; else one line counting them."""
+    if config.getoption("kvconform_details", default=False):
+        from .results_json import run_results
+
+        results = run_results(config, exitstatus)
+        lines = details_lines(results) if results is not None else []
+        if lines:
+            terminalreporter.section(DETAILS_SECTION)
+            for line in lines:
+                terminalreporter.write_line(line)
+        return
+    counted = {word: len(terminalreporter.stats.get(word, [])) for word in ("xfailed", "skipped")}
+    if any(counted.values()):
+        terminalreporter.write_line(
+            f"kvconform: {counted['xfailed']} xfailed (known findings), {counted['skipped']} skipped: "
+            "--kvconform-details lists each finding and the skip reasons; kvconform report groups them per "
+            "connector x check")

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 import pytest
 
 from kvconform.reports import identity as ident
-from kvconform.reports.model import CaseResult, RunInfo, build, clip, failure_cause, first_line
+from kvconform.reports.model import CaseResult, Results, RunInfo, build, clip, failure_cause, first_line
 from kvconform.reports.outcomes import OUTCOMES, is_failing
 from kvconform.reports.readers import expected_from_properties
 
@@ -68,7 +68,7 @@ def _reason(report: pytest.TestReport) -> tuple[str, str]:
 class _Collector:
     """Controller side: phase reports per test, turned into one result per test at the end."""
 
-    def __init__(self, config: pytest.Config, path: Path):
+    def __init__(self, config: pytest.Config, path: Path | None):
         self.config = config
         self.path = path
         self.started = datetime.now(timezone.utc)
@@ -152,15 +152,18 @@ class _Collector:
 
     @pytest.hookimpl(trylast=True)  # after other plugins (expectations) settled the exit status
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        self.write(session.exitstatus)
+        if self.path is not None:  # None: collected for the summary only (--kvconform-details)
+            self.write(self.path, session.exitstatus)
 
-    def write(self, exitstatus: int) -> None:
+    def results(self, exitstatus: int) -> Results:
         run = self.run_info(exitstatus)
         tests = [self._collect_error(n, r, run.id) for n, r in self.collect_errors.items()]
         tests += [self._result(nodeid, phases, run.id) for nodeid, phases in self.phases.items()]
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        results = build([run], tests, coverage_summary(self.config))
-        self.path.write_text(json.dumps(results.to_json(), indent=2) + "\n")
+        return build([run], tests, coverage_summary(self.config))
+
+    def write(self, path: Path, exitstatus: int) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.results(exitstatus).to_json(), indent=2) + "\n")
 
 
 def _run_platform(config: pytest.Config) -> str:
@@ -192,8 +195,16 @@ _COLLECTOR_NAME = "kvconform-results-collector"
 
 def pytest_configure(config: pytest.Config) -> None:
     path = config.getoption("kvconform_json", default=None)
-    if path and not hasattr(config, "workerinput"):  # the controller (or the only process) writes
-        config.pluginmanager.register(_Collector(config, config.invocation_params.dir / path), _COLLECTOR_NAME)
+    details = config.getoption("kvconform_details", default=False)  # the summary lists findings (plugin/console.py)
+    if (path or details) and not hasattr(config, "workerinput"):  # the controller (or the only process) collects
+        config.pluginmanager.register(_Collector(config, config.invocation_params.dir / path if path else None),
+                                      _COLLECTOR_NAME)
+
+
+def run_results(config: pytest.Config, exitstatus: int) -> Results | None:
+    """The run's results, where the controller collects them (``--kvconform-json``, ``--kvconform-details``)."""
+    collector = config.pluginmanager.get_plugin(_COLLECTOR_NAME)
+    return collector.results(exitstatus) if isinstance(collector, _Collector) else None
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -72,6 +72,9 @@ OPTIONS: tuple[Option, ...] = (
           "on a vLLM kvconform's CI does not test"),
     Option("--kvconform-json", "write the run's results as JSON (the format of kvconform report's results.json)",
            extra={"metavar": "PATH"}),
+    _flag("--kvconform-details",
+          "list each known finding and every skip reason (grouped by connector x check) in the run's summary; "
+          "by default it counts them"),
     _flag("--kvconform-coverage",
           "measure which lines and branches of each connector's modules its tests ran (coverage.py); the JSON "
           "results and kvconform report show it per connector (docs/coverage.md)"),

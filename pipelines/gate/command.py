@@ -21,7 +21,14 @@ from kvconform.errors import UserError, one_line
 from .base_comparison import base_to_compare, rerun_keyword
 from .judgement import EXIT_BUILD_NEEDED, EXIT_NOT_EXERCISED, EXIT_PASS, PYTEST_USAGE_ERROR, GateOutcome, judge
 from .overlay import installed_build
-from .printing import print_outcome, print_selection, report_not_exercised
+from .printing import (
+    print_connectors,
+    print_log_tail,
+    print_outcome,
+    print_run_selection,
+    print_selection,
+    report_not_exercised,
+)
 from .repository import GateError
 from .selection import Selection, claimed_platforms, select_change
 from .suite_run import BASE_FOLDER, JSON_FILE, JUNIT_FILE, run_suite
@@ -108,6 +115,7 @@ def run_tests(selection: Selection, args: argparse.Namespace) -> int:
         spec, _ = platforms.resolve(args.platform or "auto")
     except platforms.PlatformError as exc:
         raise UserError(str(exc)) from None
+    print_run_selection(selection)
     here = [name for name in selection.connectors if spec.name in claimed_platforms(name)]
     elsewhere = tuple(name for name in selection.connectors if name not in here)
     for name in elsewhere:
@@ -117,12 +125,15 @@ def run_tests(selection: Selection, args: argparse.Namespace) -> int:
     try:
         with tested_vllm(source, args.repo, selection.head, list(selection.changed_files), args.vllm_python) as vllm:
             print(f"kvconform gate: testing {', '.join(here)} on {spec.name} ({vllm.label})", flush=True)
-            results, status = run_suite(vllm, spec.name, here, args.results, args.keyword)
-            if status == PYTEST_USAGE_ERROR and not results:
+            run = run_suite(vllm, spec.name, here, args.results, args.keyword)
+            if not run.results:
+                print_log_tail(run.log, f"pytest exited with status {run.status} and ran no test")
+            if run.status == PYTEST_USAGE_ERROR and not run.results:
                 print("kvconform gate: NO VERDICT: pytest stopped before any test (status 4; its ERROR line above "
                       "says why: vLLM cannot run here, or the run's input is wrong); no connector was tested")
                 return EXIT_BUILD_NEEDED
-            outcome = replace(judge(results, here, status), elsewhere=elsewhere)
+            print_connectors(run.results or [], here, spec.name)
+            outcome = replace(judge(run.results, here, run.status), elsewhere=elsewhere)
         if source == "checkout" and outcome.problems:
             outcome = _against_base(outcome, selection, spec.name, here, args)
     except CannotTest as exc:
@@ -132,7 +143,7 @@ def run_tests(selection: Selection, args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from None
     except GateError as exc:
         raise UserError(str(exc)) from None
-    print_outcome(outcome, here, spec.name, vllm.label, args)
+    print_outcome(outcome, here, spec.name, vllm.label, args, run.log)
     return outcome.verdict.exit_status
 
 
@@ -151,13 +162,13 @@ def _against_base(outcome: GateOutcome, selection: Selection, platform: str, con
     kept = args.results / BASE_FOLDER if args.results is not None else None
     try:
         with tested_vllm("checkout", args.repo, base.commit, []) as vllm:
-            results, status = run_suite(vllm, platform, connectors, kept, rerun_keyword(outcome.problems, args.keyword))
+            run = run_suite(vllm, platform, connectors, kept, rerun_keyword(outcome.problems, args.keyword))
     except CannotTest as exc:
         return outcome.against(replace(base, broken=one_line(str(exc))))
-    if results is None:
-        return outcome.against(replace(base, broken=f"over the base, pytest exited with status {status} "
-                                                    "and wrote no results"))
-    failing = frozenset(problem.test for problem in judge(results, connectors, status).problems)
+    if run.results is None:
+        return outcome.against(replace(base, broken=f"over the base, pytest exited with status {run.status} "
+                                                    f"and wrote no results (see {run.log})"))
+    failing = frozenset(problem.test for problem in judge(run.results, connectors, run.status).problems)
     return outcome.against(replace(base, failing=failing))
 
 

@@ -5,9 +5,10 @@ a checkout that does not import against the installed build stops there, with ex
 4 and no verdict), and the pytest run's worker imports vLLM again. Starting the run
 beside the probe lets the two imports share the cores, while the user still sees
 the probe's answer first: the run's output (stdout and stderr, as the run writes
-them) is held back until the probe passes and then streamed as it comes, and when
-the probe fails, the run and every process it started are killed unseen, before
-the gate says why it cannot test the change.
+them) is held back until the probe passes and then streamed as it comes (to the
+gate's log file, ``suite_run``, or its standard output), and when the probe fails,
+the run and every process it started are killed unseen, before the gate says why
+it cannot test the change.
 
 The run stays in the gate's process group, so an interrupt from the terminal or a
 CI agent stopping the job's group reaches it as before.
@@ -23,7 +24,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-OUT_FD = 1  # where the run's output goes once released: the gate's own standard output
+OUT_FD = 1  # where the run's output goes once released, unless told another: the gate's own standard output
 CHUNK = 65536
 STOP_GRACE_S = 5.0  # how long a stopped run's output may stay open (a process it started as it was stopped)
 PROC = Path("/proc")  # Linux: the processes a run started are found by their parent ids
@@ -60,7 +61,8 @@ def descendants(pid: int) -> list[int]:
 class HeldRun:
     """A command started now, whose output is shown only from ``release()`` on."""
 
-    def __init__(self, command: Sequence[str], cwd: Path, env: Mapping[str, str]):
+    def __init__(self, command: Sequence[str], cwd: Path, env: Mapping[str, str], out: int | None = None):
+        self._out = OUT_FD if out is None else out  # a file descriptor: the gate's output, or the run's log
         self._proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         self._held: list[bytes] | None = []  # None once released
         self._shown = True  # False once the gate's own output is gone (a reader that closed its pipe)
@@ -83,7 +85,7 @@ class HeldRun:
         on a full pipe (as it would have ended on its own broken pipe when it wrote there itself)."""
         if self._shown:
             try:
-                _write_all(OUT_FD, chunk)
+                _write_all(self._out, chunk)
             except OSError:
                 self._shown = False
 

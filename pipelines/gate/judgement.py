@@ -3,8 +3,9 @@ did not exercise, and the verdict, in the reports' ``Verdict`` type (a headline 
 
 A test may pass, fail as expected (xfail) or be skipped; any other outcome fails
 the gate. A connector passes only when at least one runtime check ran here and
-passed or failed as expected: lint alone, or only skips, is not exercised, which is
-neither a pass nor a failure. What fails over the change's base too is set apart
+passed or failed as expected (what a runtime check is and what ran means are the
+reports' one definition, ``reports.exercised``): lint alone, or only skips, is not
+exercised, which is neither a pass nor a failure. What fails over the change's base too is set apart
 (``base_comparison``): it says the checkout does not run over the installed build,
 not that the change broke it.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from kvconform.reports.exercised import is_runtime_check, ran
 from kvconform.reports.verdict import Verdict
 
 from .base_comparison import RUN, Base, Problem, split
@@ -33,7 +35,8 @@ FAIL = Verdict("FAIL", EXIT_FAIL)
 NOT_EXERCISED = Verdict("NOT EXERCISED", EXIT_NOT_EXERCISED)
 FAILS_ON_BASE_TOO = Verdict("NO VERDICT: what fails here fails over the change's base too", EXIT_BUILD_NEEDED)
 
-# Checks that drive the connector at runtime: only these exercise it. ``lint`` reads its source.
+# The runtime checks a connector's profile may list, and what each does (``printing.where_it_runs`` says which of them
+# a connector would run elsewhere); whether a test's check is one is ``is_runtime_check``. ``lint`` reads the source.
 RUNTIME_CHECKS: dict[str, str] = {
     "roundtrip": "save then load through the connector, byte for byte",
     "fill": "the connector fills the blocks it was asked to",
@@ -44,7 +47,6 @@ RUNTIME_CHECKS: dict[str, str] = {
     "engine": "vLLM's engine end to end",
     "workload": "server-like workloads through vLLM's scheduler",
 }
-EXERCISED = ("passed", "xfailed")  # ran, and passed or matched its expectation
 FAILING = ("failed", "error")
 
 
@@ -90,10 +92,10 @@ def judge(results: list[GateCase] | None, connectors: list[str], exit_status: in
         own = [case for case in results if case.connector == name]
         if any(case.outcome in FAILING for case in own):
             continue
-        if not any(case.check in RUNTIME_CHECKS and case.outcome in EXERCISED for case in own):
+        if not any(is_runtime_check(case.check) and ran(case.result) for case in own):
             not_exercised[name] = _why_not_exercised(own)
     if exit_status not in (0, 5) and not problems:
-        problems.append(Problem(RUN, None, f"pytest exited with status {exit_status} (see its output above)"))
+        problems.append(Problem(RUN, None, f"pytest exited with status {exit_status} (its log says why)"))
     return GateOutcome(problems, not_exercised)
 
 
@@ -106,6 +108,6 @@ def _why_not_exercised(own: list[GateCase]) -> str:
     if not own:
         return "no test of it ran"
     reasons = sorted({case.message for case in own if case.outcome == "skipped" and case.message})
-    ran = sorted({case.check for case in own if case.outcome in EXERCISED})
-    parts = [f"only {', '.join(ran)} ran (no runtime check)"] if ran else []
+    checks = sorted({case.check for case in own if ran(case.result)})
+    parts = [f"only {', '.join(checks)} ran (no runtime check)"] if checks else []
     return "; ".join(parts + reasons) or "every test skipped without a reason"

@@ -1,4 +1,10 @@
-"""What the gate prints: the selection (``--dry-run``), and the verdict lines of ``--run``.
+"""What the gate prints: the selection (``--dry-run``), and the lines of ``--run``.
+
+``--run`` prints its selection, a line per connector when the run ends, and the
+verdict with each failure's first line; pytest's own output (thousands of lines on
+the real suite) goes to a log file the gate names (``suite_run``), so a passing
+gate prints a few dozen lines at most. Where pytest wrote no results, the log's
+last lines are shown, since they say why.
 
 Every line starts with ``kvconform gate:`` (or is indented under one), names the
 platform and the vLLM tested, and quotes file names and messages from the change
@@ -10,19 +16,35 @@ from __future__ import annotations
 
 import argparse
 import shlex
+from collections import Counter
+from pathlib import Path
 
 from kvconform.errors import one_line
+from kvconform.reports.exercised import is_runtime_check, ran
+from kvconform.reports.outcomes import ORDER
 
 from .judgement import RUNTIME_CHECKS, GateOutcome
-from .results import MESSAGE_LIMIT
+from .results import MESSAGE_LIMIT, GateCase
 from .selection import Selection, claimed_platforms
 
 MAX_LISTED = 12  # failing tests listed by name; the rest are counted
+LOG_LINES_SHOWN = 15  # of a run that wrote no results: the end of its log
 
 
 def _printable(text: str) -> str:
     """A file name as one terminal line: hostile names (newlines, escapes) are shown quoted."""
     return text if text.isprintable() else repr(text)
+
+
+def _connector_lines(selection: Selection) -> list[str]:
+    """Each selected connector, the platforms it claims, and the changed files that select it (three at most)."""
+    lines = []
+    for name in selection.connectors:
+        via = f"wraps {', '.join(selection.wrapped[name])}; " if name in selection.wrapped else ""
+        files = ", ".join(_printable(f) for f in selection.reasons[name][:3])
+        more = f" and {len(selection.reasons[name]) - 3} more" if len(selection.reasons[name]) > 3 else ""
+        lines.append(f"  {name} on {', '.join(claimed_platforms(name))}: {via}{files}{more}")
+    return lines
 
 
 def print_selection(selection: Selection, base: str, head: str) -> None:
@@ -34,11 +56,44 @@ def print_selection(selection: Selection, base: str, head: str) -> None:
         print("no connector is touched: nothing to run")
         return
     print(f"connectors to test ({len(selection.connectors)}):")
-    for name in selection.connectors:
-        via = f"wraps {', '.join(selection.wrapped[name])}; " if name in selection.wrapped else ""
-        files = ", ".join(_printable(f) for f in selection.reasons[name][:3])
-        more = f" and {len(selection.reasons[name]) - 3} more" if len(selection.reasons[name]) > 3 else ""
-        print(f"  {name} on {', '.join(claimed_platforms(name))}: {via}{files}{more}")
+    for line in _connector_lines(selection):
+        print(line)
+
+
+def print_run_selection(selection: Selection) -> None:
+    """``--run``'s selection: the connectors and why, one line each (``--dry-run`` lists every changed file)."""
+    print(f"kvconform gate: {len(selection.changed_files)} file(s) changed; {len(selection.connectors)} "
+          "connector(s) selected (--dry-run lists every file):")
+    for line in _connector_lines(selection):
+        print(line)
+
+
+def connector_line(name: str, platform: str, cases: list[GateCase]) -> str:
+    """``ExampleConnector on cpu: 2 failed, 40 passed, 30 skipped; runtime checks ran: roundtrip, contract``."""
+    counts = Counter(case.outcome for case in cases)
+    outcomes = ", ".join(f"{counts[o]} {o}" for o in ORDER if counts[o]) or "no tests"
+    checks = sorted({case.check for case in cases if ran(case.result) and is_runtime_check(case.check)})
+    return (f"kvconform gate: {name} on {platform}: {outcomes}; "
+            + (f"runtime checks ran: {', '.join(checks)}" if checks else "no runtime check ran"))
+
+
+def print_connectors(results: list[GateCase], connectors: list[str], platform: str) -> None:
+    """A line per selected connector, as its platform's run ended: its tests' outcomes and the checks that ran."""
+    for name in connectors:
+        print(connector_line(name, platform, [case for case in results if case.connector == name]))
+
+
+def print_log_tail(log: Path, why: str) -> None:
+    """The last lines of the run's log, where the gate's own lines cannot say what went wrong."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError as exc:
+        print(f"kvconform gate: cannot read the run's log {log}: {exc.strerror}")
+        return
+    shown = [line for line in lines if line.strip()][-LOG_LINES_SHOWN:]
+    print(f"kvconform gate: {why}; the last {len(shown)} lines of {log}:")
+    for line in shown:
+        print(f"  | {one_line(line, MESSAGE_LIMIT)}")
 
 
 def where_it_runs(connector: str) -> str:
@@ -69,18 +124,20 @@ def report_not_exercised(connector: str, platform: str, why: str, args: argparse
               + (f" (or --platform={', '.join(others[1:])})" if others[1:] else ""))
 
 
-def _list(lines: list[str]) -> None:
+def _list(lines: list[str], log: Path) -> None:
     for line in lines[:MAX_LISTED]:
         print(f"  {line}")
     if len(lines) > MAX_LISTED:
-        print(f"  ... and {len(lines) - MAX_LISTED} more (see the run's output above)")
+        print(f"  ... and {len(lines) - MAX_LISTED} more (see {log})")
 
 
-def print_outcome(outcome: GateOutcome, here: list[str], platform: str, label: str, args: argparse.Namespace) -> None:
-    """The verdict lines of a run of ``here`` on ``platform`` over the vLLM ``label`` names."""
+def print_outcome(outcome: GateOutcome, here: list[str], platform: str, label: str, args: argparse.Namespace,
+                  log: Path) -> None:
+    """The verdict lines of a run of ``here`` on ``platform`` over the vLLM ``label`` names (``log``: its output)."""
     if outcome.failures:
-        print(f"kvconform gate: FAIL on {platform} ({len(outcome.failures)} problem(s); {label}):")
-        _list(outcome.failures)
+        print(f"kvconform gate: FAIL on {platform} ({len(outcome.failures)} problem(s); {label}; each failure's "
+              f"first line, the rest in {log}):")
+        _list(outcome.failures, log)
     if outcome.on_base_too and outcome.base is not None:
         both, base = len(outcome.on_base_too), outcome.base
         if outcome.failures:
@@ -89,7 +146,7 @@ def print_outcome(outcome: GateOutcome, here: list[str], platform: str, label: s
         else:
             print(f"kvconform gate: {base.does_not_run()}; {both} selected test(s) fail on the base too"
                   f"{base.why_broken()}")
-        _list([problem.line for problem in outcome.on_base_too])
+        _list([problem.line for problem in outcome.on_base_too], log)
     for name, why in outcome.not_exercised.items():
         report_not_exercised(name, platform, why, args)
     passed = [n for n in here if n not in outcome.not_exercised]

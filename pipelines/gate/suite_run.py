@@ -16,6 +16,12 @@ installed; test module names, and so test ids, are those of ``prepend`` (both de
 them from the package root), where ``importlib`` mode would rename them. The check
 that every process imported the vLLM under test stays: a process that imports
 another still ends the gate with no verdict.
+
+The run's own output (thousands of lines: progress, ``-rs``'s skip reasons, tracebacks)
+goes to a log file the gate names (``pytest.log`` in ``--results DIR``, else a file
+of its own in the system's temporary folder, kept after the gate ends, never in the
+caller's folder); the gate prints its selection, a line per connector and the
+verdict, with the failures' first lines (``printing``).
 """
 
 from __future__ import annotations
@@ -25,17 +31,19 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from kvconform.conformance.session.suite_command import NO_CACHE, SuiteCommand
 from kvconform.errors import UserError
 
-from .held_run import OUT_FD, HeldRun
+from .held_run import HeldRun
 from .results import GateCase, read_results
 from .tested_vllm import TestedVllm, read_imports
 
 JUNIT_FILE = "junit.xml"  # the verdict is read from here
 JSON_FILE = "results.json"  # the suite's own results, kept for ``kvconform report``
+LOG_FILE = "pytest.log"  # --results DIR: the run's own output
 BASE_FOLDER = "base"  # --results DIR: the run over the change's base (where there is one) keeps its files here
 IMPORT_MODE = "--import-mode=append"
 
@@ -55,23 +63,24 @@ def pytest_command(platform: str, connectors: list[str], results: Path, python: 
     return command.argv()
 
 
-def _terminal_look() -> tuple[list[str], dict[str, str]]:
-    """pytest writes to a pipe the gate relays (``held_run``): the options and environment that give it the colours
-    and line width it would have on the gate's terminal (none where the gate's output is no terminal either)."""
-    if not os.isatty(OUT_FD):
-        return [], {}
-    try:
-        return ["--color=yes"], {"COLUMNS": str(os.get_terminal_size(OUT_FD).columns)}
-    except OSError:
-        return ["--color=yes"], {}
+@dataclass(frozen=True)
+class SuiteRun:
+    """What a run gave: each test's result (None: no readable JUnit file), pytest's exit status, and its log."""
+
+    results: list[GateCase] | None
+    status: int
+    log: Path
 
 
 @contextmanager
-def _results_folder(chosen: Path | None) -> Iterator[Path]:
-    """The folder the run writes to; a kept one loses its old results, so they are never judged twice."""
+def _results_folder(chosen: Path | None) -> Iterator[tuple[Path, Path]]:
+    """The folder the run writes to, and the file its output goes to; a kept folder loses its old results, so they
+    are never judged twice. A temporary folder is removed when the run ends, its log is not."""
     if chosen is None:
+        fd, log = tempfile.mkstemp(prefix="kvconform-gate-", suffix=".log")
+        os.close(fd)
         with tempfile.TemporaryDirectory(prefix="kvconform-gate-") as tmp:
-            yield Path(tmp)
+            yield Path(tmp), Path(log)
         return
     try:
         chosen.mkdir(parents=True, exist_ok=True)
@@ -80,31 +89,38 @@ def _results_folder(chosen: Path | None) -> Iterator[Path]:
             (chosen / BASE_FOLDER / name).unlink(missing_ok=True)
     except OSError as exc:
         raise UserError(f"--results {chosen}: cannot use it: {exc.strerror}") from None
-    yield chosen.resolve()
+    yield chosen.resolve(), chosen.resolve() / LOG_FILE
 
 
 def run_suite(vllm: TestedVllm, platform: str, connectors: list[str], kept: Path | None,
-              keyword: str | None) -> tuple[list[GateCase] | None, int]:
-    """Run the selected tests over ``vllm`` (results kept in ``kept``, if given): each test's result and the run's
-    exit status."""
-    with _results_folder(kept) as folder:
+              keyword: str | None) -> SuiteRun:
+    """Run the selected tests over ``vllm`` (results kept in ``kept``, if given), its output into a log file the gate
+    names as the run starts."""
+    with _results_folder(kept) as (folder, log):
         # The results folder is the working directory: nothing from the checkout or
         # the caller's folder (conftest.py, pytest.ini, a vllm/ folder) can join the run.
         probing = vllm.start_probe(folder)
         command = pytest_command(platform, connectors, folder, vllm.python, keyword)
-        options, env = _terminal_look()
-        run = HeldRun([*command, *options], folder, {**vllm.env, **env})
         try:
-            probe = vllm.probe_record(probing)
-        except BaseException:
-            run.stop()
-            raise
-        run.release()
-        status = run.wait()
-        if kept is None:  # pytest just named a file that is about to be removed
-            print(f"kvconform gate: the {JUNIT_FILE} named above is temporary and removed when the gate ends; "
-                  f"--results DIR keeps {JUNIT_FILE} and {JSON_FILE}", flush=True)
+            output = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        except OSError as exc:
+            raise UserError(f"cannot write the run's log {log}: {exc.strerror}") from None
+        try:
+            run = HeldRun(command, folder, vllm.env, output)
+            try:
+                probe = vllm.probe_record(probing)
+            except BaseException:
+                run.stop()
+                raise
+            print(f"kvconform gate: running the tests; pytest's output goes to {log}", flush=True)
+            run.release()
+            status = run.wait()
+        finally:
+            os.close(output)
+        kept_files = "" if kept is not None else (f" ({JUNIT_FILE} and {JSON_FILE} were temporary: --results DIR "
+                                                  "keeps them)")
+        print(f"kvconform gate: pytest exited with status {status}{kept_files}", flush=True)
         results = read_results(folder / JUNIT_FILE, connectors, platform)
         if results:  # a failure from another vLLM would mislead as much as a pass
             vllm.verify(read_imports(folder / JSON_FILE), probe)
-    return results, status
+    return SuiteRun(results, status, log)

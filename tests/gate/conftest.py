@@ -26,11 +26,12 @@ def vllm_repo(template_repo, tmp_path) -> VllmRepo:
 
 
 @pytest.fixture
-def gate(tmp_path, monkeypatch, capsys):
+def gate(tmp_path, monkeypatch, capfd):
     """Run ``kvconform gate ARGS`` in process, from an empty working folder of its own.
 
     The working folder is where a shell would create ``pwned`` if a hostile file
-    name were ever interpreted: tests look for it there.
+    name were ever interpreted: tests look for it there. Output is read at the file
+    descriptors, so what the gate's pytest run wrote there would be seen too.
     """
     workdir = tmp_path / "cwd"
     workdir.mkdir()
@@ -38,7 +39,7 @@ def gate(tmp_path, monkeypatch, capsys):
 
     def call(*argv: str) -> GateResult:
         status = main(["gate", *argv])
-        captured = capsys.readouterr()
+        captured = capfd.readouterr()
         return GateResult(status, captured.out, captured.err)
 
     call.workdir = workdir

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,9 @@ def test_no_verdict_where_vllm_cannot_run_here(gate, vllm_repo, small_suite, mon
     result = run_gate(gate, vllm_repo, head, monkeypatch, "ExampleConnector=pass,MultiConnector=pass")
     assert result.status == judgement.EXIT_BUILD_NEEDED == 4, result.out + result.err
     assert "kvconform gate: NO VERDICT: pytest stopped before any test (status 4" in result.out
+    # the log's end, which says why, is shown above the verdict
+    assert "  | ERROR: kvconform: vLLM cannot configure the cpu platform here: RuntimeError: vLLM on x86 CPUs" in (
+        result.out)
     assert "FAIL" not in result.out and "PASS" not in result.out
 
 
@@ -245,7 +249,7 @@ def test_the_real_command_is_an_argument_list_with_glued_values():
 def test_an_interrupted_or_misused_pytest_fails_even_without_failing_tests(status):
     results = [case("test_a[ExampleConnector]", "ExampleConnector", "passed")]
     assert judgement.judge(results, ["ExampleConnector"], status).failures == [
-        f"pytest exited with status {status} (see its output above)"]
+        f"pytest exited with status {status} (its log says why)"]
     assert judgement.judge(results, ["ExampleConnector"], 0).verdict == judgement.PASS
     assert judgement.judge(results, ["ExampleConnector"], 0).verdict.exit_status == judgement.EXIT_PASS
 
@@ -264,11 +268,45 @@ def case(name: str, connector: str, outcome: str, message: str = "", check: str 
     return GateCase(f"t::{name}", connector, result)
 
 
-def test_a_temporary_junit_file_is_said_to_be_removed_and_a_kept_one_is_not(gate, vllm_repo, small_suite,
-                                                                            monkeypatch, tmp_path):
+def test_temporary_results_are_said_to_be_removed_and_the_log_is_kept_outside_the_callers_folder(
+        gate, vllm_repo, small_suite, monkeypatch, tmp_path):
     head = vllm_repo.touch(EXAMPLE)
     temporary = run_gate(gate, vllm_repo, head, monkeypatch, "ExampleConnector=pass,MultiConnector=pass")
-    assert "junit.xml named above is temporary and removed when the gate ends" in temporary.out
+    assert "(junit.xml and results.json were temporary: --results DIR keeps them)" in temporary.out
+    log = Path(_log_named(temporary.out))
+    try:
+        assert log.is_file() and log.parent == Path(tempfile.gettempdir()) and log.name.startswith("kvconform-gate-")
+        assert "passed" in log.read_text()  # pytest's own summary
+        assert list(gate.workdir.iterdir()) == []  # nothing in the caller's folder
+    finally:
+        log.unlink()
     kept = run_gate(gate, vllm_repo, head, monkeypatch, "ExampleConnector=pass,MultiConnector=pass",
                     "--results", str(tmp_path / "kept"))
-    assert "temporary" not in kept.out and (tmp_path / "kept" / "junit.xml").is_file()
+    assert "were temporary" not in kept.out and (tmp_path / "kept" / "junit.xml").is_file()
+    assert _log_named(kept.out) == str(tmp_path / "kept" / "pytest.log")
+
+
+def _log_named(out: str) -> str:
+    [line] = [line for line in out.splitlines() if "pytest's output goes to " in line]
+    return line.split("pytest's output goes to ", 1)[1]
+
+
+def test_a_passing_run_prints_its_selection_a_line_per_connector_and_the_verdict(gate, vllm_repo, small_suite,
+                                                                                  monkeypatch, tmp_path):
+    head = vllm_repo.touch(EXAMPLE)
+    result = run_gate(gate, vllm_repo, head, monkeypatch, "ExampleConnector=pass,MultiConnector=xfail",
+                      "--results", str(tmp_path / "kept"))
+    assert result.status == 0, result.out + result.err
+    lines = result.out.splitlines()
+    assert len(lines) < 100 and result.err == ""
+    assert lines[:3] == ["kvconform gate: 1 file(s) changed; 2 connector(s) selected (--dry-run lists every file):",
+                         f"  ExampleConnector on cuda, rocm, xpu, cpu: {EXAMPLE}",
+                         f"  MultiConnector on cuda, rocm, xpu, cpu: wraps ExampleConnector; {EXAMPLE}"]
+    assert [line for line in lines if " on cpu: " in line and "runtime checks ran" in line] == [
+        "kvconform gate: ExampleConnector on cpu: 3 passed; runtime checks ran: roundtrip",
+        "kvconform gate: MultiConnector on cpu: 2 xfailed, 1 passed; runtime checks ran: roundtrip"]
+    assert lines[-1].startswith("kvconform gate: PASS: ExampleConnector, MultiConnector on cpu")
+    # every line is the gate's: pytest's own output is in the log it names
+    assert all(line.startswith(("kvconform gate: ", "  ")) for line in lines), result.out
+    log = (tmp_path / "kept" / "pytest.log").read_text()
+    assert "5 passed, 2 xfailed in " in log and "5 passed" not in result.out
