@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..vllm_install import api as vllm_api
 from .block_sizes import engine_block_sizes
-from .requests import block_hasher, new_request
+from .requests import Image, block_hasher, new_request
 from .vllm_assertions import ConnectorAnswers, vllm_assertions_translated
 
 if TYPE_CHECKING:
@@ -113,9 +113,10 @@ class SchedulerDriver:
         connector.get_num_new_matched_tokens = recorded
 
     def add(self, request_id: str, prompt: list[int], max_tokens: int = 1,
-            kv_transfer_params: dict[str, Any] | None = None, stop_token_ids: list[int] | None = None) -> None:
+            kv_transfer_params: dict[str, Any] | None = None, stop_token_ids: list[int] | None = None,
+            images: tuple[Image, ...] = ()) -> None:
         self.scheduler.add_request(new_request(request_id, prompt, self._block_hasher, max_tokens, kv_transfer_params,
-                                               stop_token_ids))
+                                               stop_token_ids, images))
 
     def step(self, worker: WorkerStep) -> SchedulerOutput:
         """One engine step: schedule, run the worker side, feed the result back."""
