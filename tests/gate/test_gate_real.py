@@ -57,6 +57,8 @@ def test_a_harmless_change_to_the_same_file_passes(gate, vllm_repo):
     assert result.status == 0, result.out[-3000:]
     assert (f"kvconform gate: PASS: ExampleConnector, MultiConnector on cpu (tested checkout {head[:12]} "
             "over the compiled parts of the installed vllm") in result.out
+    # the selection, a line per connector and the verdict; pytest's own output is in the log the gate names
+    assert len(result.out.splitlines()) < 100 and result.err == "", result.out[-3000:]
 
 
 def test_a_connector_that_cannot_run_here_is_not_exercised(gate, vllm_repo):
