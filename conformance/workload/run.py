@@ -67,6 +67,9 @@ class WorkloadReport:
     aborts: int = 0
     promised_tokens: int = 0  # hit the profile's promise required of the consumer's claims, in all
     peer_hits: int = 0  # consumer requests that claimed a prompt only the peer engine had computed
+    resumed_loads_beside_others: int = 0  # a request resumed from preemption loading external KV, others scheduled too
+    boundary_finishes: int = 0  # requests finished (not aborted) with all their tokens filling whole blocks
+    staggered_sends: int = 0  # a kept request's send reported while another finished request's is still in flight
 
 
 @dataclass
@@ -124,6 +127,8 @@ class EnginePhase:
     def _watch_request_finished(self) -> None:
         """Record which finished requests the connector keeps blocks for (delayed frees)."""
         def note(request: Request, table: list[int], kept: bool) -> None:
+            if request.num_tokens % self.block_size == 0 and request.status.name != "FINISHED_ABORTED":
+                self.report.boundary_finishes += 1
             if kept:
                 tokens = list(request.all_token_ids[:request.num_computed_tokens])
                 self.held[request.request_id] = checks.held_blocks(table, tokens, self.block_size)
@@ -208,7 +213,10 @@ class EnginePhase:
                      for rid in scheduler_output.num_scheduled_tokens}
         self._check(checks.no_reuse_before_release(self.held, allocated, self.block_size))
         self._plan = self._forward_plan(scheduler_output)
-        self._note_claims()
+        loading_now = self._note_claims()
+        resumed = set(getattr(scheduler_output.scheduled_cached_reqs, "resumed_req_ids", ()) or ())
+        if resumed & loading_now and len(scheduler_output.num_scheduled_tokens) > 1:
+            self.report.resumed_loads_beside_others += 1
         before = self.kv.snapshot()
         kv_output = self.side.runner.step(scheduler_output)
         self._check(checks.finished_in_flight("receiving", kv_output.finished_recving or set(), self.awaiting_recv))
@@ -218,6 +226,8 @@ class EnginePhase:
         for rid, _blocks, tokens, positions in self._plan:  # verified above: now a prefix the engine computed
             self.ledger.record(self.name, rid, tokens[:positions.stop])
         self.awaiting_recv -= set(kv_output.finished_recving or ())
+        if set(self.held) - set(kv_output.finished_sending or ()) and kv_output.finished_sending:
+            self.report.staggered_sends += 1
         for rid in kv_output.finished_sending or ():
             self.held.pop(rid, None)
         return kv_output
@@ -253,9 +263,11 @@ class EnginePhase:
 
     # -- per-step checks ------------------------------------------------------------------------------
 
-    def _note_claims(self) -> None:
-        """Claims made while scheduling this step: within what was computed; async ones now in flight."""
+    def _note_claims(self) -> set[str]:
+        """Claims made while scheduling this step: within what was computed; async ones now in flight. Returns the
+        requests that claimed external tokens in this step."""
         known = self.ledger.known()
+        loading: set[str] = set()
         promise = self.tested.profile.promised_hit if self.name == "consumer" else None
         for rid, claims in self.driver.claims.items():
             for claim in claims[self.claims_checked.get(rid, 0):]:
@@ -270,11 +282,13 @@ class EnginePhase:
                 self._note_hit(rid, prompt, claim, promise)
                 if claim.num_external_tokens:
                     self.loaders.add(rid)
+                    loading.add(rid)
                     if self.name == "consumer":
                         self.report.claimed_tokens += claim.num_external_tokens
                     if claim.load_async:
                         self.awaiting_recv.add(rid)
             self.claims_checked[rid] = len(claims)
+        return loading
 
     def _note_hit(self, rid: str, prompt: list[int], claim: Claim, promise: str | None) -> None:
         """Count, for the report, the promises held and the hits on prompts only the peer had computed."""

@@ -20,7 +20,8 @@ _C = R(family=1, shared=0, length=75, tail=3)
 # what each scenario must have exercised (a WorkloadReport field > 0), so it cannot pass on nothing
 EXERCISES: dict[str, str] = {"chunked-prefill": "chunked_steps", "memory-pressure": "preemptions",
                              "abort": "aborts", "peer-store": "peer_hits", "preempt-mid-save": "preemptions",
-                             "abort-mid-save": "aborts"}
+                             "abort-mid-save": "aborts", "resumed-beside-running": "resumed_loads_beside_others",
+                             "block-boundary": "boundary_finishes"}
 
 # 7 usable blocks, all taken by the first step's prefills (2 + 2 + 3); in the next step the two 64-token
 # requests each need a block for their first decoded token, so the third request's blocks are freed (by a
@@ -82,6 +83,35 @@ WORKLOAD_SCENARIOS: dict[str, WorkloadSpec] = {s.label: s for s in (
         # the same, aborted by its client before step 1 instead: its prompt was saved, and is loaded later
         producer=(_FIRST, _SECOND, R(family=12, length=90, max_tokens=4, abort=1)),
         consumer=(R(family=12, length=90), R(family=10, length=64)), **_TIGHT),
+    WorkloadSpec(
+        label="resumed-beside-running",
+        # 6 usable blocks: two 62-token requests decode into their third block at step 3 while the stored prompt
+        # (arrived at step 1, 32 tokens loaded) holds the other two, so vLLM preempts it and hands its blocks to
+        # them (its prefix leaves the local cache); the first finishes, and it resumes, loading again, while the
+        # second still decodes beside it
+        producer=(R(family=13, length=62),),
+        consumer=(R(family=14, length=62, max_tokens=5), R(family=15, length=62, max_tokens=12),
+                  R(family=13, length=62, arrive=1, max_tokens=4)),
+        num_blocks=7, max_seqs=4, token_budget=256),
+    WorkloadSpec(
+        label="staggered-finishes",
+        # two requests finish one step apart, each in the step it was prefilled, so their saves are still in flight:
+        # a wrapper whose children save at different speeds holds the first one's slower child while the second
+        # finishes and its faster child reports; each must be reported finished after its own last child
+        producer=(R(family=16, length=70), R(family=17, length=90, arrive=1), R(family=18, length=40, arrive=2,
+                                                                              max_tokens=3)),
+        consumer=(R(family=16, length=70), R(family=17, length=90), R(family=18, length=40))),
+    WorkloadSpec(
+        label="block-boundary",
+        # prompts of whole blocks (128, 160 tokens), requests whose last computed block fills in the step they
+        # finish, and final lengths on a boundary (126 + 2, 159 + 1); a pool of 14 blocks, so the next arrivals take
+        # the blocks the finished ones free (or a connector keeps) in the very next schedule
+        producer=(R(family=19, length=128), R(family=20, length=160, max_tokens=3), R(family=21, length=126,
+                                                                                      max_tokens=2, arrive=1),
+                  R(family=22, length=159, arrive=2)),
+        consumer=(R(family=19, length=128), R(family=20, length=160, arrive=1), R(family=21, length=126),
+                  R(family=22, length=159, arrive=2, max_tokens=2)),
+        num_blocks=14, max_seqs=4, token_budget=512),
     WorkloadSpec(
         label="abort",
         # the producer aborts one request before it runs and one mid-decode; the consumer aborts one
