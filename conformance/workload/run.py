@@ -200,11 +200,15 @@ class EnginePhase:
 
     def _loads_note(self) -> str:
         """The requests loading external KV when a step raised, so a crash names who was being served."""
+        claimed_now = {rid for rid, claims in self.driver.claims.items()
+                       if any(c.num_external_tokens for c in claims[self.claims_checked.get(rid, 0):])}
         loading = []
-        for rid in sorted(self.loaders - self.verified):
-            claim = self.driver.answered_claim(rid)
+        for rid in sorted((self.loaders - self.verified) | claimed_now):
+            claims = self.driver.claims.get(rid) or []  # the latest answer: a resumed request is asked again
+            claim = next((c for c in reversed(claims) if c.num_external_tokens is not None), None)
             if rid in self.scheduler.requests and claim is not None and claim.num_external_tokens:
-                loading.append(f"{rid} ({claim.num_external_tokens} external tokens claimed)")
+                resumed = ", resumed after preemption" if self.scheduler.requests[rid].num_preemptions else ""
+                loading.append(f"{rid} ({claim.num_external_tokens} external tokens claimed{resumed})")
         return f" (requests loading external KV: {', '.join(loading)})" if loading else ""
 
     def step(self, scheduler_output: SchedulerOutput) -> KVConnectorOutput:

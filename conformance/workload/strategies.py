@@ -95,13 +95,28 @@ def _abort(draw: Draws, arrive: int) -> int | None:
     return None if draw.integer(0, 3) < 3 else arrive + draw.integer(0, 6)
 
 
-def _producer_request(draw: Draws, min_length: int = 2) -> RequestSpec:
+def _on_boundary(length: int, max_tokens: int, min_length: int, block_size: int, where: str) -> int:
+    """The prompt length moved down (never below ``min_length``) so that ``where`` ends on a block boundary."""
+    if where == "any":
+        return length
+    output = max_tokens if where == "final" else 0
+    moved = (length + output) // block_size * block_size - output
+    return moved if moved >= min_length else length
+
+
+# where a drawn request ends on a block boundary: nowhere in particular, its prompt (a whole number of blocks) or
+# its final length (prompt and generated tokens), so a connector's off-by-one at a block's end meets its case
+BOUNDARIES = ("any", "prompt", "final")
+
+
+def _producer_request(draw: Draws, block_size: int, min_length: int = 2) -> RequestSpec:
     length = draw.integer(min_length, MAX_PROMPT)
     family = draw.integer(0, FAMILIES - 1)
-    shared = draw.integer(0, length)
     tail = draw.integer(0, 2)
     arrive = draw.integer(0, 3)
     max_tokens = draw.integer(1, 6)
+    length = _on_boundary(length, max_tokens, min_length, block_size, draw.choice(BOUNDARIES))
+    shared = draw.integer(0, length)
     return RequestSpec(family=family, shared=shared, length=length, tail=tail, arrive=arrive,
                        max_tokens=max_tokens, abort=_abort(draw, arrive))
 
@@ -146,9 +161,9 @@ def _with_limits(draw: Draws, producer: tuple[RequestSpec, ...], peer: tuple[Req
 def generate_workload(draw: Draws, chunked: bool, block_size: int = 32) -> WorkloadSpec:
     """``chunked``: the token budget is below the first prompt's length, so prefill spans steps; otherwise every
     prompt fits one step (the two are separate tests, so a connector's chunked-prefill bug hides nothing else)."""
-    first = _producer_request(draw, min_length=_first_min_length(chunked))
-    producer = (first, *_repeat(draw, lambda: _producer_request(draw), 0, 2))
-    peer = _repeat(draw, lambda: _producer_request(draw), 0, 2)
+    first = _producer_request(draw, block_size, min_length=_first_min_length(chunked))
+    producer = (first, *_repeat(draw, lambda: _producer_request(draw, block_size), 0, 2))
+    peer = _repeat(draw, lambda: _producer_request(draw, block_size), 0, 2)
     consumer = _repeat(draw, lambda: _consumer_request(draw, producer + peer), 1, 3)
     return _with_limits(draw, producer, peer, consumer, chunked, block_size)
 
@@ -165,8 +180,8 @@ def anchored_workload(draw: Draws, chunked: bool, block_size: int = 32) -> Workl
         length += 1
     family, shared, tail = draw.integer(0, FAMILIES - 1), draw.integer(0, length), draw.integer(0, 2)
     anchor = RequestSpec(family=family, shared=shared, length=length, tail=tail, max_tokens=draw.integer(1, 6))
-    producer = (anchor, *_repeat(draw, lambda: _producer_request(draw), 0, 2))
-    peer = _repeat(draw, lambda: _producer_request(draw), 0, 2)
+    producer = (anchor, *_repeat(draw, lambda: _producer_request(draw, block_size), 0, 2))
+    peer = _repeat(draw, lambda: _producer_request(draw, block_size), 0, 2)
     last_block_end = ((length - 1) // block_size + 1) * block_size
     hit = RequestSpec(family=family, shared=shared, length=length + draw.integer(0, last_block_end - length),
                       tail=tail, max_tokens=draw.integer(1, 6))
