@@ -252,32 +252,34 @@ class LivePair:
                          for role, log in self.logs.items())
 
     def step_until(self, done: Callable[[], bool], what: str,
-                   roles: tuple[str, ...] = ("consumer", "producer")) -> None:
-        """Step the sides, consumer first, until ``done``; a ``PairFailure`` saying ``what`` after the drain bound."""
-        deadline = time.monotonic() + DRAIN_TIMEOUT_S
+                   roles: tuple[str, ...] = ("consumer", "producer"), timeout_s: float = DRAIN_TIMEOUT_S) -> None:
+        """Step the sides, consumer first, until ``done``; a ``PairFailure`` saying ``what`` after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
         while not done():
             if time.monotonic() > deadline:
-                raise PairFailure(f"{what} within {DRAIN_TIMEOUT_S:.0f} s ({self._held()})")
+                raise PairFailure(f"{what} within {timeout_s:.0f} s ({self._held()})")
             for role in roles:
                 log = self.logs[role]
                 log.side.scheduler.step(log)
             time.sleep(STEP_PAUSE_S)
 
 
-def _serving_producer(rig: Rig, role: str) -> EngineStandIn:
-    """A producer whose handshake is served on a reserved port; a fresh port when another process took it."""
+def _serving_side(rig: Rig, role: str, fill_seed: int | None = None) -> EngineStandIn:
+    """A side whose handshake is served on a reserved port, as vLLM's engine core serves every NIXL engine's; a fresh
+    port when another process took it. The producer's is what the consumer reads from (pull); the consumer's is
+    what the producer writes to (push: the producer handshakes back with the host and port the consumer registers)."""
     taken = []
     for _ in range(PORT_ATTEMPTS):
         with reserved_port() as port:
             with _environ({SIDE_CHANNEL_HOST_VAR: HOST, SIDE_CHANNEL_PORT_VAR: str(port)}):
-                producer = rig.engine(role, fill_seed=1234)
+                side = rig.engine(role, fill_seed=fill_seed)
             try:
-                serve_handshake(functools.partial(publish_handshake, producer), port)
-                return producer
+                serve_handshake(functools.partial(publish_handshake, side), port)
+                return side
             except PortTaken as exc:
                 taken.append(str(exc))
-                producer.close()
-    raise HandshakeFailure(f"{rig.connector.name}: the producer's handshake side channel found each of "
+                side.close()
+    raise HandshakeFailure(f"{rig.connector.name}: the {role}'s handshake side channel found each of "
                            f"{PORT_ATTEMPTS} reserved ports taken by another process: {'; '.join(taken)}")
 
 
@@ -294,12 +296,12 @@ def open_pair(rig: Rig, stored: dict[str, list[int]], routing: Routing = SAME_RO
     # rest of the pair's build
     with single_rank_parallel_state(rig.vllm_config(producer_role)), restore_harness_affinity():
         try:
-            producer = _serving_producer(rig, producer_role)
+            producer = _serving_side(rig, producer_role, fill_seed=1234)
             handed_over = TransferParamsLog(producer)
             for request_id, prompt in stored.items():
                 add_request(producer, request_id, prompt, PRODUCER_REQUEST_PARAMS, stops=routing.producer_stops)
             producer_log = SideLog(producer)
-            consumer = rig.engine(consumer_role)
+            consumer = _serving_side(rig, consumer_role)
             pair = LivePair(rig, producer, consumer, handed_over.params,
                             {"consumer": SideLog(consumer), "producer": producer_log})
             pair.step_until(lambda: set(handed_over.params) >= set(stored),

@@ -1,15 +1,19 @@
-"""Faults for live pairs: the consumer's read fails after the handshake, or completes late.
+"""Faults for live pairs: the consumer's read fails after the handshake, or completes late, or the handshake fails.
 
 vLLM's NIXL worker posts each READ and polls it; an error state, or an exception from posting, is a
 failed transfer that vLLM's scheduler handles as a store connector's failed load, so the judgement is
 ``conformance/checks/load_failure.py``'s: the connector raises or reports, and every slot vLLM keeps as
 loaded holds the producer's bytes. Faults are data, applied after the handshake to the transport object
 the connector's worker drives, found through ``TRANSPORT_PATHS``: a new pair connector adds its row
-there and gets the same checks from its profile.
+there and gets the same checks from its profile. ``HANDSHAKE_FAULTS`` come before any transfer is
+posted: the consumer's ``kv_transfer_params`` name a producer it cannot handshake with (a port no one
+serves, an engine id the producer does not have); the same judgement applies, within a bound just above
+vLLM's own handshake timeout, and no transfer may be posted.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +21,7 @@ import torch
 
 from ..engine.prompts import request_prompt
 from ..engine.rig import EngineStandIn, Rig
+from ..engine.side_channel import reserved_port
 from ..vllm_install import api as vllm_api
 from .load_failure import (
     LoadFailureAnswer,
@@ -26,13 +31,19 @@ from .load_failure import (
     kept_tokens,
     loading_blocks,
 )
-from .pair import LivePair, drained, open_pair, run_pair_roundtrip
+from .pair import DRAIN_TIMEOUT_S, LivePair, SideLog, drained, open_pair, run_pair_roundtrip
 from .roundtrip import RoundTripResult, RoundTripScenario
 
 # Where a pair connector's worker keeps the transport it posts reads on (attribute path from the connector).
 TRANSPORT_PATHS = (
     ("connector_worker", "nixl_wrapper"),  # NixlConnector, NixlPullConnector, NixlPushConnector (vLLM 0.32)
 )
+
+
+# Which side of a pair posts the transfers, by its NIXL worker's transfer mode (``_TRANSFER_MODE``): a pull consumer
+# READs the producer's pages, a push producer WRITEs the consumer's. The read faults act on a consumer's READs.
+POSTING_ROLE = {"pull": "consumer", "push": "producer"}
+READ_FAULT_MODES = ("pull",)
 
 
 class NoTransportHook(Exception):
@@ -119,15 +130,31 @@ def lose_second_half(side: EngineStandIn) -> None:
             view[lost.to(view.device)] = 0
 
 
-def install_transport(side: EngineStandIn, fault: PairFault) -> FaultyTransport:
-    """Put a ``FaultyTransport`` where the side's worker connector keeps its transport."""
+def transfer_mode(side: EngineStandIn) -> str:
+    """The side's NIXL transfer mode (``POSTING_ROLE``'s keys); "pull" for a pair connector that names none."""
+    worker = getattr(side.runner.connector, TRANSPORT_PATHS[0][0], None)
+    return str(getattr(worker, "_TRANSFER_MODE", "pull"))
+
+
+def require_read_faults(pair: LivePair) -> None:
+    """``NoTransportHook`` where the pair's consumer posts no READ for the faults to act on."""
+    mode = transfer_mode(pair.consumer)
+    if mode not in READ_FAULT_MODES:
+        raise NoTransportHook(f"{pair.rig.connector.name} transfers in {mode} mode: its {POSTING_ROLE.get(mode)} "
+                              f"posts the transfers, and kvconform's transfer faults act on a consumer's READs "
+                              f"(conformance/checks/pair_faults.py's READ_FAULT_MODES); the handshake faults apply")
+
+
+def install_transport(side: EngineStandIn, fault: PairFault, waiting: EngineStandIn | None = None) -> FaultyTransport:
+    """Put a ``FaultyTransport`` where the side's worker connector keeps its transport (``waiting``: the side whose
+    requests wait for the transfers, when another side posts them)."""
     connector = side.runner.connector
     for path in TRANSPORT_PATHS:
         owner = connector
         for attribute in path[:-1]:
             owner = getattr(owner, attribute, None)
         if owner is not None and hasattr(owner, path[-1]):
-            faulty = FaultyTransport(getattr(owner, path[-1]), fault, side)
+            faulty = FaultyTransport(getattr(owner, path[-1]), fault, waiting or side)
             setattr(owner, path[-1], faulty)
             return faulty
     raise NoTransportHook(f"{type(connector).__name__}: kvconform finds its transport under none of "
@@ -138,6 +165,7 @@ def install_transport(side: EngineStandIn, fault: PairFault) -> FaultyTransport:
 def run_pair_slow_roundtrip(rig: Rig, scenario: RoundTripScenario) -> RoundTripResult:
     """The pair round-trip over a transport whose reads complete late: completion must mean completion."""
     def prepare(pair: LivePair) -> None:
+        require_read_faults(pair)
         install_transport(pair.consumer, SLOW_TRANSPORT)
 
     return run_pair_roundtrip(rig, scenario, prepare=prepare)
@@ -154,20 +182,37 @@ def run_pair_load_failure(rig: Rig, fault: PairFault, policy: str) -> LoadFailur
     stored = {"req-0": request_prompt(0, 4 * block_size + 5)}
     name = rig.connector.name
     with open_pair(rig, stored) as pair:
+        require_read_faults(pair)
         transport = install_transport(pair.consumer, fault)
-        log = pair.logs["consumer"]
-        pair.add_consumer_requests(stored)
-        try:
-            pair.step_until(lambda: drained(pair.consumer),
-                            f"{name}: after {fault.doc}, the consumer neither failed nor finished its request")
-        except Exception as exc:
-            if exc is not log.raised:
-                raise
+        _consumer_drains(pair, stored, f"{name}: after {fault.doc}, the consumer neither failed nor finished its "
+                                       f"request")
     driver = pair.consumer.scheduler
     claimed = {rid: driver.external_tokens(rid) for rid in stored}
     if not transport.failed:
         raise LoadFailureViolation(f"{name} posted no read the fault could act on (claims {claimed}, "
                                    f"{transport.posted} read(s) posted): no transfer failure could be staged")
+    return _judge_failed_load(rig, pair, stored, fault, policy)
+
+
+def _consumer_drains(pair: LivePair, requests: dict[str, list[int]], what: str,
+                     timeout_s: float = DRAIN_TIMEOUT_S) -> None:
+    """The router hands the consumer ``requests``; it is stepped (with the producer) until it drains or raises."""
+    log = pair.logs["consumer"]
+    pair.add_consumer_requests(requests)
+    try:
+        pair.step_until(lambda: drained(pair.consumer), what, timeout_s=timeout_s)
+    except Exception as exc:
+        if exc is not log.raised:
+            raise
+
+
+def _judge_failed_load(rig: PolicyRig, pair: LivePair, stored: dict[str, list[int]], fault: PairFault | HandshakeFault,
+                       policy: str) -> LoadFailureAnswer:
+    """The consumer's answer to a load that failed: raised, or reported, with every slot it keeps the producer's."""
+    name, block_size = rig.connector.name, rig.block_size
+    log: SideLog = pair.logs["consumer"]
+    driver = pair.consumer.scheduler
+    claimed = {rid: driver.external_tokens(rid) for rid in stored}
     answer = LoadFailureAnswer(log.raised, log.invalid_blocks, log.failed_requests, claimed)
     if answer.raised is not None:
         return answer
@@ -184,3 +229,51 @@ def run_pair_load_failure(rig: Rig, fault: PairFault, policy: str) -> LoadFailur
             own_blocks[rid], claimed[rid], answer.invalid_blocks, block_size)
     _check_kept_slots(rig, pair.producer, pair.consumer, answer, fault)
     return answer
+
+
+# ---- failures before any transfer is posted ------------------------------------------------------------------------
+
+UNKNOWN_ENGINE_ID = "kvconform-unknown-engine"
+# vLLM's handshake waits 5 s for the producer's answer (its ZMQ receive timeout, nixl/base_worker.py); the consumer
+# must have failed the request well within this bound, not after its lease or never.
+HANDSHAKE_FAILURE_BOUND_S = 15.0
+COUNT_ONLY = PairFault("count-only", "nothing: the transfers are only counted")
+
+
+@dataclass(frozen=True)
+class HandshakeFault:
+    """The producer's ``kv_transfer_params`` as the consumer receives them, edited so its handshake fails."""
+
+    name: str
+    doc: str  # what happened, in the words of a failure message
+    edit: Callable[[dict[str, Any], int], dict[str, Any]]  # (the producer's params, a port no one serves) -> edited
+
+
+HANDSHAKE_FAULTS: dict[str, HandshakeFault] = {f.name: f for f in (
+    HandshakeFault("unreachable-producer", "the consumer's kv_transfer_params named a side-channel port no producer "
+                   "serves (the producer was gone), so its handshake got no answer",
+                   lambda params, dead_port: {**params, "remote_port": dead_port}),
+    HandshakeFault("unknown-engine", f"the consumer's kv_transfer_params named an engine id ({UNKNOWN_ENGINE_ID}) the "
+                   f"producer at that host and port does not have (a restarted producer), so its handshake was "
+                   f"refused", lambda params, _: {**params, "remote_engine_id": UNKNOWN_ENGINE_ID}),
+)}
+
+
+def run_pair_handshake_failure(rig: Rig, fault: HandshakeFault, policy: str) -> LoadFailureAnswer:
+    """The producer serves; the consumer's params name a producer it cannot handshake with; its answer is judged.
+
+    The consumer must fail or report the request within ``HANDSHAKE_FAILURE_BOUND_S`` (no hang, no wait for a
+    lease), never report it received, and post no transfer.
+    """
+    rig = PolicyRig.of(rig, policy)
+    stored = {"req-0": request_prompt(0, 4 * rig.block_size + 5)}
+    name = rig.connector.name
+    with reserved_port() as dead_port, open_pair(rig, stored) as pair:
+        poster = pair.logs[POSTING_ROLE.get(transfer_mode(pair.consumer), "consumer")].side
+        transport = install_transport(poster, COUNT_ONLY, waiting=pair.consumer)
+        pair.params = {rid: fault.edit(params, dead_port) for rid, params in pair.params.items()}
+        _consumer_drains(pair, stored, f"{name}: after {fault.doc}, the consumer neither failed nor finished its "
+                                       f"request", timeout_s=HANDSHAKE_FAILURE_BOUND_S)
+    assert not transport.posted, (f"{name} posted {transport.posted} transfer(s) after {fault.doc}: the harness "
+                                  f"meant the handshake to fail before any")
+    return _judge_failed_load(rig, pair, stored, fault, policy)

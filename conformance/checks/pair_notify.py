@@ -1,0 +1,85 @@
+"""Consumers that pull nothing: the producer must still hear that it may free its pages.
+
+A NIXL producer keeps a finished prefill's blocks until the consumer says it is done with them, or until
+its lease runs out. Some consumer requests read nothing, and vLLM's consumer still tells the producer (its
+notification-only branch): one that needs no remote block (it asks for prompt logprobs, so vLLM's
+scheduler skips every prefix-cache read, the connector's included, and computes the prompt itself), and
+one aborted before it was ever scheduled (a router's cancel; the API server's ``abort_immediately``).
+A situation passes when the producer reports each request finished sending on that word, not on its
+lease's expiry (the profile's lease sits above the drain bound, expiries are read from the connector's
+stats), both sides drain, the consumer reports nothing failed, and every block is back in each side's
+free pool.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..engine.rig import EngineStandIn, Rig
+from ..vllm_install import api as vllm_api
+from .pair import CompletionWitness, LivePair, PairFailure, check_completion, drained, open_pair
+from .roundtrip import ROUNDTRIP_SCENARIOS, scenario_prompts
+
+
+@dataclass(frozen=True)
+class NotifySituation:
+    """A consumer request that reads none of the producer's pages."""
+
+    doc: str  # what the consumer's requests did, in the words of a failure message
+    skip_prefix: bool = False  # the request reads no prefix cache, the connector's included (prompt logprobs)
+    abort_unscheduled: bool = False  # the request is aborted before the consumer's scheduler ever schedules it
+
+
+NOTIFY_SITUATIONS: dict[str, NotifySituation] = {
+    "no-remote-blocks": NotifySituation("the consumer's requests asked for prompt logprobs, so vLLM read none of "
+                                        "their prefix from any cache and computed the prompts itself",
+                                        skip_prefix=True),
+    "aborted-unscheduled": NotifySituation("the consumer's requests were aborted before they were ever scheduled",
+                                           abort_unscheduled=True),
+}
+
+
+def _skip_prefix_reads(pair: LivePair) -> None:
+    """What ``SamplingParams(prompt_logprobs=...)`` makes of a request: vLLM's scheduler reads no prefix cache for it
+    (``Request.skip_reading_prefix_cache``), so the connector's claim is set aside and nothing is loaded."""
+    for request_id in pair.producer_ids:
+        pair.consumer.scheduler.scheduler.requests[request_id].skip_reading_prefix_cache = True
+
+
+def _abort(pair: LivePair) -> None:
+    """The API server's abort of requests still waiting in the consumer's queue."""
+    RequestStatus = vllm_api.find("RequestStatus")
+    pair.consumer.scheduler.scheduler.finish_requests(list(pair.producer_ids), RequestStatus.FINISHED_ABORTED)
+
+
+def _leaked_blocks(side: EngineStandIn) -> int:
+    """Blocks a drained side still holds (vLLM's null block aside)."""
+    pool = side.scheduler.scheduler.kv_cache_manager.block_pool
+    return int(pool.num_gpu_blocks - 1 - pool.get_num_free_blocks())
+
+
+def run_pair_notify(rig: Rig, situation: NotifySituation) -> None:
+    """The producer prefills and keeps its pages; the consumer's requests read none of them; the producer must be
+    told, and nothing may stay held on either side."""
+    stored, _ = scenario_prompts(ROUNDTRIP_SCENARIOS["multi"], rig.block_size)
+    name = rig.connector.name
+    with open_pair(rig, stored) as pair:
+        pair.add_consumer_requests(stored)
+        if situation.skip_prefix:
+            _skip_prefix_reads(pair)
+        if situation.abort_unscheduled:
+            _abort(pair)
+        pair.step_until(lambda: drained(pair.consumer) and drained(pair.producer),
+                        f"{name}: {situation.doc}; the consumer did not finish them, or the producer did not release "
+                        f"its pages (finished_sending): the consumer must notify the producer even when it reads "
+                        f"nothing,")
+        check_completion(pair, CompletionWitness(pair))
+        received = sorted(pair.logs["consumer"].received)
+        if received:
+            raise PairFailure(f"{name}: {situation.doc}, yet the consumer reported {', '.join(received)} received "
+                              f"(finished_recving): nothing was read for them")
+        leaks = {role: _leaked_blocks(log.side) for role, log in pair.logs.items()}
+        if any(leaks.values()):
+            held = ", ".join(f"the {role} still holds {count} block(s)" for role, count in leaks.items() if count)
+            raise PairFailure(f"{name}: {situation.doc}; after both sides drained, {held}: they never return to the "
+                              f"free pool")
