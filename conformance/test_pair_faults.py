@@ -9,10 +9,7 @@ report the request in ``failed_recving`` or its blocks through
 values, with every slot vLLM keeps as loaded holding the producer's bytes.
 ``test_pair_slow_transport`` is the pair round-trip over a transport whose reads
 complete some polls after posting: the bytes must be in place at the step the
-consumer first reports the request received. ``test_pair_handshake_failure`` fails
-the consumer's handshake before any transfer is posted (``HANDSHAKE_FAULTS``: a port
-no producer serves, an engine id the producer does not have): the same answer is
-required, within a bound just above vLLM's own handshake timeout.
+consumer first reports the request received.
 """
 
 from __future__ import annotations
@@ -23,10 +20,8 @@ import pytest
 
 from kvconform.conformance.checks.load_failure import POLICIES
 from kvconform.conformance.checks.pair_faults import (
-    HANDSHAKE_FAULTS,
     PAIR_FAULTS,
     NoTransportHook,
-    run_pair_handshake_failure,
     run_pair_load_failure,
     run_pair_slow_roundtrip,
 )
@@ -73,15 +68,3 @@ def test_pair_slow_transport(platform: PlatformSpec, attn_backend: str, connecto
             run_pair_slow_roundtrip(make_rig(CacheShape()), ROUNDTRIP_SCENARIOS["multi"])
         except NoTransportHook as exc:
             pytest.skip(str(exc))
-
-
-@pytest.mark.check("load_failure", needs="roundtrip")
-@pytest.mark.parametrize("policy", POLICIES)
-@pytest.mark.parametrize("fault", list(HANDSHAKE_FAULTS))
-def test_pair_handshake_failure(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, fault: str,
-                                policy: str, make_rig: MakeRig, record_property: Callable[[str, object], None]) -> None:
-    _require_pair(connector, platform)
-    with refusals_skip():
-        answer = run_pair_handshake_failure(make_rig(CacheShape()), HANDSHAKE_FAULTS[fault], policy)
-    # run_pair_handshake_failure raised if the consumer hung, reported the request received or kept a wrong slot
-    record_property("kvconform.load_failure_answer", answer.describe())
