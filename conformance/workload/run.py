@@ -70,6 +70,7 @@ class WorkloadReport:
     resumed_loads_beside_others: int = 0  # a request resumed from preemption loading external KV, others scheduled too
     boundary_finishes: int = 0  # requests finished (not aborted) with all their tokens filling whole blocks
     staggered_sends: int = 0  # a kept request's send reported while another finished request's is still in flight
+    partial_block_loads: int = 0  # consumer claims ending mid-block, short of the prompt's end
 
 
 @dataclass
@@ -113,6 +114,7 @@ class EnginePhase:
         self.preempted: set[str] = set()
         self.aborted: set[str] = set()
         self._plan: list[tuple[str, list[int], list[int], range]] = []
+        self.loading_now: set[str] = set()  # requests that claimed external tokens for the step being run
         side.runner.forward = self._forward
         self._watch_request_finished()
 
@@ -164,6 +166,7 @@ class EnginePhase:
             for rid in arrivals.get(self.step_index, ()):
                 self.driver.add(rid, self.requests[rid].prompt(), self.requests[rid].max_tokens)
             self._abort_due()
+            self.loading_now = set()
             try:
                 self.driver.step(self)
             except (WorkloadFailure, vllm_api.VllmApiError):  # the latter: kvconform cannot drive this vLLM
@@ -203,7 +206,7 @@ class EnginePhase:
         claimed_now = {rid for rid, claims in self.driver.claims.items()
                        if any(c.num_external_tokens for c in claims[self.claims_checked.get(rid, 0):])}
         loading = []
-        for rid in sorted((self.loaders - self.verified) | claimed_now):
+        for rid in sorted((self.loaders - self.verified) | claimed_now | self.loading_now):
             claims = self.driver.claims.get(rid) or []  # the latest answer: a resumed request is asked again
             claim = next((c for c in reversed(claims) if c.num_external_tokens is not None), None)
             if rid in self.scheduler.requests and claim is not None and claim.num_external_tokens:
@@ -217,9 +220,9 @@ class EnginePhase:
                      for rid in scheduler_output.num_scheduled_tokens}
         self._check(checks.no_reuse_before_release(self.held, allocated, self.block_size))
         self._plan = self._forward_plan(scheduler_output)
-        loading_now = self._note_claims()
+        self.loading_now = self._note_claims()
         resumed = set(getattr(scheduler_output.scheduled_cached_reqs, "resumed_req_ids", ()) or ())
-        if resumed & loading_now and len(scheduler_output.num_scheduled_tokens) > 1:
+        if resumed & self.loading_now and len(scheduler_output.num_scheduled_tokens) > 1:
             self.report.resumed_loads_beside_others += 1
         before = self.kv.snapshot()
         kv_output = self.side.runner.step(scheduler_output)
@@ -289,6 +292,8 @@ class EnginePhase:
                     loading.add(rid)
                     if self.name == "consumer":
                         self.report.claimed_tokens += claim.num_external_tokens
+                        end = claim.num_computed_tokens + claim.num_external_tokens
+                        self.report.partial_block_loads += end % self.block_size != 0 and end < len(prompt)
                     if claim.load_async:
                         self.awaiting_recv.add(rid)
             self.claims_checked[rid] = len(claims)

@@ -21,6 +21,7 @@ _C = R(family=1, shared=0, length=75, tail=3)
 EXERCISES: dict[str, str] = {"chunked-prefill": "chunked_steps", "memory-pressure": "preemptions",
                              "abort": "aborts", "peer-store": "peer_hits", "preempt-mid-save": "preemptions",
                              "abort-mid-save": "aborts", "resumed-beside-running": "resumed_loads_beside_others",
+                             "resumed-past-boundary": "resumed_loads_beside_others",
                              "block-boundary": "boundary_finishes"}
 
 # 7 usable blocks, all taken by the first step's prefills (2 + 2 + 3); in the next step the two 64-token
@@ -94,6 +95,14 @@ WORKLOAD_SCENARIOS: dict[str, WorkloadSpec] = {s.label: s for s in (
                   R(family=13, length=62, arrive=1, max_tokens=4)),
         num_blocks=7, max_seqs=4, token_budget=256),
     WorkloadSpec(
+        label="resumed-past-boundary",
+        # the same pool, the stored prompt arriving with the others: it has generated 3 tokens, its 65 tokens past
+        # its second block, when it is preempted, and resumes loading its prompt's first block beside the decoder
+        producer=(R(family=13, length=62),),
+        consumer=(R(family=14, length=62, max_tokens=5), R(family=15, length=62, max_tokens=12),
+                  R(family=13, length=62, max_tokens=6)),
+        num_blocks=7, max_seqs=4, token_budget=256),
+    WorkloadSpec(
         label="staggered-finishes",
         # two requests finish one step apart, each in the step it was prefilled, so their saves are still in flight:
         # a wrapper whose children save at different speeds holds the first one's slower child while the second
@@ -112,6 +121,14 @@ WORKLOAD_SCENARIOS: dict[str, WorkloadSpec] = {s.label: s for s in (
         consumer=(R(family=19, length=128), R(family=20, length=160, arrive=1), R(family=21, length=126),
                   R(family=22, length=159, arrive=2, max_tokens=2)),
         num_blocks=14, max_seqs=4, token_budget=512),
+    WorkloadSpec(
+        label="partial-block-load",
+        # the consumer extends a stored 48-token prompt to 4 blocks: a connector that keys whole prompts token by
+        # token has a hit of 1.5 blocks, a load ending mid-block short of the prompt's end (vLLM 0.32 takes a claim
+        # as given), and must load exactly those 48 tokens; a whole-block connector has none there, and hits on the
+        # 70-token prompt asked again
+        producer=(R(family=23, shared=48, length=48), R(family=24, length=70)),
+        consumer=(R(family=23, shared=48, length=128, tail=1), R(family=24, length=70))),
     WorkloadSpec(
         label="abort",
         # the producer aborts one request before it runs and one mid-decode; the consumer aborts one
