@@ -1,10 +1,12 @@
 """Scheduler halves whose worker half cannot run here, through vLLM's real Scheduler (checks/scheduler_half.py).
 
-One test per ``Timing`` of the worker-results feeder that plays the worker half: transfers reported in the
-step that submitted them, one step later, and late and out of order. Each runs the same lifecycle workload
-(preemption under a small pool, an abort, finishes with stores in flight, blocks handed on, a reload) and
-must have exercised what it is about: a pass on a workload that preempted nothing in flight, flushed
-nothing or loaded nothing would prove nothing.
+One test per timing (checks/half_timings.py): the worker-results feeder's (transfers reported in the step
+that submitted them, one step later, late and out of order), and ``async``: vLLM's AsyncScheduler in the
+engine core's batch-queue order, where a lookup meets a preempted request's stores still in flight. Each
+runs the same lifecycle workload (preemption under a small pool, an abort, finishes with stores in flight,
+blocks handed on, a reload; async adds the preempted prompt again while its stores are in flight) and must
+have exercised what it is about: a pass on a workload that preempted nothing in flight, flushed nothing or
+loaded nothing would prove nothing.
 
 It applies to connectors whose profile sets ``scheduler_half`` (OffloadingConnector); it runs wherever their
 contract check does, and says in the ``kvconform.half`` property which half ran and why not the other (the
@@ -19,9 +21,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from kvconform.conformance.checks.half_timings import HALF_TIMINGS
 from kvconform.conformance.connectors.requirements import refusals_skip, require
 from kvconform.conformance.engine.kvcache import CacheShape
-from kvconform.conformance.engine.offloading_worker_feeder import TIMINGS
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -34,9 +36,11 @@ pytestmark = pytest.mark.check("scheduler_half", needs="contract")
 # report fields each timing's run must have exercised (HalfReport in checks/scheduler_half.py)
 EXERCISED = ("stores", "loads", "flushes", "aborts", "preempted_in_flight", "finished_in_flight",
              "reused_after_preemption", "reused_after_finish")
+# and what a timing is about: transfers reported out of order; a lookup meeting a preempted request's stores in flight
+EXERCISED_BY_TIMING = {"late-out-of-order": ("out_of_order",), "async": ("lookups_with_store_in_flight",)}
 
 
-@pytest.mark.parametrize("timing", list(TIMINGS))
+@pytest.mark.parametrize("timing", list(HALF_TIMINGS))
 def test_scheduler_half(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, timing: str,
                         request: pytest.FixtureRequest, record_property: Callable[[str, object], None]) -> None:
     """The scheduler half's lifecycle against vLLM's contract with its worker half, every step."""
@@ -51,12 +55,11 @@ def test_scheduler_half(platform: PlatformSpec, attn_backend: str, connector: Co
     if reason := rig.block_size_refusal():
         pytest.skip(reason)
     with refusals_skip():
-        result = run_scheduler_half(rig, TIMINGS[timing])
+        result = run_scheduler_half(rig, HALF_TIMINGS[timing])
     record_property("kvconform.half", result.label)
     report = result.report
     record_property("kvconform.scheduler_half", report.describe())
     missing = [name for name in EXERCISED if not getattr(report, name)]
-    if timing == "late-out-of-order" and not report.out_of_order:
-        missing.append("out_of_order")
+    missing += [name for name in EXERCISED_BY_TIMING.get(timing, ()) if not getattr(report, name)]
     assert not missing, (f"{connector.name}: the scheduler-half workload (timing {timing}) ran without "
                          f"{', '.join(m.replace('_', ' ') for m in missing)}: not exercised ({report.describe()})")

@@ -3,10 +3,13 @@
 OffloadingConnector's worker half refuses CPU, so every other check skips it there. This one runs its
 scheduler half in vLLM's ``Scheduler`` (``SchedulerDriver``) over a small block pool, under preemption,
 aborts and finishes with stores in flight, block reuse and a reload, with ``OffloadingWorkerFeeder``
-(engine/offloading_worker_feeder.py) playing the worker half on a chosen ``Timing``. Per step it holds the
+(engine/offloading_worker_feeder.py) playing the worker half on a chosen ``Timing``; the ``async`` timing
+drives vLLM's ``AsyncScheduler`` in the engine core's batch-queue order, so step N+1 is scheduled (and its
+lookups asked) before step N's output reports the transfers that finished. Per step it holds the
 scheduler half to vLLM's contract with its worker half: each job asked for once; stores read and loads
 write only their request's blocks, at ``GPULoadStoreSpec.block_indices``; no block a store has not read
-is overwritten first (vLLM frees blocks at once, so such stores must be flushed: ``jobs_to_flush``); at
+is overwritten first (vLLM frees blocks at once, so such stores must be flushed: ``jobs_to_flush``); no
+hit claimed for a block whose store the worker has not finished (the load would read KV not yet written); at
 the end nothing pending and every block back in the pool. The result names the half that ran
 (``kvconform.half``). docs/checks.md says more. The rules live here, not in workload/invariants.py:
 those judge bytes a worker moved, none moves here, and checks/ may not import workload/.
@@ -14,7 +17,7 @@ those judge bytes a worker moved, none moves here, and checks/ may not import wo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..engine import kvcache
@@ -24,6 +27,7 @@ from ..engine.prompts import request_prompt
 from ..engine.rig import ConnectorRefused, Rig, refusal_as
 from ..engine.scheduler import SchedulerDriver, watch_request_finished
 from ..vllm_install import api as vllm_api
+from .half_timings import ASYNC
 
 if TYPE_CHECKING:
     from vllm.v1.core.sched.output import SchedulerOutput
@@ -78,6 +82,21 @@ LIFECYCLE = HalfWorkload(
 )
 
 
+# what the async timing adds to the workload: the preempted request's prompt again, right after the preemption
+# (step 9), while stores of its earlier chunks are still in flight (the worker finishing them 1 to 3 steps late)
+# and the scheduler has yet to hear of its flushed one; looked up beside the preempted request itself
+ASYNC_ARRIVALS = (Arrival("p0", 10, 2, 160, 2),)
+ASYNC_DOC = ("; under async scheduling, the preempted request's prompt again right after its preemption (p0), "
+             "looked up while its stores are in flight")
+
+
+def workload_for(timing: Timing, workload: HalfWorkload) -> HalfWorkload:
+    """The workload a timing runs: the async timing adds ``ASYNC_ARRIVALS``."""
+    if timing is not ASYNC:
+        return workload
+    return replace(workload, arrivals=workload.arrivals + ASYNC_ARRIVALS, doc=workload.doc + ASYNC_DOC)
+
+
 @dataclass
 class HalfReport:
     """What the workload exercised, so a test can refuse to pass on nothing."""
@@ -94,6 +113,9 @@ class HalfReport:
     reused_after_finish: int = 0
     out_of_order: int = 0  # stores reported before one submitted earlier
     aborts: int = 0
+    # lookups of a request while a store of one of its prompt's blocks was not finished by the worker (a
+    # preempted request's own, or another request's with the same prefix)
+    lookups_with_store_in_flight: int = 0
 
     def describe(self) -> str:
         return ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in vars(self).items())
@@ -196,14 +218,15 @@ class HalfRun:
         self.first_scheduled: dict[str, int] = {}
         self.finished_at: dict[str, int] = {}
         self._watch_request_finished()
+        self._watch_lookups()
 
     # -- failure --------------------------------------------------------------------------------------
 
     def fail(self, problem: str) -> NoReturn:
         __tracebackhide__ = True
         raise SchedulerHalfFailure(
-            f"{self.name} (scheduler half in vLLM's Scheduler, worker played by the feeder, timing "
-            f"{self.feeder.timing.name}: {self.feeder.timing.doc}), step {self.step_index}: {problem}\n"
+            f"{self.name} (scheduler half in vLLM's {type(self.scheduler).__name__}, worker played by the feeder, "
+            f"timing {self.feeder.timing.name}: {self.feeder.timing.doc}), step {self.step_index}: {problem}\n"
             f"  workload: {self.workload.doc}")
 
     def _check(self, problem: str | None) -> None:
@@ -228,7 +251,10 @@ class HalfRun:
                     self.scheduler.finish_requests([a.rid], RequestStatus.FINISHED_ABORTED)
                     self.report.aborts += 1
             try:
-                self.driver.step(self)
+                if self.driver.async_scheduling:
+                    self.driver.step_with_batch_queue(self)
+                else:
+                    self.driver.step(self)
             except (SchedulerHalfFailure, vllm_api.VllmApiError):  # the latter: kvconform cannot play this vLLM
                 raise
             except Exception as exc:  # the scheduler half (or vLLM's scheduler asserting on its answers) raised
@@ -237,7 +263,7 @@ class HalfRun:
                 continue
             unfinished = self.scheduler.get_num_unfinished_requests()
             if not unfinished and self.feeder.idle():
-                if not self.scheduler.has_requests():
+                if not self.scheduler.has_requests() and not self.driver.batches_in_flight():
                     self.report.steps = step + 1
                     self._check_drained()
                     return self.report
@@ -366,6 +392,46 @@ class HalfRun:
                     u.submitted is not None and u.submitted < t.submitted for u in unread):
                 self.report.out_of_order += 1
 
+    def _watch_lookups(self) -> None:
+        """Hold each lookup's claim to the stores the worker has finished: a claimed block whose store is still in
+        flight would be loaded before it is written (vLLM's manager answers HIT_PENDING for it: ask again)."""
+        connector = self.scheduler.connector
+        answer = connector.get_num_new_matched_tokens
+
+        def checked(request: Request, num_computed_tokens: int, *args: Any, **kwargs: Any) -> object:
+            result = answer(request, num_computed_tokens, *args, **kwargs)
+            self._check_lookup(request, num_computed_tokens, result)
+            return result
+
+        connector.get_num_new_matched_tokens = checked
+
+    def _check_lookup(self, request: Request, computed: int, result: object) -> None:
+        heard = len(self.driver.outputs)  # steps whose output (and the transfers it reports) vLLM's scheduler has had
+        stores = [t for t in self.feeder.transfers.values() if t.kind == "store"]
+        tokens = list(request.all_token_ids)
+        prefixes = {tuple(tokens[:(k + 1) * BLOCK_SIZE]): k for k in range(request.num_prompt_tokens // BLOCK_SIZE)}
+        unheard = {prefix: t for t in stores if t.reported is None or t.reported >= heard
+                   for prefix in self.reads.get(t.job_id, {}).values() if prefix in prefixes}
+        if not unheard:
+            return
+        self.report.lookups_with_store_in_flight += 1
+        claimed = result[0] if isinstance(result, tuple) and len(result) == 2 else None
+        if not isinstance(claimed, int) or claimed <= 0:
+            return
+        stored = {prefix for t in stores if t.reported is not None and t.reported < heard
+                  for prefix in self.reads.get(t.job_id, {}).values()}
+        for prefix, transfer in unheard.items():
+            k = prefixes[prefix]
+            if computed <= k * BLOCK_SIZE < computed + claimed and prefix not in stored:
+                where = ("the worker is still writing it" if transfer.reported is None else
+                         f"the worker finished it in step {transfer.reported}, whose output vLLM's scheduler has "
+                         f"not had yet (async scheduling: step {heard + 1} is scheduled before it arrives)")
+                self.fail(f"the lookup of request {request.request_id} claimed {claimed} tokens beyond {computed} "
+                          f"computed, covering its block {k}, whose only store, {transfer.describe()}, the scheduler "
+                          f"half had not been told was finished ({where}): a block whose store is in flight is no "
+                          f"hit yet (vLLM's offloading manager answers HIT_PENDING for it: ask again), and a load "
+                          f"issued now may read KV not yet written")
+
     def _watch_request_finished(self) -> None:
         """Record each finished request's blocks as vLLM hands them to the connector, and whether it kept them."""
         def note(request: Request, table: list[int], kept: bool) -> None:
@@ -379,13 +445,14 @@ class HalfRun:
         watch_request_finished(self.scheduler.connector, note)
 
 
-def build_driver(rig: Rig) -> SchedulerDriver:
-    """vLLM's Scheduler over the rig's config and pool; it builds the connector's scheduler half itself."""
+def build_driver(rig: Rig, async_scheduling: bool = False) -> SchedulerDriver:
+    """vLLM's Scheduler (AsyncScheduler with ``async_scheduling``) over the rig's config and pool; it builds the
+    connector's scheduler half itself."""
     with refusal_as(ConnectorRefused, rig.connector):  # vLLM's config validation or the scheduler half may refuse
         config = rig.vllm_config("kv_both")
         kv_cache_config = kvcache.build_kv_cache_config(config, [(rig.layer_names(), rig.attention_spec())],
                                                         rig.num_blocks)
-        return SchedulerDriver(config, kv_cache_config)
+        return SchedulerDriver(config, kv_cache_config, async_scheduling=async_scheduling)
 
 
 @dataclass
@@ -401,12 +468,12 @@ def run_scheduler_half(rig: SchedulerHalfRig, timing: Timing) -> HalfResult:
     refusal = worker_half_refusal(rig)
     label = half_label(rig.platform.name, refusal)
     try:
-        driver = build_driver(rig)
+        driver = build_driver(rig, async_scheduling=timing is ASYNC)
     except ConnectorRefused as exc:
         raise ConnectorRefused(f"{exc} (its scheduler half; the worker half refuses too: {refusal})"
                                if refusal else f"{exc} (its scheduler half)") from exc
     try:
-        report = HalfRun(rig.connector.name, driver, timing, rig.half).run()
+        report = HalfRun(rig.connector.name, driver, timing, workload_for(timing, rig.half)).run()
     finally:
         driver.scheduler.shutdown()
     return HalfResult(report, label)

@@ -6,12 +6,14 @@ of the model runner. The scheduler's connector is vLLM's own (the scheduler
 builds it); its ``get_num_new_matched_tokens`` and ``request_finished`` answers are
 recorded so the checks can compare the claim with what was stored, and so an ``assert``
 of vLLM's scheduler that trips on them fails naming the connector's mistake
-(``vllm_assertions``).
+(``vllm_assertions``). With ``async_scheduling`` it is vLLM's ``AsyncScheduler`` (the class the scheduler
+config names for that flag), stepped in the engine core's batch-queue order (``step_with_batch_queue``).
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
     from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1
     from vllm.v1.core.sched.output import SchedulerOutput
     from vllm.v1.kv_cache_interface import KVCacheConfig
+    from vllm.v1.outputs import ModelRunnerOutput
     from vllm.v1.request import Request
 
     from .runner import WorkerStep
@@ -74,9 +77,16 @@ class SchedulerDriver:
     claims: dict[str, list[Claim]] = field(default_factory=dict)
     block_ids: dict[str, tuple[list[int], ...]] = field(default_factory=dict)
     outputs: list[SchedulerOutput] = field(default_factory=list)
+    # vLLM's AsyncScheduler, driven by step_with_batch_queue; the config's scheduler_config.async_scheduling says so
+    async_scheduling: bool = False
+    _batches: deque[tuple[SchedulerOutput, ModelRunnerOutput]] = field(default_factory=deque)  # newest first
 
     def __post_init__(self) -> None:
-        Scheduler = vllm_api.find("Scheduler")
+        if self.async_scheduling:
+            self.vllm_config.scheduler_config.async_scheduling = True
+            Scheduler = self.vllm_config.scheduler_config.get_scheduler_cls()  # as the engine core picks it
+        else:
+            Scheduler = vllm_api.find("Scheduler")
         StructuredOutputManager = vllm_api.find("StructuredOutputManager")
 
         # the engine core's sizes: the groups' LCM and GCD when their block sizes differ (engine/block_sizes.py)
@@ -120,7 +130,36 @@ class SchedulerDriver:
 
     def step(self, worker: WorkerStep) -> SchedulerOutput:
         """One engine step: schedule, run the worker side, feed the result back."""
-        ModelRunnerOutput = vllm_api.find("ModelRunnerOutput")
+        output, runner_output = self._schedule_and_run(worker)
+        self._update(output, runner_output)
+        return output
+
+    def step_with_batch_queue(self, worker: WorkerStep) -> SchedulerOutput | None:
+        """One call of the engine core's ``step_with_batch_queue`` (async scheduling); the batch it scheduled, if any.
+
+        While the batch queue (``max_concurrent_batches`` long) has room and requests wait, a batch is scheduled
+        and run and its output held back; otherwise the oldest batch's output goes back to the scheduler. So
+        step N+1 is scheduled before step N's output, and the transfers its connector output reports, arrive."""
+        scheduled = None
+        if self.scheduler.has_requests():
+            output, runner_output = self._schedule_and_run(worker)
+            scheduled = output
+            self._batches.appendleft((output, runner_output))
+            if len(self._batches) < self.vllm_config.max_concurrent_batches and (
+                    output.total_num_scheduled_tokens > 0 or self.scheduler.has_requests()):
+                return scheduled
+        elif not self._batches:
+            return None
+        self._update(*self._batches.pop())
+        return scheduled
+
+    def batches_in_flight(self) -> int:
+        """Batches scheduled and run whose output the scheduler has not had yet (async scheduling)."""
+        return len(self._batches)
+
+    def _schedule_and_run(self, worker: WorkerStep) -> tuple[SchedulerOutput, ModelRunnerOutput]:
+        """Schedule a batch and run the worker side on it; the model runner's output, not yet fed back."""
+        runner_output_class = vllm_api.find("ModelRunnerOutput")
 
         with vllm_assertions_translated(self.answers):
             output = self.scheduler.schedule()
@@ -131,12 +170,14 @@ class SchedulerDriver:
         sampled = [[self._next_token(r)] if self._prompt_done(r) else [] for r in req_ids]
         index = ({"req_id_to_index": {r: i for i, r in enumerate(req_ids)}}
                  if vllm_api.has_field("ModelRunnerOutput.req_id_to_index") else {})
-        runner_output = ModelRunnerOutput(req_ids=req_ids, sampled_token_ids=sampled, kv_connector_output=kv_output,
-                                          **index)
+        runner_output: ModelRunnerOutput = runner_output_class(
+            req_ids=req_ids, sampled_token_ids=sampled, kv_connector_output=kv_output, **index)
+        return output, runner_output
+
+    def _update(self, output: SchedulerOutput, runner_output: ModelRunnerOutput) -> None:
         with vllm_assertions_translated(self.answers):
             self.scheduler.update_from_output(output, runner_output)
         self.outputs.append(output)
-        return output
 
     def _prompt_done(self, req_id: str) -> bool:
         request = self.scheduler.requests.get(req_id)

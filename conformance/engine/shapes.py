@@ -78,7 +78,7 @@ def _state_layer() -> type:
     return _StateLayer
 
 
-_STEP = "kvconform.conformance.engine.scheduler:SchedulerDriver.step"
+_STEP = "kvconform.conformance.engine.scheduler:SchedulerDriver._schedule_and_run"
 _HYBRID = ("test_fill", "test_block_sizes", "test_block_sizes_pair")
 
 SHAPES: tuple[Call | StandIn, ...] = (
@@ -89,7 +89,7 @@ SHAPES: tuple[Call | StandIn, ...] = (
                    "log_stats")),
     Call("Request", "kvconform.conformance.engine.requests:new_request",
          positional=("request_id", "prompt_token_ids", "sampling_params", "pooling_params"),
-         keywords=("block_hasher",)),
+         keywords=("block_hasher", "mm_features")),
     Call("KVConnectorOutput", "kvconform.conformance.engine.runner:ModelRunnerStandIn.step",
          keywords=("finished_sending", "finished_recving", "failed_recving", "invalid_block_ids")),
     Call("get_kv_cache_config_from_groups", "kvconform.conformance.engine.kvcache:build_kv_cache_config",

@@ -15,7 +15,7 @@ import pytest
 from tests.suite_run import of_connector, run_broken
 
 PROFILES = Path(__file__).resolve().parents[1] / "checks" / "offloading_broken.yaml"
-TIMINGS = ("immediate", "next-step", "late-out-of-order")
+TIMINGS = ("immediate", "next-step", "late-out-of-order", "async")
 
 # connector -> words every one of its failures must carry
 BROKEN_SCHEDULER_HALF = {
