@@ -1,18 +1,21 @@
-"""Deliberately broken copies of vLLM's NixlConnector (the pull/READ pair), one bug class each.
+"""Deliberately broken copies of vLLM's NixlConnector (the pull/READ pair) and NixlPushConnector, one bug class each.
 
 The pair checks must fail every one of them and pass the unmodified NixlConnector;
 tests/checks/test_pair_faults_catches.py proves it (test_shutdown_catches.py for the
-shutdown ones). Each class changes only what carries its bug, on top of vLLM's own worker.
+shutdown ones, test_pair_routing_catches.py for the routed ones, test_nixl_situations_catches.py
+for the push round-trip, the consumers that read nothing and the failed handshakes). Each class
+changes only what carries its bug, on top of vLLM's own worker.
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import signal
 import threading
 import time
 
-from vllm.distributed.kv_transfer.kv_connector.v1.nixl.connector import NixlConnector
+from vllm.distributed.kv_transfer.kv_connector.v1.nixl.connector import NixlConnector, NixlPushConnector
 
 
 class SwallowedReadErrorConnector(NixlConnector):
@@ -170,3 +173,94 @@ class LengthOnlyFinishConnector(NixlConnector):
                 return any_status(request, block_ids)
 
             scheduler.request_finished = length_only
+
+
+# ---- situations the suite did not reach before (test_nixl_situations_catches.py) -----------------------------------
+# Each edit sits in code no check ran before its situation existed (kvconform report --uncovered NixlConnector listed
+# it): the push WRITE, the notification-only branches, the handshake's failure callback.
+
+SHIFTED = "_kvconform_shifted"  # marks a registration already shifted (a deferred WRITE passes it through again)
+
+
+class WrongBlockPushConnector(NixlPushConnector):
+    """The push producer WRITEs each request's KV one block off in the consumer's block list (its i-th block into
+    the consumer's (i+1)-th, the last into the first): an off-by-one in pairing the registration's block ids with
+    its own, which only a push round-trip's bytes show."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        worker = self.connector_worker
+        if worker is not None:
+            start_push = worker._do_start_push_kv
+
+            def shifted(request_id, local_block_ids, registration_data):
+                if not registration_data.get(SHIFTED):
+                    groups = registration_data["local_block_ids"]
+                    groups = [groups] if groups and not isinstance(groups[0], (list, tuple)) else groups
+                    registration_data = {**registration_data, SHIFTED: True,
+                                          "local_block_ids": [list(g[1:]) + list(g[:1]) for g in groups]}
+                return start_push(request_id, local_block_ids, registration_data)
+
+            worker._do_start_push_kv = shifted
+
+
+class SilentAbortConnector(NixlConnector):
+    """A consumer request aborted before it was scheduled is dropped without a word to the producer (vLLM's
+    scheduler registers an empty read for it, whose notification frees the producer's blocks): the producer holds
+    the prefill's blocks until its lease expires. Its profile's lease (3 s) is below the pair's drain bound."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        scheduler = self.connector_scheduler
+        if scheduler is not None:
+            finished = scheduler.request_finished
+
+            def silent(request, block_ids):
+                params = request.kv_transfer_params
+                if params and params.get("do_remote_prefill"):  # never scheduled: nothing read, nobody told
+                    scheduler._stop_heartbeat(request.request_id)  # its lease is no longer extended
+                    params["do_remote_prefill"] = False
+                    return False, None
+                return finished(request, block_ids)
+
+            scheduler.request_finished = silent
+
+
+class ZeroLoadNoNotifyConnector(NixlConnector):
+    """A consumer request that loads no external token (vLLM set the claim aside: a request that reads no prefix
+    cache) is marked handled without registering the notification-only read, as NIXL did before it notified on a
+    full local hit: the producer holds the prefill's blocks until its lease expires (3 s in its profile)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        scheduler = self.connector_scheduler
+        if scheduler is not None:
+            after_alloc = scheduler.update_state_after_alloc
+
+            def no_notify(request, blocks, num_external_tokens):
+                params = request.kv_transfer_params
+                if num_external_tokens == 0 and params and params.get("do_remote_prefill"):
+                    params["do_remote_prefill"] = False  # "nothing to load, nothing to do"
+                    return
+                after_alloc(request, blocks, num_external_tokens)
+
+            scheduler.update_state_after_alloc = no_notify
+
+
+class _LoggedOnly(queue.Queue):
+    """The worker's queue of requests whose handshake failed, which forgets them: the failure is logged (vLLM's
+    callback logs it before it queues the request) and nothing else happens."""
+
+    def put(self, item, block=True, timeout=None) -> None:
+        pass
+
+
+class SwallowedHandshakeFailureConnector(NixlConnector):
+    """When the consumer's handshake with the producer fails, the failure is logged and dropped: the request is
+    never reported failed (failed_recving, load-error blocks) and waits for remote KV forever."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        worker = self.connector_worker
+        if worker is not None:
+            worker._failed_recv_reqs = _LoggedOnly()

@@ -1,0 +1,87 @@
+"""The NIXL situations the suite did not reach before fail each broken copy made for them, and pass the real connectors.
+
+One subprocess runs the push round-trip (test_roundtrip on NixlPushConnector), the consumers that read nothing
+(conformance/test_pair_notify.py) and the failed handshakes (conformance/test_pair_handshake.py) for the
+unmodified NixlConnector and NixlPushConnector (all pass) and for the broken copies in tests/checks/nixl_broken.py.
+Each copy fails the situation made for it, with words that name its mistake, and passes the others selected for it,
+among them the pair check that existed before (the pull round-trip, a read fault): it is broken one way, in code only
+the new situation runs (WrongBlockPushConnector had no round-trip before at all; the others' edits sit in the
+notification-only branches and the handshake's failure path, which ``kvconform report --uncovered NixlConnector``
+listed as never run by the earlier suite).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, field
+
+import pytest
+
+from tests.suite_run import REPO, of_connector, run_broken
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("nixl") is None,
+                                reason="NixlConnector needs package nixl, which is not installed here")
+
+PROFILES = REPO / "tests" / "checks" / "nixl_broken.yaml"
+
+
+@dataclass(frozen=True)
+class Case:
+    select: str  # a -k expression for the test, beside the connector's name
+    nodeid_part: str  # what its node id contains
+    outcome: str = "passed"
+    words: list[str] = field(default_factory=list)  # what its failure must say
+
+
+ROUNDTRIP = Case("(test_roundtrip and float16 and not bfloat16 and not mla)", "test_roundtrip[")
+NOTIFY_NO_REMOTE = Case("no-remote-blocks", "no-remote-blocks]")
+NOTIFY_ABORTED = Case("aborted-unscheduled", "aborted-unscheduled]")
+UNKNOWN_ENGINE = Case("unknown-engine-fail", "unknown-engine-fail]")
+LEASE_EXPIRED = ["when its lease expired", "num_kv_expired_reqs"]
+
+CASES: dict[str, list[Case]] = {
+    "NixlConnector": [Case("test_pair_notify_only", "test_pair_notify_only["),
+                      Case("test_pair_handshake_failure", "test_pair_handshake_failure[")],
+    "NixlPushConnector": [ROUNDTRIP, UNKNOWN_ENGINE],
+    "WrongBlockPushConnector": [
+        Case(ROUNDTRIP.select, ROUNDTRIP.nodeid_part, "failed",
+             ["WrongBlockPushConnector", "loaded wrong bytes", "loaded one block late"]),
+        UNKNOWN_ENGINE],
+    "SilentAbortConnector": [
+        Case(NOTIFY_ABORTED.select, NOTIFY_ABORTED.nodeid_part, "failed", ["SilentAbortConnector", *LEASE_EXPIRED]),
+        NOTIFY_NO_REMOTE, ROUNDTRIP],
+    "ZeroLoadNoNotifyConnector": [
+        Case(NOTIFY_NO_REMOTE.select, NOTIFY_NO_REMOTE.nodeid_part, "failed",
+             ["ZeroLoadNoNotifyConnector", *LEASE_EXPIRED]),
+        NOTIFY_ABORTED, ROUNDTRIP],
+    "SwallowedHandshakeFailureConnector": [
+        Case(UNKNOWN_ENGINE.select, UNKNOWN_ENGINE.nodeid_part, "failed",
+             ["SwallowedHandshakeFailureConnector", "handshake was refused",
+              "the consumer neither failed nor finished its request within 15 s"]),
+        Case("read-error-fail", "read-error-fail]"), ROUNDTRIP],
+}
+SELECTION = " or ".join(f"({name} and ({' or '.join(case.select for case in cases)}))"
+                        for name, cases in CASES.items())
+BROKEN = [name for name in CASES if name not in ("NixlConnector", "NixlPushConnector")]
+
+
+@pytest.fixture(scope="module")
+def situations_run(tmp_path_factory):
+    return run_broken(tmp_path_factory.mktemp("nixl-situations"), SELECTION, "NixlConnector",
+                      "tests.checks.nixl_broken", BROKEN,
+                      ("--profiles", str(PROFILES), "--connector", "NixlPushConnector"))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_each_connector_meets_its_cases(situations_run, name):
+    _, outcomes, output = situations_run
+    mine = of_connector(outcomes, name)
+    assert mine, output[-3000:]
+    for outcome in mine:
+        case = next((c for c in CASES[name] if c.nodeid_part in outcome.nodeid), None)
+        assert case is not None, f"{outcome.nodeid} was not meant to run"
+        assert outcome.outcome == case.outcome, (outcome.nodeid, outcome.outcome, outcome.message[:1500])
+        for word in case.words:
+            assert word in outcome.message, (word, outcome.message[:1500])
+    ran = {case.nodeid_part for case in CASES[name] for o in mine if case.nodeid_part in o.nodeid}
+    assert ran == {case.nodeid_part for case in CASES[name]}, [o.nodeid for o in mine]
