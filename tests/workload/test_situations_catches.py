@@ -1,0 +1,127 @@
+"""The workload situations issue 49 added each catch a broken copy the suite passed before, for the right reason.
+
+One suite run (``tests/suite_run.py``) over the copies in ``tests/workload/situations_broken.py`` and the unmodified
+connectors, each through the scenarios that concern it:
+
+* ``ResumedIndexConnector`` (a resumed load indexed among the resumed requests only) fails ``resumed-beside-running``;
+  every scenario from before and its generated workloads pass it, except where it fails for ExampleConnector's own
+  recorded findings (``INHERITED``), with their words;
+* ``OverwritesPendingSavesMultiConnector`` (the worker's counts of extra pending saves overwritten by each step's)
+  fails ``staggered-finishes`` over children both at least two steps late (the late-saves variant's since issue
+  49); over the children the variant had before (the faster one step late: ``@one-step-child``) every scenario and
+  its generated workloads pass it, but for the inherited findings;
+* ``WholeBlocksStoreConnector`` (moves whole blocks only while claiming a partial one) fails ``partial-block-load``,
+  where ``PrefixTokensConnector``, the same connector moving every token, passes. The other scenarios give neither a
+  hit (they hit only on a prompt that extends a stored one, as no other scenario asks); run by hand, they fail both
+  alike, saying no load was verified.
+
+ExampleConnector and MultiConnector's late-saves variant pass the new scenarios they run here.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from kvconform.conformance.workload.scenarios import WORKLOAD_SCENARIOS
+from tests.suite_run import run_broken
+
+PROFILES = Path(__file__).with_name("situations_broken.yaml")
+MODULE = "tests.workload.situations_broken"
+
+# broken copy (test id name) -> (the scenario that catches it, words its failure must carry)
+BROKEN = {
+    "ResumedIndexConnector": ("resumed-beside-running", [
+        "ResumedIndexConnector: consumer engine, step", "AssertionError raised while stepping",
+        "requests loading external KV: c2 (32 external tokens claimed, resumed after preemption)"]),
+    "OverwritesPendingSavesMultiConnector": ("staggered-finishes", [
+        "OverwritesPendingSavesMultiConnector: producer engine, step",
+        "the connector reported p0 as finished sending, but no such transfer was in flight"]),
+    "WholeBlocksStoreConnector": ("partial-block-load", [
+        "WholeBlocksStoreConnector: consumer engine, step 0", "request c0",
+        "token 32 of the 128 tokens the scheduler counts as computed does not hold its prefix's KV"]),
+}
+# ExampleConnector's recorded findings (conformance/expectations/any.yaml), which copies of it inherit: scenario ->
+# the words of that finding's failure
+INHERITED = {
+    "chunked-prefill": r"shape mismatch|tokens the scheduler counts as computed does not hold its prefix's KV",
+    "memory-pressure": r"claimed -32 external tokens after 64 computed ones",
+    "resumed-past-boundary": r"FileNotFoundError raised while stepping",
+}
+# scenarios issue 49 added: where the copy of the resumed loads may fail too (both resume loads beside a decoder)
+NEW_FOR_RESUMED = {"resumed-beside-running", "resumed-past-boundary"}
+BEFORE_ISSUE_49 = "OverwritesPendingSavesMultiConnector@one-step-child"
+# correct connector (test id name) -> the scenarios it must pass here
+CORRECT = {
+    "ExampleConnector": ["resumed-beside-running", "block-boundary", "partial-block-load"],
+    "MultiConnector@late-saves": ["staggered-finishes", "block-boundary", "resumed-beside-running"],
+    "PrefixTokensConnector": ["partial-block-load"],
+}
+
+
+def _selection() -> str:
+    # -k takes no "@": a variant's tests by the variant's name alone (no other connector here has one of that name)
+    pairs = [f"{'' if '@' in name else '-'}{name.split('@')[-1]}-{scenario}]"
+             for name, scenarios in CORRECT.items() for scenario in scenarios]
+    pairs += ["-WholeBlocksStoreConnector-partial-block-load]"]
+    whole_runs = "ResumedIndexConnector or OverwritesPendingSavesMultiConnector"
+    return (f"(test_workload_scenario and ({whole_runs} or {' or '.join(pairs)})) or "
+            f"(test_workload_generated and whole and (ResumedIndexConnector or one-step-child))")
+
+
+@pytest.fixture(scope="module")
+def situations_run(tmp_path_factory):
+    return run_broken(tmp_path_factory.mktemp("situations-selftest"), _selection(), "ExampleConnector", MODULE,
+                      [*BROKEN, "PrefixTokensConnector"],
+                      ("--profiles", str(PROFILES), "--connector", "MultiConnector"))
+
+
+def _scenario_outcomes(outcomes, name: str) -> dict[str, object]:
+    """Scenario -> outcome, of the scenario tests that ran connector ``name`` (its variant, where it names one)."""
+    found = {}
+    for outcome in outcomes:  # by the id's end: of_connector would take a variant's tests for its connector's
+        for scenario in WORKLOAD_SCENARIOS:
+            if outcome.nodeid.endswith(f"-{name}-{scenario}]"):
+                found[scenario] = outcome
+    return found
+
+
+@pytest.mark.parametrize("name", list(CORRECT))
+def test_correct_connectors_pass_the_new_situations(situations_run, name):
+    _, outcomes, output = situations_run
+    ran = _scenario_outcomes(outcomes, name)
+    assert set(ran) == set(CORRECT[name]), (sorted(ran), output[-3000:])
+    bad = [(s, o.outcome, o.message[:800]) for s, o in ran.items() if o.outcome != "passed"]
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("name", list(BROKEN))
+def test_new_situation_fails_the_copy_for_its_reason(situations_run, name):
+    _, outcomes, output = situations_run
+    scenario, words = BROKEN[name]
+    outcome = _scenario_outcomes(outcomes, name).get(scenario)
+    assert outcome is not None and outcome.outcome == "failed", (outcome, output[-3000:])
+    for word in words:
+        assert word in outcome.message, (word, outcome.message[:2000])
+
+
+@pytest.mark.parametrize("name", ["ResumedIndexConnector", BEFORE_ISSUE_49])
+def test_the_suite_before_passed_the_copy(situations_run, name):
+    """Every scenario but the new ones (for the resumed copy) passes, or fails for an inherited finding's cause
+    only; the generated workloads (prefill in one step) pass."""
+    _, outcomes, output = situations_run
+    ran = _scenario_outcomes(outcomes, name)
+    assert set(ran) == set(WORKLOAD_SCENARIOS), (sorted(ran), output[-3000:])
+    new = NEW_FOR_RESUMED if name == "ResumedIndexConnector" else set()
+    for scenario, outcome in ran.items():
+        if scenario in new:
+            continue
+        if scenario in INHERITED and outcome.outcome != "passed":  # MultiConnector passes memory-pressure
+            assert outcome.outcome == "failed" and re.search(INHERITED[scenario], outcome.message), \
+                (scenario, outcome.outcome, outcome.message[:1500])
+        else:
+            assert outcome.outcome == "passed", (scenario, outcome.outcome, outcome.message[:1500])
+    generated = [o for o in outcomes if "test_workload_generated[" in o.nodeid and o.nodeid.endswith(f"-{name}-whole]")]
+    assert len(generated) == 1 and generated[0].outcome == "passed", [(o.nodeid, o.outcome) for o in generated]
