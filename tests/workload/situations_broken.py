@@ -1,13 +1,18 @@
-"""A connector whose bug shows only when a request resumes from preemption loading KV beside running requests.
+"""Connectors whose bugs show only in the workload situations issue 49 added (test_situations_catches.py).
 
-``ResumedIndexConnector`` is vLLM 0.32's ``ExampleConnector`` with ``build_connector_meta`` copied and one edit: the
-loop over resumed requests reads the per-request lists of ``scheduled_cached_reqs`` (``num_computed_tokens``,
-``new_block_ids``) at the request's position among the *resumed* requests, as code written when vLLM carried
-``resumed_from_preemption`` beside ``req_ids`` reads it after the switch to the ``resumed_req_ids`` set. Those lists
-are indexed like ``req_ids``, which lists the running requests first: a resumed request alone in its step is at
-index 0 either way, so every workload where a resumed load was alone passed it (memory-pressure: there it fails on
-ExampleConnector's recorded negative claim, before any resumed load); beside a running request it loads into that
-request's blocks. The workload scenario ``resumed-beside-running`` fails it.
+Each broken copy is a vLLM 0.32 connector with one edit:
+
+* ``ResumedIndexConnector``: ExampleConnector with ``build_connector_meta`` copied, its loop over resumed requests
+  reading the per-request lists of ``scheduled_cached_reqs`` (``num_computed_tokens``, ``new_block_ids``) at the
+  request's position among the *resumed* requests, as code written when vLLM carried ``resumed_from_preemption``
+  beside ``req_ids`` reads them after the switch to the ``resumed_req_ids`` set. The lists are indexed like
+  ``req_ids``, which lists the running requests first: a resumed request alone in its step is at index 0 either way;
+  beside a running request it takes that request's entries (its new blocks: none, and the copied assert fails, or
+  the wrong ones). Scenario ``resumed-beside-running`` fails it.
+* ``OverwritesPendingSavesMultiConnector``: MultiConnector whose worker assigns each step's counts of extra pending
+  saves over its own. Scenario ``staggered-finishes`` fails it over children that are both 2+ steps late.
+* ``WholeBlocksStoreConnector``: ``PrefixTokensConnector`` (a correct connector of this module, whose hits end
+  mid-block) moving whole blocks only while claiming every token. Scenario ``partial-block-load`` fails it.
 """
 
 from __future__ import annotations
