@@ -111,19 +111,3 @@ def test_roundtrip_other_device(platform: PlatformSpec, attn_backend: str, conne
         raise DeviceMismatch(f"{POLICY_OFF_CURRENT} (caches on {off_current_device}, current device {current}): "
                              f"{exc}") from exc
 
-
-def test_roundtrip_images(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, make_rig: MakeRig,
-                          record_property: Callable[[str, object], None]) -> None:
-    """Equal token ids, different images: the consumer must not get the other image's KV; the same image hits."""
-    require(connector, platform, "roundtrip")
-    if connector.profile.is_pair():
-        pytest.skip(f"{connector.name}: a P/D pair's consumer loads the producer request its kv_transfer_params "
-                    f"name, not one it looks up by key, so no key can mix two images up")
-    from kvconform.conformance.checks.images import run_image_roundtrip
-
-    rig = make_rig(CacheShape())
-    if reason := rig.block_size_refusal():
-        pytest.skip(reason)
-    with refusals_skip():
-        result = run_image_roundtrip(rig)
-    record_property("kvconform.claim", result.describe())

@@ -4,7 +4,7 @@ ExampleConnector names a stored prompt's folder by a hash of its token ids and i
 (``mm_hashes``, ``_generate_foldername_debug``); vLLM's block hashes carry the images' identifiers the same
 way (``_gen_mm_extra_hash_keys``). Drop them and two prompts with the same token ids and different images
 share one folder: the consumer of the second gets the first's KV. tests/checks/test_images_catches.py shows
-the image round-trip (``test_roundtrip_images``) fails it and the other round-trips pass it.
+the image round-trip (``test_images``) fails it and the other round-trips pass it.
 """
 
 from __future__ import annotations
