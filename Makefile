@@ -67,10 +67,15 @@ NO_VLLM_TESTS := -m 'not needs_vllm'
 VLLM_TESTS  := -m needs_vllm
 RELEASE_TESTS := -m 'needs_vllm and not one_release'
 NO_VLLM_RUN := PYTHONPATH=$(abspath tests/no_vllm)$${PYTHONPATH:+:$$PYTHONPATH}
+# each CPU connector's coverage may not fall below what the strict suite reached when it was written
+# (docs/coverage.md); a run narrowed by PYTEST_ARGS leaves connectors out, so it is not held to it
+COVERAGE_FLOOR := conformance/coverage/floor.yaml
 STRICT_SUITE := -m pytest --pyargs kvconform.conformance --platform=cpu -q -n $(WORKERS) --max-worker-restart=16 --kvconform-strict
 test: venv check
 	$(BIN)/python $(UNIT_PYTEST) $(VLLM_TESTS) --durations=15 $(PYTEST_ARGS)
-	$(BIN)/python $(STRICT_SUITE) --junitxml=$(OUT)/test-cpu/junit.xml $(PYTEST_ARGS)
+	$(BIN)/python $(STRICT_SUITE) --junitxml=$(OUT)/test-cpu/junit.xml --kvconform-coverage \
+		--kvconform-json=$(OUT)/test-cpu/results.json $(PYTEST_ARGS)
+	[ -n "$(PYTEST_ARGS)" ] || $(BIN)/kvconform report $(OUT)/test-cpu/results.json --coverage-floor $(COVERAGE_FLOOR)
 
 # The loop for an edit (its time: benchmarks/README.md): the code checks, then every project test that needs no vLLM.
 check: venv lint-self

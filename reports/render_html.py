@@ -15,6 +15,7 @@ import re
 from collections import Counter
 from html import escape
 
+from .coverage import html_section as coverage_html
 from .exercised import exercised
 from .findings import Finding, findings, is_web_link, link_text, where_text
 from .matrix import Matrix, build_matrix, cell_count_parts, failures, totals_parts
@@ -300,6 +301,7 @@ def render(results: Results) -> str:
 <h2>Matrix</h2>
 <p id="filters">{filters}</p>
 {_matrix(matrix, static_only_notes(results, matrix))}
+{coverage_html(results)}
 <h2>Failures ({len(failing)})</h2>
 {f'<ul id="failures">{failure_list}</ul>' if failing else "<p>none</p>"}
 {_findings(results)}
