@@ -9,7 +9,8 @@ lookups asked) before step N's output reports the transfers that finished. Per s
 scheduler half to vLLM's contract with its worker half: each job asked for once; stores read and loads
 write only their request's blocks, at ``GPULoadStoreSpec.block_indices``; no block a store has not read
 is overwritten first (vLLM frees blocks at once, so such stores must be flushed: ``jobs_to_flush``); no
-hit claimed for a block whose store the worker has not finished (the load would read KV not yet written); at
+hit claimed for a block whose store the scheduler half has not been told finished (a load issued then may read
+KV not yet written); at
 the end nothing pending and every block back in the pool. The result names the half that ran
 (``kvconform.half``). docs/checks.md says more. The rules live here, not in workload/invariants.py:
 those judge bytes a worker moved, none moves here, and checks/ may not import workload/.
@@ -83,8 +84,8 @@ LIFECYCLE = HalfWorkload(
 
 
 # what the async timing adds to the workload: the preempted request's prompt again, right after the preemption
-# (step 9), while stores of its earlier chunks are still in flight (the worker finishing them 1 to 3 steps late)
-# and the scheduler has yet to hear of its flushed one; looked up beside the preempted request itself
+# (n0's, at step 9), looked up beside the preempted request itself before the scheduler has heard that the store
+# flushed at the preemption finished (step 9's output comes back after step 10 is scheduled)
 ASYNC_ARRIVALS = (Arrival("p0", 10, 2, 160, 2),)
 ASYNC_DOC = ("; under async scheduling, the preempted request's prompt again right after its preemption (p0), "
              "looked up while its stores are in flight")
@@ -113,8 +114,8 @@ class HalfReport:
     reused_after_finish: int = 0
     out_of_order: int = 0  # stores reported before one submitted earlier
     aborts: int = 0
-    # lookups of a request while a store of one of its prompt's blocks was not finished by the worker (a
-    # preempted request's own, or another request's with the same prefix)
+    # lookups of a request while a store of one of its prompt's blocks was not yet reported finished to vLLM's
+    # scheduler (a preempted request's own, or another request's with the same prefix)
     lookups_with_store_in_flight: int = 0
 
     def describe(self) -> str:
@@ -393,8 +394,9 @@ class HalfRun:
                 self.report.out_of_order += 1
 
     def _watch_lookups(self) -> None:
-        """Hold each lookup's claim to the stores the worker has finished: a claimed block whose store is still in
-        flight would be loaded before it is written (vLLM's manager answers HIT_PENDING for it: ask again)."""
+        """Hold each lookup's claim to the stores vLLM's scheduler has had reported finished: a claimed block whose
+        store is still in flight may be loaded before it is written (vLLM's manager answers HIT_PENDING for it: ask
+        again)."""
         connector = self.scheduler.connector
         answer = connector.get_num_new_matched_tokens
 
@@ -425,7 +427,8 @@ class HalfRun:
             if computed <= k * BLOCK_SIZE < computed + claimed and prefix not in stored:
                 where = ("the worker is still writing it" if transfer.reported is None else
                          f"the worker finished it in step {transfer.reported}, whose output vLLM's scheduler has "
-                         f"not had yet (async scheduling: step {heard + 1} is scheduled before it arrives)")
+                         f"not had yet (async scheduling: step {self.feeder.step_index + 1} is scheduled before it "
+                         f"arrives)")
                 self.fail(f"the lookup of request {request.request_id} claimed {claimed} tokens beyond {computed} "
                           f"computed, covering its block {k}, whose only store, {transfer.describe()}, the scheduler "
                           f"half had not been told was finished ({where}): a block whose store is in flight is no "
