@@ -7,6 +7,8 @@ correct where such stores commonly go wrong, and kvconform checks both:
 
 * the key includes the engine's configuration (model, and each KV cache group's layers, dtype, heads,
   head size and block size), so an engine never claims or loads KV another configuration saved;
+* the key includes the request's images (their hashes, vLLM's ``mm_features``): an image's placeholder
+  tokens are the same ids whatever the image, so two prompts alike in token ids may differ in KV;
 * it never assumes a device: stored blocks live on the CPU and go back ``.to(`` the cache's own device.
 
 Run it (from the repository root; see docs/testing-your-connector.md)::
@@ -33,9 +35,16 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 STORE: dict[str, dict[str, torch.Tensor]] = {}
 
 
-def block_keys(config_key: str, tokens: list[int], block_size: int) -> list[str]:
-    """The key of each whole block of ``tokens``: a hash of the configuration and every token up to the block's end."""
-    keys, chain = [], hashlib.sha256(config_key.encode())
+def images_of(request: Any) -> list[str]:
+    """The hashes of a request's images (a scheduler ``Request`` or the worker's ``NewRequestData``)."""
+    return [feature.identifier for feature in getattr(request, "mm_features", None) or []]
+
+
+def block_keys(config_key: str, images: list[str], tokens: list[int], block_size: int) -> list[str]:
+    """The key of each whole block of ``tokens``: a hash of the configuration, the request's images and every
+    token up to the block's end. Every image is in every key: simpler than vLLM's own block hashes, which put an
+    image only in the blocks it covers, at the price of no hit across requests with different images."""
+    keys, chain = [], hashlib.sha256(repr((config_key, images)).encode())
     for start in range(0, len(tokens) - block_size + 1, block_size):
         chain.update(repr(tokens[start:start + block_size]).encode())
         keys.append(chain.copy().hexdigest())
@@ -77,7 +86,7 @@ class DictConnector(KVConnectorBase_V1):
     def get_num_new_matched_tokens(self, request, num_computed_tokens: int) -> tuple[int | None, bool]:
         prompt = list(request.prompt_token_ids or [])
         # every whole block before the prompt's last token (vLLM computes a prompt's last token itself)
-        keys = block_keys(self._config_key, prompt[:len(prompt) - 1], self._block_size)
+        keys = block_keys(self._config_key, images_of(request), prompt[:len(prompt) - 1], self._block_size)
         hit = 0
         while hit < len(keys) and self._stored(keys[hit]):
             hit += 1
@@ -88,7 +97,7 @@ class DictConnector(KVConnectorBase_V1):
         if num_external_tokens <= 0:
             return
         block_ids = blocks.get_block_ids()[0]
-        keys = block_keys(self._config_key, list(request.prompt_token_ids or []), self._block_size)
+        keys = block_keys(self._config_key, images_of(request), list(request.prompt_token_ids or []), self._block_size)
         first = self._local.get(request.request_id, 0) // self._block_size
         last = first + num_external_tokens // self._block_size
         self._pending_loads += [(keys[i], block_ids[i]) for i in range(first, last)]
@@ -97,7 +106,7 @@ class DictConnector(KVConnectorBase_V1):
         meta = DictConnectorMetadata(loads=self._pending_loads)
         self._pending_loads = []
         for new in scheduler_output.scheduled_new_reqs:
-            keys = block_keys(self._config_key, list(new.prompt_token_ids or []), self._block_size)
+            keys = block_keys(self._config_key, images_of(new), list(new.prompt_token_ids or []), self._block_size)
             self._tracked[new.req_id] = _Tracked(keys, list(new.block_ids[0]))
             self._save_computed(meta, new.req_id, new.num_computed_tokens, scheduler_output)
         cached = scheduler_output.scheduled_cached_reqs

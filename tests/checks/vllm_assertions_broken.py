@@ -7,7 +7,7 @@ cause. Profiles: ``vllm_assertions_broken.yaml`` beside this file.
 
 from __future__ import annotations
 
-from examples.dict_connector import DictConnector, block_keys
+from examples.dict_connector import DictConnector, block_keys, images_of
 
 
 class EveryTokenDictConnector(DictConnector):
@@ -15,7 +15,8 @@ class EveryTokenDictConnector(DictConnector):
 
     def get_num_new_matched_tokens(self, request, num_computed_tokens):
         prompt = list(request.prompt_token_ids or [])
-        keys = block_keys(self._config_key, prompt, self._block_size)  # the original leaves out the last token
+        # the original leaves out the last token
+        keys = block_keys(self._config_key, images_of(request), prompt, self._block_size)
         hit = 0
         while hit < len(keys) and self._stored(keys[hit]):
             hit += 1
