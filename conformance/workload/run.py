@@ -69,8 +69,6 @@ class WorkloadReport:
     peer_hits: int = 0  # consumer requests that claimed a prompt only the peer engine had computed
     resumed_loads_beside_others: int = 0  # a request resumed from preemption loading external KV, others scheduled too
     boundary_finishes: int = 0  # requests finished (not aborted) with all their tokens filling whole blocks
-    staggered_sends: int = 0  # a kept request's send reported while another finished request's is still in flight
-    partial_block_loads: int = 0  # consumer claims ending mid-block, short of the prompt's end
 
 
 @dataclass
@@ -233,8 +231,6 @@ class EnginePhase:
         for rid, _blocks, tokens, positions in self._plan:  # verified above: now a prefix the engine computed
             self.ledger.record(self.name, rid, tokens[:positions.stop])
         self.awaiting_recv -= set(kv_output.finished_recving or ())
-        if set(self.held) - set(kv_output.finished_sending or ()) and kv_output.finished_sending:
-            self.report.staggered_sends += 1
         for rid in kv_output.finished_sending or ():
             self.held.pop(rid, None)
         return kv_output
@@ -292,8 +288,6 @@ class EnginePhase:
                     loading.add(rid)
                     if self.name == "consumer":
                         self.report.claimed_tokens += claim.num_external_tokens
-                        end = claim.num_computed_tokens + claim.num_external_tokens
-                        self.report.partial_block_loads += end % self.block_size != 0 and end < len(prompt)
                     if claim.load_async:
                         self.awaiting_recv.add(rid)
             self.claims_checked[rid] = len(claims)
