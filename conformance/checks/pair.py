@@ -141,14 +141,14 @@ class TransferParamsLog:
 
 
 def add_request(side: EngineStandIn, request_id: str, prompt: list[int], kv_transfer_params: dict[str, Any],
-                stops: bool = False) -> None:
+                stops: bool = False, prompt_logprobs: int | None = None) -> None:
     """A request carrying ``kv_transfer_params`` in its sampling params' ``extra_args``, as vLLM's API server
     passes them through; with ``stops``, the first token it samples is a stop token (two tokens allowed)."""
     if stops:
         side.scheduler.add(request_id, prompt, max_tokens=2, kv_transfer_params=kv_transfer_params,
-                           stop_token_ids=[next_token(prompt)])
+                           stop_token_ids=[next_token(prompt)], prompt_logprobs=prompt_logprobs)
     else:
-        side.scheduler.add(request_id, prompt, kv_transfer_params=kv_transfer_params)
+        side.scheduler.add(request_id, prompt, kv_transfer_params=kv_transfer_params, prompt_logprobs=prompt_logprobs)
 
 
 def publish_handshake(side: EngineStandIn) -> None:
@@ -229,13 +229,14 @@ class LivePair:
     logs: dict[str, SideLog]
     producer_ids: dict[str, str] = field(default_factory=dict)  # consumer request id -> the producer's
 
-    def add_consumer_requests(self, prompts: dict[str, list[int]], routing: Routing = SAME_ROUTE) -> None:
+    def add_consumer_requests(self, prompts: dict[str, list[int]], routing: Routing = SAME_ROUTE,
+                              prompt_logprobs: int | None = None) -> None:
         """The router's requests to the consumer: each with its producer request's params, under the router's
-        id where ``routing`` says so."""
+        id where ``routing`` says so, asking for ``prompt_logprobs`` where given."""
         for request_id, prompt in prompts.items():
             consumer_id = f"decode-{request_id}" if routing.consumer_ids else request_id
             self.producer_ids[consumer_id] = request_id
-            add_request(self.consumer, consumer_id, prompt, self.params[request_id])
+            add_request(self.consumer, consumer_id, prompt, self.params[request_id], prompt_logprobs=prompt_logprobs)
 
     def compute_locally(self, prompts: dict[str, list[int]], blocks: Callable[[int, int], int]) -> None:
         """The consumer computes the first ``blocks`` whole blocks of each prompt as requests of its own, so its

@@ -39,13 +39,6 @@ NOTIFY_SITUATIONS: dict[str, NotifySituation] = {
 }
 
 
-def _skip_prefix_reads(pair: LivePair) -> None:
-    """What ``SamplingParams(prompt_logprobs=...)`` makes of a request: vLLM's scheduler reads no prefix cache for it
-    (``Request.skip_reading_prefix_cache``), so the connector's claim is set aside and nothing is loaded."""
-    for request_id in pair.producer_ids:
-        pair.consumer.scheduler.scheduler.requests[request_id].skip_reading_prefix_cache = True
-
-
 def _abort(pair: LivePair) -> None:
     """The API server's abort of requests still waiting in the consumer's queue."""
     RequestStatus = vllm_api.find("RequestStatus")
@@ -64,9 +57,9 @@ def run_pair_notify(rig: Rig, situation: NotifySituation) -> None:
     stored, _ = scenario_prompts(ROUNDTRIP_SCENARIOS["multi"], rig.block_size)
     name = rig.connector.name
     with open_pair(rig, stored) as pair:
-        pair.add_consumer_requests(stored)
-        if situation.skip_prefix:
-            _skip_prefix_reads(pair)
+        # prompt logprobs: vLLM's scheduler reads no cached prefix for such a request, so it sets the connector's
+        # claim aside and nothing is loaded (each release by its own rule: skip_reading_prefix_cache, or a hit limit)
+        pair.add_consumer_requests(stored, prompt_logprobs=1 if situation.skip_prefix else None)
         if situation.abort_unscheduled:
             _abort(pair)
         pair.step_until(lambda: drained(pair.consumer) and drained(pair.producer),

@@ -67,16 +67,17 @@ class Image:
 
 def new_request(request_id: str, prompt: list[int], hasher: BlockHasher, max_tokens: int = 1,
                 kv_transfer_params: dict[str, Any] | None = None, stop_token_ids: list[int] | None = None,
-                images: tuple[Image, ...] = ()) -> Request:
+                images: tuple[Image, ...] = (), prompt_logprobs: int | None = None) -> Request:
     """A greedy ``Request`` for ``prompt``; ``kv_transfer_params`` ride in the sampling params' ``extra_args``,
     as vLLM's API server passes them through to the connector; a sampled ``stop_token_ids`` token ends it
     (``FINISHED_STOPPED``) before ``max_tokens`` would (``FINISHED_LENGTH_CAPPED``); ``images`` (in prompt
-    order) become its ``mm_features``."""
+    order) become its ``mm_features``; ``prompt_logprobs`` asks for the prompt's logprobs, for which vLLM reads
+    no cached prefix, the connector's included."""
     from vllm.sampling_params import SamplingParams
 
     Request = vllm_api.find("Request")
     extra = {"kv_transfer_params": dict(kv_transfer_params)} if kv_transfer_params is not None else None
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0, extra_args=extra,
-                            stop_token_ids=stop_token_ids)
+                            stop_token_ids=stop_token_ids, prompt_logprobs=prompt_logprobs)
     features = [image.feature() for image in images] or None
     return Request(request_id, list(prompt), params, None, block_hasher=hasher, mm_features=features)

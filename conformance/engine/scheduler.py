@@ -124,9 +124,9 @@ class SchedulerDriver:
 
     def add(self, request_id: str, prompt: list[int], max_tokens: int = 1,
             kv_transfer_params: dict[str, Any] | None = None, stop_token_ids: list[int] | None = None,
-            images: tuple[Image, ...] = ()) -> None:
+            images: tuple[Image, ...] = (), prompt_logprobs: int | None = None) -> None:
         self.scheduler.add_request(new_request(request_id, prompt, self._block_hasher, max_tokens, kv_transfer_params,
-                                               stop_token_ids, images))
+                                               stop_token_ids, images, prompt_logprobs))
 
     def step(self, worker: WorkerStep) -> SchedulerOutput:
         """One engine step: schedule, run the worker side, feed the result back."""
