@@ -219,8 +219,10 @@ class EnginePhase:
         self._check(checks.no_reuse_before_release(self.held, allocated, self.block_size))
         self._plan = self._forward_plan(scheduler_output)
         self.loading_now = self._note_claims()
-        resumed = set(getattr(scheduler_output.scheduled_cached_reqs, "resumed_req_ids", ()) or ())
-        if resumed & self.loading_now and len(scheduler_output.num_scheduled_tokens) > 1:
+        # a request loads only as it is admitted, so one loading after a preemption is resuming (0.32 lists it in
+        # scheduled_cached_reqs.resumed_req_ids, 0.34 sends it again as a new request)
+        resumed = {rid for rid in self.loading_now if self.scheduler.requests[rid].num_preemptions}
+        if resumed and len(scheduler_output.num_scheduled_tokens) > 1:
             self.report.resumed_loads_beside_others += 1
         before = self.kv.snapshot()
         kv_output = self.side.runner.step(scheduler_output)
