@@ -20,6 +20,11 @@ from ..vllm_install import api as vllm_api
 from .pair import CompletionWitness, LivePair, PairFailure, check_completion, drained, open_pair
 from .roundtrip import ROUNDTRIP_SCENARIOS, scenario_prompts
 
+# A notification crosses in well under a second once the sides have shaken hands (vLLM gives a handshake 5 s): a
+# connector that never sends one fails at this bound, not at the round-trip's longer drain bound, which pinned
+# findings would otherwise wait out in every run.
+NOTIFY_TIMEOUT_S = 15.0
+
 
 @dataclass(frozen=True)
 class NotifySituation:
@@ -65,7 +70,7 @@ def run_pair_notify(rig: Rig, situation: NotifySituation) -> None:
         pair.step_until(lambda: drained(pair.consumer) and drained(pair.producer),
                         f"{name}: {situation.doc}; the consumer did not finish them, or the producer did not release "
                         f"its pages (finished_sending): the consumer must notify the producer even when it reads "
-                        f"nothing,")
+                        f"nothing,", timeout_s=NOTIFY_TIMEOUT_S)
         check_completion(pair, CompletionWitness(pair))
         received = sorted(pair.logs["consumer"].received)
         if received:

@@ -169,7 +169,7 @@ def test_a_cpu_step_and_the_report_run_in_an_image_without_kvconform(tmp_path, w
     summary = (checkout / "reports/out/summary.md").read_text()
     assert agent.annotation() == summary
     assert "annotate --style success --context kvconform-cpu " in agent.calls()
-    assert summary.startswith("## kvconform conformance: passing\n"), summary
+    assert summary.startswith("## kvconform conformance: passing (every outcome as expected)\n"), summary
     rows = [line for line in summary.splitlines() if line.startswith("| ExampleConnector |")]
     passed = len(cases) - len(junit.findall(".//skipped"))
     assert rows and sum(int(n) for row in rows for n in re.findall(r"(\d+) passed", row)) == passed, summary
