@@ -11,8 +11,8 @@ NIXL_PKGS   ?= nixl==1.5.1 nixl-cu12==1.5.1
 PLATFORM    ?= auto
 OUT         ?= reports/out
 PYTEST_ARGS ?=
-# xdist workers: crash isolation needs at least 1; `auto` is one per device on a GPU platform and one per two
-# usable cores on the CPU (conformance/session/devices.py)
+# xdist workers: crash isolation needs at least 1; `auto` is one per device on a GPU platform and one per
+# usable core on the CPU (conformance/session/devices.py)
 WORKERS     ?= auto
 STAMP       := $(VENV)/.kvconform-installed
 # pyproject.toml requires ranges; the project's own environments install these exact versions

@@ -11,8 +11,9 @@ usable cores, as vLLM's multiprocessing executor sizes its workers' (``startup_o
 workers' full-size pools on the same cores spin against each other in every parallel region, which cost
 ``-n 2`` on 2 cores about half again a serial run's CPU (``benchmarks/README.md``). A user's
 ``OMP_NUM_THREADS`` is left to decide, and the engine tier's vLLM processes start fresh with torch's
-default. On the CPU platform ``-n auto`` starts one worker per ``CORES_PER_CPU_WORKER`` usable cores, at
-least one (crash isolation): one more costs its own vLLM import and collection.
+default. On the CPU platform ``-n auto`` starts one worker per usable core (the cores this process may run
+on, not the machine's): with the pools shared, a second worker on 2 cores takes less CPU than a serial run,
+since the suite's pair tests spend their waits polling on the connectors' threads, which overlap.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
     from kvconform.platforms.spec import PlatformSpec
 
 MULTI_DEVICE_GROUP = "multi-device"
-CORES_PER_CPU_WORKER = 2
 
 
 def take_slot(slots: dict[str, int], worker_id: str) -> int:
@@ -68,11 +68,10 @@ def share_cpu_threads(worker_count: int, cores: int | None = None) -> int | None
 
 
 def auto_workers(spec: PlatformSpec, device_count: int, cores: int | None = None) -> int | None:
-    """``-n auto``: one worker per device on a GPU platform, one per ``CORES_PER_CPU_WORKER`` usable cores on
-    the CPU; None (xdist counts) on a GPU platform that shows no device."""
+    """``-n auto``: one worker per device on a GPU platform, one per usable core on the CPU; None (xdist
+    counts) on a GPU platform that shows no device."""
     if spec.torch_device_type == "cpu":
-        usable = cores if cores is not None else _usable_cores()
-        return max(1, usable // CORES_PER_CPU_WORKER)
+        return max(1, cores if cores is not None else _usable_cores())
     return device_count if device_count > 0 else None
 
 

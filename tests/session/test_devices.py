@@ -52,7 +52,7 @@ def test_auto_workers_uses_device_count_on_gpu_platforms():
     assert xdist_devices.auto_workers(platforms.get("cuda"), 0) is None  # xdist counts
 
 
-@pytest.mark.parametrize(("cores", "workers"), [(1, 1), (2, 1), (3, 1), (4, 2), (16, 8)])
+@pytest.mark.parametrize(("cores", "workers"), [(1, 1), (2, 2), (3, 3), (16, 16)])
 def test_auto_workers_on_the_cpu_platform_follow_the_usable_cores(cores, workers):
     assert xdist_devices.auto_workers(platforms.get("cpu"), 1, cores=cores) == workers
 
