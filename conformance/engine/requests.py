@@ -57,12 +57,12 @@ class Image:
         and no encoder output to compute (``is_embed`` all False: no model encoder runs here, and vLLM's scheduler
         then schedules no encoder work), while its hash and placeholder range reach block hashes and connectors."""
         import torch
-        from vllm.multimodal.inputs import MultiModalFeatureSpec, PlaceholderRange
 
-        position = PlaceholderRange(offset=self.offset, length=self.length,
-                                    is_embed=torch.zeros(self.length, dtype=torch.bool))
-        return MultiModalFeatureSpec(data=None, modality="image", identifier=self.identifier, mm_position=position,
-                                     mm_hash=self.identifier)
+        feature_spec, placeholder_range = vllm_api.find("MultiModalFeatureSpec"), vllm_api.find("PlaceholderRange")
+        position = placeholder_range(offset=self.offset, length=self.length,
+                                     is_embed=torch.zeros(self.length, dtype=torch.bool))
+        return feature_spec(data=None, modality="image", identifier=self.identifier, mm_position=position,
+                            mm_hash=self.identifier)
 
 
 def new_request(request_id: str, prompt: list[int], hasher: BlockHasher, max_tokens: int = 1,

@@ -115,6 +115,7 @@ PLACES: dict[str, Place] = {
     "ModelRunnerOutput.req_id_to_index": Place(_OUTPUTS, "ModelRunnerOutput.req_id_to_index", _INDEXED_BY_REQ_IDS,
                                                field=True),
     **_same_name(_REQUEST, "Request", "RequestStatus"),
+    **_same_name(("vllm.multimodal.inputs",), "MultiModalFeatureSpec", "PlaceholderRange"),
     **_same_name(("vllm.utils.hashing",), "get_hash_fn_by_name"),
     # a one-process tensor-parallel world, as a worker has
     **_same_name(_PARALLEL_STATE, "init_distributed_environment", "ensure_model_parallel_initialized",
