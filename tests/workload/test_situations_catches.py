@@ -24,6 +24,8 @@ import re
 from pathlib import Path
 
 import pytest
+import vllm
+from packaging.version import Version
 
 from kvconform.conformance.workload.scenarios import WORKLOAD_SCENARIOS
 from tests.suite_run import run_broken
@@ -59,6 +61,17 @@ CORRECT = {
     "MultiConnector@late-saves": ["staggered-finishes", "block-boundary", "resumed-beside-running"],
     "PrefixTokensConnector": ["partial-block-load"],
 }
+
+
+# ResumedIndexConnector is vLLM 0.32's ExampleConnector.build_connector_meta with one edit; from 0.34 a resumed
+# request comes back as a new request (no resumed_req_ids), so on those releases the copy is old code on new output
+_RESUMED_COPY = pytest.mark.skipif(Version(Version(vllm.__version__).base_version) >= Version("0.34"),
+                                   reason=f"ResumedIndexConnector copies vLLM 0.32's ExampleConnector, whose resumed "
+                                          f"requests vLLM {vllm.__version__} no longer sends as cached ones")
+
+
+def _copies(names) -> list:
+    return [pytest.param(name, marks=_RESUMED_COPY) if name == "ResumedIndexConnector" else name for name in names]
 
 
 def _selection() -> str:
@@ -97,7 +110,7 @@ def test_correct_connectors_pass_the_new_situations(situations_run, name):
     assert not bad, bad
 
 
-@pytest.mark.parametrize("name", list(BROKEN))
+@pytest.mark.parametrize("name", _copies(BROKEN))
 def test_new_situation_fails_the_copy_for_its_reason(situations_run, name):
     _, outcomes, output = situations_run
     scenario, words = BROKEN[name]
@@ -107,7 +120,7 @@ def test_new_situation_fails_the_copy_for_its_reason(situations_run, name):
         assert word in outcome.message, (word, outcome.message[:2000])
 
 
-@pytest.mark.parametrize("name", ["ResumedIndexConnector", BEFORE_ISSUE_49])
+@pytest.mark.parametrize("name", _copies(["ResumedIndexConnector", BEFORE_ISSUE_49]))
 def test_the_suite_before_passed_the_copy(situations_run, name):
     """Every scenario but the new ones (for the resumed copy) passes, or fails for an inherited finding's cause
     only; the generated workloads (prefill in one step) pass."""
