@@ -117,6 +117,10 @@ def tripped(error: AssertionError) -> Tripped | None:
 
 # ---- the sentences ---------------------------------------------------------------------------------------------
 
+# a translation: what the connector answered and the assertion vLLM raised -> the first line, or None
+Sentence = Callable[[ConnectorAnswers, Tripped], "str | None"]
+
+
 def _claim_facts(answers: ConnectorAnswers, variables: Mapping[str, Any]) -> tuple[str, int, int, int] | None:
     """(request id, prompt tokens, tokens computed locally as the connector was told, external tokens claimed)."""
     request = variables.get("request")
@@ -128,34 +132,34 @@ def _claim_facts(answers: ConnectorAnswers, variables: Mapping[str, Any]) -> tup
     return request.request_id, request.num_tokens, claim.num_computed_tokens, claim.num_external_tokens
 
 
-def _whole_prompt_claimed(answers: ConnectorAnswers, trip: Tripped) -> str | None:
-    facts = _claim_facts(answers, trip.variables)
-    if facts is None:
-        return None
-    rid, prompt, local, external = facts
-    return (f"{answers.connector} claimed {external} external tokens of a {prompt}-token prompt ({rid}, after "
+def _from_claim(sentence: Callable[[str, str, int, int, int], str]) -> Sentence:
+    """A translation written from the request's claim: (connector, request id, prompt tokens, tokens computed
+    locally, external tokens claimed); None where the connector's answer for the request is not known."""
+    def translate(answers: ConnectorAnswers, trip: Tripped) -> str | None:
+        facts = _claim_facts(answers, trip.variables)
+        return None if facts is None else sentence(answers.connector, *facts)
+    return translate
+
+
+@_from_claim
+def _whole_prompt_claimed(connector: str, rid: str, prompt: int, local: int, external: int) -> str:
+    return (f"{connector} claimed {external} external tokens of a {prompt}-token prompt ({rid}, after "
             f"{local} computed locally, {local + external} in all): a connector must leave at least the last token "
             f"to compute, since the engine computes it to sample the next one")
 
 
-def _claim_past_prompt(answers: ConnectorAnswers, trip: Tripped) -> str | None:
-    facts = _claim_facts(answers, trip.variables)
-    if facts is None:
-        return None
-    rid, prompt, local, external = facts
+@_from_claim
+def _claim_past_prompt(connector: str, rid: str, prompt: int, local: int, external: int) -> str:
     counted_from_start = (f"; the claim looks counted from the prompt's start: it ignores the {local} tokens "
                           f"computed locally" if 0 < local and external < prompt else "")
-    return (f"{answers.connector} claimed {external} external tokens of a {prompt}-token prompt ({rid}) after "
+    return (f"{connector} claimed {external} external tokens of a {prompt}-token prompt ({rid}) after "
             f"{local} computed locally: {local + external} in all, past the prompt's end; a claim counts only the "
             f"tokens after num_computed_tokens, up to the prompt's last token at most{counted_from_start}")
 
 
-def _async_load_of_nothing(answers: ConnectorAnswers, trip: Tripped) -> str | None:
-    facts = _claim_facts(answers, trip.variables)
-    if facts is None:
-        return None
-    rid, prompt, local, external = facts
-    return (f"{answers.connector} answered ({external}, True) for {rid} ({prompt}-token prompt, {local} computed "
+@_from_claim
+def _async_load_of_nothing(connector: str, rid: str, prompt: int, local: int, external: int) -> str:
+    return (f"{connector} answered ({external}, True) for {rid} ({prompt}-token prompt, {local} computed "
             f"locally): an asynchronous load (load_kv_async=True) of no external tokens; a connector asks to load "
             f"asynchronously only when it claims tokens")
 
@@ -185,7 +189,6 @@ def _finished_unknown_request(answers: ConnectorAnswers, trip: Tripped) -> str |
             f"still holds the request")
 
 
-Sentence = Callable[[ConnectorAnswers, Tripped], "str | None"]
 # (vLLM file, asserted expression as vLLM's source spells it) -> the sentence, or None when the frame lacks the facts
 TRANSLATIONS: dict[tuple[str, str], Sentence] = {(file, _spelled(expression)): sentence
                                                  for file, expression, sentence in (
