@@ -101,15 +101,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         measuring = measure.new(config.stash[_SCOPE_KEY])
         blobs: list[bytes] = config.stash.get(_BLOBS_KEY, [])
         measure.combine(measuring, blobs)
-    platform = _platform(config)
+    from ..session.target import run_platform
+
+    platform = run_platform(config) or ident.UNKNOWN
     config.stash[SUMMARY_KEY] = measure.summarize(measuring, config.stash[_SCOPE_KEY], platform, platform)
-
-
-def _platform(config: pytest.Config) -> str:
-    from ..session.target import TARGET_KEY
-
-    target = config.stash.get(TARGET_KEY, None)
-    return target.platform.name if target is not None else ident.UNKNOWN
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:

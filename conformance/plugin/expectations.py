@@ -23,7 +23,7 @@ from kvconform.reports import identity as ident
 
 from ..session.expectation_loading import EXPECTATIONS_DIR, ExpectationError, load_expectations
 from ..session.expectation_matching import Expectation, decide, holding_here
-from ..session.target import TARGET_KEY
+from ..session.target import run_platform
 from ..vllm_install.window import installed_status
 
 _WORKER_KEY = "kvconform_expectations"
@@ -47,11 +47,6 @@ def passing_note(expectation: Expectation) -> str:
 
 _STATE = pytest.StashKey[_State]()
 _ENTRY = pytest.StashKey[Expectation]()
-
-
-def _run_platform(config: pytest.Config) -> str | None:
-    target = config.stash.get(TARGET_KEY, None)
-    return target.platform.name if target is not None else None
 
 
 def _is_worker(config: pytest.Config) -> bool:
@@ -98,7 +93,7 @@ def pytest_configure(config: pytest.Config) -> None:
     except ExpectationError as exc:
         raise pytest.UsageError(str(exc)) from None
     status = installed_status()
-    config.stash[_STATE] = _State(holding_here(loaded, _run_platform(config)),
+    config.stash[_STATE] = _State(holding_here(loaded, run_platform(config)),
                                   bool(config.getoption("kvconform_strict", default=False)),
                                   collects_whole_suite(config), untested_vllm=status.note if status else None)
 
@@ -106,7 +101,7 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.hookimpl(tryfirst=True)  # before -k/-m deselect: an entry for a deselected test is not stale
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     state = config.stash.get(_STATE, None)
-    platform = _run_platform(config)
+    platform = run_platform(config)
     if state is None or platform is None:
         return
     for item in items:

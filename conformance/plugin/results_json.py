@@ -24,7 +24,7 @@ from kvconform.reports.outcomes import OUTCOMES, is_failing
 from kvconform.reports.readers import expected_from_properties
 
 from ..session.private_apis import public_only
-from ..session.target import TARGET_KEY
+from ..session.target import TARGET_KEY, run_platform
 from ..vllm_install import source as vllm_source
 from ..vllm_install.versions import installed
 from ..vllm_install.window import VLLM_DISTRIBUTIONS, installed_status
@@ -115,7 +115,7 @@ class _Collector:
 
     @property
     def platform(self) -> str:
-        return _run_platform(self.config)
+        return run_platform(self.config) or ident.UNKNOWN
 
     def run_info(self, exitstatus: int) -> RunInfo:
         from ..reliability.library_copies import notes
@@ -166,11 +166,6 @@ class _Collector:
         path.write_text(json.dumps(self.results(exitstatus).to_json(), indent=2) + "\n")
 
 
-def _run_platform(config: pytest.Config) -> str:
-    target = config.stash.get(TARGET_KEY, None)
-    return target.platform.name if target is not None else ident.UNKNOWN
-
-
 def _device_name(config: pytest.Config) -> str | None:
     target = config.stash.get(TARGET_KEY, None)
     if target is None:
@@ -185,7 +180,7 @@ def environment(config: pytest.Config) -> dict[str, str | None]:
     """What the run ran on: the ``RunInfo`` fields known at the start (``ident.RUN_FIELDS``)."""
     vllm, vllm_package = _version(*VLLM_DISTRIBUTIONS)
     status = installed_status()
-    return {"platform": _run_platform(config), "kvconform": _version("kvconform")[0], "vllm": vllm,
+    return {"platform": run_platform(config) or ident.UNKNOWN, "kvconform": _version("kvconform")[0], "vllm": vllm,
             "vllm_package": vllm_package, "vllm_note": status.note if status else None, "torch": _version("torch")[0],
             "device": _device_name(config)}
 
@@ -252,7 +247,7 @@ def junit_writer(config: pytest.Config) -> JUnitWriter | None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    platform = _run_platform(config)
+    platform = run_platform(config) or ident.UNKNOWN
     for item in items:
         item.user_properties.extend(ident.from_item(item, platform).properties())
 

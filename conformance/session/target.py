@@ -41,6 +41,12 @@ def run_target(config: pytest.Config) -> RunTarget:
     return config.stash[TARGET_KEY]
 
 
+def run_platform(config: pytest.Config) -> str | None:
+    """The name of the platform the run targets; None where configure resolved none (a run that is not kvconform's)."""
+    target = config.stash.get(TARGET_KEY, None)
+    return target.platform.name if target is not None else None
+
+
 def is_active(config: pytest.Config) -> bool:
     """Whether this pytest run is kvconform's: it collects the conformance checks or sets one of our options.
 
