@@ -1,7 +1,8 @@
 """``kvconform report RESULTS... --out DIR [--print-matrix]``: render runs into results.json, summary.md, index.html.
 
-With ``--uncovered CONNECTOR`` it prints what of a connector's code no test ran, with ``--coverage-floor
-FILE`` it checks the run's connector coverage against a floor (exit 1 below it); ``--out`` is then optional.
+With ``--uncovered CONNECTOR`` it prints what of a connector's code no test ran (and, given a floor, why);
+with ``--coverage-floor FILE`` it checks the run's connector coverage against a floor (exit 1 below it);
+``--out`` is then optional.
 
 RESULTS are JUnit XML files (from any pytest run, e.g. one per platform) and/or
 the suite's own ``--kvconform-json`` files; they are merged into one matrix.
@@ -23,7 +24,7 @@ from kvconform.errors import UserError
 
 from . import render_html, render_markdown, render_terminal
 from .coverage import CoverageLookupError, uncovered_text
-from .coverage_floor import FloorError, check_floor, floor_text, load_floor, updated_floor
+from .coverage_floor import Floor, FloorError, check_floor, floor_text, load_floor, updated_floor
 from .model import Results
 from .readers import ReportInputError, read_all
 from .verdict import verdict
@@ -53,7 +54,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                                          "docs/coverage.md)")
     coverage.add_argument("--uncovered", metavar="CONNECTOR",
                           help="print the lines and branches of CONNECTOR's modules that no test of it ran, "
-                               "grouped by function")
+                               "grouped by function (with --coverage-floor, also the lines FILE explains)")
     coverage.add_argument("--coverage-floor", type=Path, metavar="FILE",
                           help="exit 1 when a connector's module is covered less than FILE's floor says "
                                "(conformance/coverage/floor.yaml)")
@@ -74,8 +75,9 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from None
     status = write_report(args, results) if args.out is not None else 0
     if args.uncovered:
+        explain = _load_floor(args.coverage_floor).explained if args.coverage_floor else None
         try:
-            print(uncovered_text(results, args.uncovered))
+            print(uncovered_text(results, args.uncovered, explain))
         except CoverageLookupError as exc:
             raise UserError(str(exc)) from None
     if args.coverage_floor:
@@ -83,12 +85,16 @@ def run(args: argparse.Namespace) -> int:
     return 0 if args.exit_zero else status
 
 
-def _floor(path: Path, results: Results, update: bool) -> int:
-    """Check ``results`` against the floor in ``path`` (print what fell below it), or rewrite it from them."""
+def _load_floor(path: Path) -> Floor:
     try:
-        floor = load_floor(path)
+        return load_floor(path)
     except FloorError as exc:
         raise UserError(str(exc)) from None
+
+
+def _floor(path: Path, results: Results, update: bool) -> int:
+    """Check ``results`` against the floor in ``path`` (print what fell below it), or rewrite it from them."""
+    floor = _load_floor(path)
     if update:
         new = updated_floor(results, floor)
         try:

@@ -8,12 +8,15 @@ reached. Every name and path goes through ``html.escape``: a third-party connect
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from html import escape
 
 from .model import ConnectorCoverage, ModuleCoverage, Results
 
 EXIT = "exit"  # how a branch that leaves its function reads (coverage.py records it as a negative line)
+
+# a module's path -> its explained lines: (what they are, "120-140", why), from a coverage floor file
+Explanations = Callable[[str], list[tuple[str, str, str]]]
 
 
 class CoverageLookupError(Exception):
@@ -49,17 +52,20 @@ def summary_line(connector: ConnectorCoverage) -> str:
                                                              if shared else ""))
 
 
-def _module_text(module: ModuleCoverage) -> list[str]:
+def _module_text(module: ModuleCoverage, explain: Explanations | None = None) -> list[str]:
     lines = [f"  {module.path}  {module.percent:.1f}% ({_counts(module)})"]
     lines += [f"    {group.function}: {line_ranges(group.lines)}" for group in module.missing]
     if module.missing_branches:
         lines.append(f"    branches never taken: {', '.join(_branch(a, b) for a, b in module.missing_branches)}")
+    if explain is not None and module.own:
+        lines += [f"    {kind}: {span}: {why}" for kind, span, why in explain(module.path)]
     return lines
 
 
-def uncovered_text(results: Results, connector: str) -> str:
+def uncovered_text(results: Results, connector: str, explain: Explanations | None = None) -> str:
     """What ``kvconform report --uncovered CONNECTOR`` prints: per platform, the connector's figure, then each
-    module's lines that no test ran, by function (its own modules first, then the shared code it reached)."""
+    module's lines that no test ran, by function (its own modules first, then the shared code it reached), and
+    under each own module the lines ``explain`` says why no run reaches."""
     entries = [c for c in results.coverage if c.connector == connector]
     if not entries:
         if not results.coverage:
@@ -76,7 +82,7 @@ def uncovered_text(results: Results, connector: str) -> str:
                                                                                 if not m.own])):
             if modules:
                 out.append(f" {title}:")
-                out += [line for module in modules for line in _module_text(module)]
+                out += [line for module in modules for line in _module_text(module, explain)]
     return "\n".join(out)
 
 

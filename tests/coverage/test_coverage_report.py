@@ -51,6 +51,19 @@ def test_uncovered_lists_own_modules_then_shared_code_with_lines_by_function(tmp
     assert not (tmp_path / "out").exists()  # --uncovered alone writes nothing
 
 
+def test_uncovered_with_a_floor_says_why_under_each_own_module(tmp_path, capsys):
+    floor = tmp_path / "floor.yaml"
+    floor.write_text(f"vllm: 0.32.0\nunreachable_on_cpu:\n  {WORKER}:\n  - {{lines: '90', reason: CUDA only}}\n"
+                     f"not_reached:\n  {WORKER}:\n  - {{lines: 30-32, reason: needs two ranks}}\n")
+    rc, out, err = _report(capsys, _write(tmp_path / "r.json", nixl()), "--uncovered", "NixlConnector",
+                           "--coverage-floor", floor)
+    assert (rc, err) == (0, "")
+    lines = out.splitlines()
+    at = lines.index("    branches never taken: 29->30, 89->exit")
+    assert lines[at + 1:at + 3] == ["    not reached: 30-32: needs two ranks", "    unreachable on cpu: 90: CUDA only"]
+    assert lines[-1] == "kvconform coverage: every module at or above its floor (" + str(floor) + ")"
+
+
 @pytest.mark.parametrize("entries,message", [
     ((), "these results have no coverage: run the suite with --kvconform-coverage"),
     ((nixl(connector="ExampleConnector"),), "no coverage for 'NixlConnector' in these results; connectors with "

@@ -14,6 +14,7 @@ from kvconform.reports.coverage_floor import (
     load_floor,
     updated_floor,
 )
+from kvconform.reports.model import CaseResult, RunInfo, build
 from tests.coverage.samples import BASE, WORKER, nixl, results, worker_module
 
 # worker_module(): (16 + 2) of (20 + 4) = 75%
@@ -101,3 +102,23 @@ def test_a_bad_floor_file_is_one_line_naming_it(tmp_path, text, message):
     assert str(caught.value).startswith(str(path)) and "\n" not in str(caught.value)
     with pytest.raises(FloorError, match="no such file"):
         load_floor(tmp_path / "missing.yaml")
+
+
+def test_explained_lines_come_in_line_order_with_what_they_are():
+    floor = _floor(10.0, unreachable_on_cpu={WORKER: [{"lines": "89-90", "reason": "CUDA only"}]},
+                   not_reached={WORKER: [{"lines": "30-32", "reason": "needs two ranks"}]})
+    assert floor.explained(WORKER) == [("not reached", "30-32", "needs two ranks"),
+                                       ("unreachable on cpu", "89-90", "CUDA only")]
+    assert floor.unreachable_lines(WORKER) == {89, 90}  # not_reached lines stay counted
+    assert floor.explained("vllm/other.py") == []
+
+
+def test_the_rewritten_floor_leaves_out_connectors_whose_only_tests_that_ran_were_lint():
+    run = RunInfo(id="cpu", platform="cpu", vllm="0.32.0")
+    lint = CaseResult(run="cpu", nodeid="conformance/test_lint.py::test_lint[cpu-NixlConnector]", check="lint",
+                      platform="cpu", backend="-", connector="NixlConnector", outcome="passed")
+    skipped = lint.model_copy(update={"check": "roundtrip", "outcome": "skipped",
+                                      "nodeid": "conformance/test_roundtrip.py::test_roundtrip[cpu-NixlConnector]"})
+    only_lint = build([run], [lint, skipped], [nixl()])
+    assert updated_floor(only_lint, _floor(10.0)).connectors == {}
+    assert updated_floor(results(nixl()), _floor(10.0)).connectors != {}  # its contract test ran
