@@ -50,7 +50,7 @@ def _abort(pair: LivePair) -> None:
     pair.consumer.scheduler.scheduler.finish_requests(list(pair.producer_ids), RequestStatus.FINISHED_ABORTED)
 
 
-def _leaked_blocks(side: EngineStandIn) -> int:
+def leaked_blocks(side: EngineStandIn) -> int:
     """Blocks a drained side still holds (vLLM's null block aside)."""
     pool = side.scheduler.scheduler.kv_cache_manager.block_pool
     return int(pool.num_gpu_blocks - 1 - pool.get_num_free_blocks())
@@ -76,7 +76,7 @@ def run_pair_notify(rig: Rig, situation: NotifySituation) -> None:
         if received:
             raise PairFailure(f"{name}: {situation.doc}, yet the consumer reported {', '.join(received)} received "
                               f"(finished_recving): nothing was read for them")
-        leaks = {role: _leaked_blocks(log.side) for role, log in pair.logs.items()}
+        leaks = {role: leaked_blocks(log.side) for role, log in pair.logs.items()}
         if any(leaks.values()):
             held = ", ".join(f"the {role} still holds {count} block(s)" for role, count in leaks.items() if count)
             raise PairFailure(f"{name}: {situation.doc}; after both sides drained, {held}: they never return to the "

@@ -1,0 +1,33 @@
+"""Prefills aborted on the prefill engine (``ABORT_SITUATIONS`` in conformance/checks/pair_prefill_abort.py).
+
+An aborted prefill, while it waits or between two chunks of its prompt, must hand nothing over and keep no block;
+the prefills beside it are read by the consumer as usual.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+from kvconform.conformance.checks.pair_prefill_abort import ABORT_SITUATIONS, ChunkedPrefillRig, run_pair_prefill_abort
+from kvconform.conformance.connectors.requirements import refusals_skip, require
+from kvconform.conformance.engine.kvcache import CacheShape
+
+if TYPE_CHECKING:
+    from kvconform.conformance.connectors.selection import ConnectorParam
+    from kvconform.conformance.engine.rig import MakeRig
+    from kvconform.platforms.spec import PlatformSpec
+
+pytestmark = pytest.mark.check("roundtrip")
+
+
+@pytest.mark.parametrize("situation", list(ABORT_SITUATIONS))
+def test_pair_prefill_abort(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, situation: str,
+                            make_rig: MakeRig) -> None:
+    require(connector, platform, "roundtrip")
+    if not connector.profile.is_pair():
+        pytest.skip(f"{connector.name} is not a producer/consumer pair (its profile's roles): its prefills hand "
+                    f"nothing over")
+    with refusals_skip():
+        run_pair_prefill_abort(make_rig(CacheShape(), ChunkedPrefillRig), ABORT_SITUATIONS[situation])
