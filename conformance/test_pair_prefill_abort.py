@@ -1,7 +1,7 @@
-"""Prefills aborted on the prefill engine (``ABORT_SITUATIONS`` in conformance/checks/pair_prefill_abort.py).
+"""Prefills aborted on the prefill engine between two chunks of their prompt
+(conformance/checks/pair_prefill_abort.py).
 
-An aborted prefill, while it waits or between two chunks of its prompt, must hand nothing over and keep no block;
-the prefills beside it are read by the consumer as usual.
+An aborted prefill must hand nothing over and keep no block; the prefills beside it are read by the consumer as usual.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from kvconform.conformance.checks.pair_prefill_abort import ABORT_SITUATIONS, ChunkedPrefillRig, run_pair_prefill_abort
+from kvconform.conformance.checks.pair_prefill_abort import ChunkedPrefillRig, run_pair_prefill_abort
 from kvconform.conformance.connectors.requirements import refusals_skip, require
 from kvconform.conformance.engine.kvcache import CacheShape
 
@@ -22,12 +22,11 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.check("roundtrip")
 
 
-@pytest.mark.parametrize("situation", list(ABORT_SITUATIONS))
-def test_pair_prefill_abort(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, situation: str,
+def test_pair_prefill_abort(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam,
                             make_rig: MakeRig) -> None:
     require(connector, platform, "roundtrip")
     if not connector.profile.is_pair():
         pytest.skip(f"{connector.name} is not a producer/consumer pair (its profile's roles): its prefills hand "
                     f"nothing over")
     with refusals_skip():
-        run_pair_prefill_abort(make_rig(CacheShape(), ChunkedPrefillRig), ABORT_SITUATIONS[situation])
+        run_pair_prefill_abort(make_rig(CacheShape(), ChunkedPrefillRig))

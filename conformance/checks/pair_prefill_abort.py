@@ -3,11 +3,12 @@
 A NIXL producer keeps a finished prefill's blocks for the consumer to read and returns ``kv_transfer_params`` naming
 them. A prefill that is aborted instead (the client went away, the router cancelled it: the API server's abort) must
 end differently: no params go back (there is nothing complete to read), its blocks return to the free pool at once
-(not when a lease runs out), and the prefills beside it are handed over as usual. Two moments: an abort while the
-request still waits to be scheduled, and one between two chunks of its prefill (the prefill engine's token budget is
-one block per step, so a prompt takes several), when it already holds blocks.
+(not when a lease runs out), and the prefills beside it are handed over as usual. The abort comes between two chunks
+of its prefill (the prefill engine's token budget is one block per step, so a prompt takes several), when it already
+holds blocks. (An abort while the request still waits reaches the same branch of NIXL's scheduler side with no block
+to keep.)
 
-A situation passes when the producer's ``request_finished`` keeps no aborted request's blocks; the other requests'
+It passes when the producer's ``request_finished`` keeps no aborted request's blocks; the other requests'
 consumer reads them correctly (the bytes in place when reported received, ``pair.py``'s witness);
 both sides drain within the notification bound, nothing expired, nothing failed; and no block stays held.
 """
@@ -35,22 +36,7 @@ from .roundtrip import ROUNDTRIP_SCENARIOS, scenario_prompts
 
 ABORTED_PROMPT_BLOCKS = (3, 5)  # (whole blocks, extra tokens) of each aborted prompt: several chunks of one block
 ABORTED_REQUESTS = 2
-
-
-@dataclass(frozen=True)
-class AbortSituation:
-    """When the router's abort reaches the prefill engine."""
-
-    doc: str  # what happened to the aborted requests, in the words of a failure message
-    after_first_chunk: bool  # aborted once a chunk of the prefill ran (blocks allocated), else while still waiting
-
-
-ABORT_SITUATIONS: dict[str, AbortSituation] = {
-    "prefill-aborted-waiting": AbortSituation("prefills aborted before the prefill engine scheduled them",
-                                              after_first_chunk=False),
-    "prefill-aborted-mid-chunks": AbortSituation("prefills aborted after the first chunk of their prompt ran",
-                                                 after_first_chunk=True),
-}
+ABORTED = "prefills were aborted on the producer after the first chunk of their prompt ran"  # for failure messages
 
 
 @dataclass
@@ -79,8 +65,9 @@ def _abort_after_first_chunk(pair: LivePair, request_id: str, finished: Transfer
     _abort(pair, [request_id])
 
 
-def run_pair_prefill_abort(rig: ChunkedPrefillRig, situation: AbortSituation) -> None:
-    """The producer hands over the round-trip's requests and aborts others; the consumer reads the handed-over ones."""
+def run_pair_prefill_abort(rig: ChunkedPrefillRig) -> None:
+    """The producer hands over the round-trip's requests and aborts others mid-prefill; the consumer reads the
+    handed-over ones."""
     stored, _ = scenario_prompts(ROUNDTRIP_SCENARIOS["multi"], rig.block_size)
     blocks, extra = ABORTED_PROMPT_BLOCKS
     aborted = {f"cancelled-{i}": request_prompt(200 + i, blocks * rig.block_size + extra)
@@ -90,26 +77,23 @@ def run_pair_prefill_abort(rig: ChunkedPrefillRig, situation: AbortSituation) ->
         finished = TransferParamsLog(pair.producer)
         for request_id, prompt in aborted.items():
             add_request(pair.producer, request_id, prompt, dict(PRODUCER_REQUEST_PARAMS))
-        if situation.after_first_chunk:
-            for request_id in aborted:
-                _abort_after_first_chunk(pair, request_id, finished)
-        else:
-            _abort(pair, list(aborted))
+        for request_id in aborted:
+            _abort_after_first_chunk(pair, request_id, finished)
+        kept = sorted(rid for rid in aborted if pair.producer.scheduler.answers.kept_blocks.get(rid))
+        if kept:
+            raise PairFailure(f"{name}: {ABORTED}, yet its request_finished kept the blocks of {', '.join(kept)} for "
+                              f"a consumer to read (returned True): no consumer reads an aborted prefill, so they stay "
+                              f"held until a lease runs out")
         witness = CompletionWitness(pair)
         pair.logs["consumer"].on_received = witness
         pair.add_consumer_requests(stored)
         pair.step_until(lambda: drained(pair.consumer) and drained(pair.producer),
-                        f"{name}: {situation.doc}; the producer still held them, or the consumer did not finish "
+                        f"{name}: {ABORTED}; the producer still held them, or the consumer did not finish "
                         f"reading the other requests (finished_recving), or the producer did not release their pages",
                         timeout_s=NOTIFY_TIMEOUT_S)
-        kept = sorted(rid for rid in aborted if pair.producer.scheduler.answers.kept_blocks.get(rid))
-        if kept:
-            raise PairFailure(f"{name}: {situation.doc}, yet its request_finished kept the blocks of "
-                              f"{', '.join(kept)} for a consumer to read (returned True): no consumer reads an aborted "
-                              f"prefill, so they stay held until a lease runs out")
         check_completion(pair, witness)
         leaks = {role: leaked_blocks(log.side) for role, log in pair.logs.items()}
         if any(leaks.values()):
             held = ", ".join(f"the {role} still holds {count} block(s)" for role, count in leaks.items() if count)
-            raise PairFailure(f"{name}: {situation.doc}; after both sides drained, {held}: they never return to the "
+            raise PairFailure(f"{name}: {ABORTED}; after both sides drained, {held}: they never return to the "
                               f"free pool")

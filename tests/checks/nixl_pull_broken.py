@@ -1,0 +1,78 @@
+"""Deliberately broken copies of vLLM's NixlConnector (the pull/READ pair) for the situations of its pull path the
+suite reaches beyond the round-trip: a conversation's second turn with bidirectional KV transfer
+(conformance/test_pair_turns.py) and prefills aborted between chunks (conformance/test_pair_prefill_abort.py).
+
+Each class changes only what carries its bug, on vLLM's own scheduler side, in code only its situation runs;
+tests/checks/test_nixl_pull_catches.py proves the situation fails it and the unmodified NixlConnector passes.
+"""
+
+from __future__ import annotations
+
+from vllm.distributed.kv_transfer.kv_connector.v1.nixl.connector import NixlConnector
+
+
+class ConversationLengthTurnConnector(NixlConnector):
+    """The decoder exports the conversation's length (``request.num_tokens``) as the tokens its kept blocks cover,
+    not the tokens it computed: the last sampled token has no KV yet, so the prefill engine's second turn claims one
+    token more than the decoder holds and reads a slot nobody wrote."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        scheduler = self.connector_scheduler
+        if scheduler is not None:
+            finished = scheduler.request_finished
+
+            def conversation_length(request, block_ids):
+                delay, params = finished(request, block_ids)
+                if params and params.get("do_remote_decode") and params.get("remote_num_tokens"):
+                    params["remote_num_tokens"] = request.num_tokens
+                return delay, params
+
+            scheduler.request_finished = conversation_length
+
+
+class SilentRecomputeConnector(NixlConnector):
+    """When the prefill engine computes a second turn itself (the decoder holds fewer tokens it lacks than its
+    kv_recompute_threshold), it marks the decoder's params handled without the notification-only read: the decoder
+    keeps the first turn's blocks until its decoder_kv_blocks_ttl (480 s) runs out."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        scheduler = self.connector_scheduler
+        if scheduler is not None:
+            after_alloc = scheduler.update_state_after_alloc
+
+            def recompute_silently(request, blocks, num_external_tokens):
+                params = request.kv_transfer_params
+                if num_external_tokens == 0 and params and params.get("do_remote_decode") and params.get(
+                        "remote_block_ids"):
+                    params["_remote_blocks_processed"] = True  # "nothing to pull, nothing to do"
+                after_alloc(request, blocks, num_external_tokens)
+
+            scheduler.update_state_after_alloc = recompute_silently
+
+
+class AbortedAsLengthConnector(NixlConnector):
+    """Treats a prefill that ends aborted as one that ended by length: its blocks are kept for a consumer (a lease
+    is set) and params returned, though no consumer will read an aborted prefill; the blocks stay held until the
+    lease (120 s in the profile) runs out."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        scheduler = self.connector_scheduler
+        if scheduler is not None:
+            finished = scheduler.request_finished
+
+            def any_finish(request, block_ids):
+                from vllm.v1.request import RequestStatus
+
+                params = request.kv_transfer_params or {}
+                if request.status != RequestStatus.FINISHED_ABORTED or not params.get("do_remote_decode"):
+                    return finished(request, block_ids)
+                request.status = RequestStatus.FINISHED_LENGTH_CAPPED  # "finished is finished"
+                try:
+                    return finished(request, block_ids)
+                finally:
+                    request.status = RequestStatus.FINISHED_ABORTED
+
+            scheduler.request_finished = any_finish

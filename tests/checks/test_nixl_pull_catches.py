@@ -1,0 +1,78 @@
+"""The NIXL pull situations beyond the round-trip fail each broken copy made for them, and pass the real connector.
+
+One subprocess runs the second turn with bidirectional KV transfer (conformance/test_pair_turns.py), the prefills
+aborted between chunks (conformance/test_pair_prefill_abort.py) and the plain pair round-trip for the unmodified
+NixlConnector (all pass) and the broken copies in tests/checks/nixl_pull_broken.py. Each copy fails the situation
+made for it, with words that name its mistake, and passes the others selected for it, the round-trip among them: its
+edit sits in code only its situation runs (``kvconform report --uncovered NixlConnector`` listed it as never run
+before the situation existed).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, field
+
+import pytest
+
+from tests.suite_run import REPO, of_connector, run_broken
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("nixl") is None,
+                                reason="NixlConnector needs package nixl, which is not installed here")
+
+PROFILES = REPO / "tests" / "checks" / "nixl_pull_broken.yaml"
+
+
+@dataclass(frozen=True)
+class Case:
+    select: str  # a -k expression for the test, beside the connector's name
+    nodeid_part: str  # what its node id contains
+    outcome: str = "passed"
+    words: list[str] = field(default_factory=list)  # what its failure must say
+
+
+ROUNDTRIP = Case("(test_roundtrip and float16 and not bfloat16 and not mla)", "test_roundtrip[")
+TURN_READ = Case("turn2-read", "turn2-read]")
+TURN_BELOW = Case("turn2-below-threshold", "turn2-below-threshold]")
+ABORT = Case("test_pair_prefill_abort", "test_pair_prefill_abort[")
+
+CASES: dict[str, list[Case]] = {
+    "NixlConnector": [TURN_READ, TURN_BELOW, ABORT],
+    "ConversationLengthTurnConnector": [
+        Case(TURN_READ.select, TURN_READ.nodeid_part, "failed",
+             ["ConversationLengthTurnConnector", "the last sampled token has none",
+              "claimed 1 token(s) whose KV the decoder does not have"]),
+        TURN_BELOW, ROUNDTRIP],
+    "SilentRecomputeConnector": [
+        Case(TURN_BELOW.select, TURN_BELOW.nodeid_part, "failed",
+             ["SilentRecomputeConnector", "the decoder did not release the first turn's blocks within 15 s"]),
+        TURN_READ, ROUNDTRIP],
+    "AbortedAsLengthConnector": [
+        Case(ABORT.select, ABORT.nodeid_part, "failed",
+             ["AbortedAsLengthConnector", "request_finished kept the blocks of cancelled-0, cancelled-1"]),
+        ROUNDTRIP],
+}
+SELECTION = " or ".join(f"({name} and ({' or '.join(case.select for case in cases)}))"
+                        for name, cases in CASES.items())
+BROKEN = [name for name in CASES if name != "NixlConnector"]
+
+
+@pytest.fixture(scope="module")
+def pull_run(tmp_path_factory):
+    return run_broken(tmp_path_factory.mktemp("nixl-pull"), SELECTION, "NixlConnector", "tests.checks.nixl_pull_broken",
+                      BROKEN, ("--profiles", str(PROFILES)))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_each_connector_meets_its_cases(pull_run, name):
+    _, outcomes, output = pull_run
+    mine = of_connector(outcomes, name)
+    assert mine, output[-3000:]
+    for outcome in mine:
+        case = next((c for c in CASES[name] if c.nodeid_part in outcome.nodeid), None)
+        assert case is not None, f"{outcome.nodeid} was not meant to run"
+        assert outcome.outcome == case.outcome, (outcome.nodeid, outcome.outcome, outcome.message[:1500])
+        for word in case.words:
+            assert word in outcome.message, (word, outcome.message[:1500])
+    ran = {case.nodeid_part for case in CASES[name] for o in mine if case.nodeid_part in o.nodeid}
+    assert ran == {case.nodeid_part for case in CASES[name]}, [o.nodeid for o in mine]
