@@ -81,14 +81,41 @@ def test_fill_prefix_hit(platform: PlatformSpec, attn_backend: str, connector: C
     assert local > 0
 
 
+@pytest.mark.parametrize("mode", ["constant", "startup"])
 @pytest.mark.parametrize("entry", list(UNEXPECTED_ENTRIES))
 def test_fill_unexpected_entry(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, entry: str,
-                               make_rig: MakeRig) -> None:
-    """A cache entry of a type the connector cannot know is skipped with a warning, not a crash."""
+                               mode: str, make_rig: MakeRig) -> None:
+    """A cache entry of a type the connector cannot know, or none, is skipped with a warning, not a crash: in the
+    step that fills a request, or at startup (startup_fill: true fills the state groups in register_kv_caches)."""
     require(connector, platform, "fill")
     if not connector.profile.hybrid:
         pytest.skip(f"{connector.name}: its profile does not claim hybrid models (hybrid: false)")
     state_layer = next(name for name, kind in layer_kinds(HYBRID_KINDS).items() if kind == "mamba2")
     with refusals_skip():
-        result = run_fill(make_rig(CacheShape()), HYBRID_KINDS, "owned", unexpected={state_layer: entry})
+        result = run_fill(make_rig(CacheShape()), HYBRID_KINDS, "owned", mode=mode, unexpected={state_layer: entry})
     assert any(state_layer in message for message in result.warnings)
+
+
+# case -> (layer kinds, registration of state layers, fill mode). Attention only: one group the engine never zeroes,
+# filled whole at startup, nothing per request. Hybrid: vLLM zeroes new attention blocks (Mamba layers), so only the
+# state groups are filled at startup, and attention and circular-buffer groups per request as without the option.
+STARTUP_CASES = {
+    "attention": (ATTENTION_ONLY_KINDS, "pages", "startup"),
+    "attention-random": (ATTENTION_ONLY_KINDS, "pages", "startup-random"),
+    **{f"hybrid-{registration}-registration": (HYBRID_KINDS, registration, "startup")
+       for registration in REGISTRATIONS},
+}
+
+
+@pytest.mark.parametrize("case", list(STARTUP_CASES))
+def test_fill_startup(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, case: str,
+                      make_rig: MakeRig) -> None:
+    """startup_fill: true: register_kv_caches fills the groups the engine never zeroes whole (and nothing else);
+    each request's step fills only the other groups' blocks."""
+    require(connector, platform, "fill")
+    kinds, registration, mode = STARTUP_CASES[case]
+    if kinds != ATTENTION_ONLY_KINDS and not connector.profile.hybrid:
+        pytest.skip(f"{connector.name}: its profile does not claim hybrid models (hybrid: false)")
+    with refusals_skip():
+        result = run_fill(make_rig(CacheShape()), kinds, registration, mode=mode)
+    assert result.regions > 0

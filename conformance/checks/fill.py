@@ -85,12 +85,14 @@ FILL_SCENARIOS: dict[str, FillScenario] = {s.name: s for s in (
 @dataclass(frozen=True)
 class FillMode:
     std: float | None  # None: constant fill (fill_std 0)
+    startup: bool = False  # startup_fill: the whole cache once in register_kv_caches, per request only what it skips
 
     def extra_config(self) -> dict[str, Any]:
-        return {"fill_std": self.std or 0.0}
+        return {"fill_std": self.std or 0.0, **({"startup_fill": True} if self.startup else {})}
 
 
-FILL_MODES = {"constant": FillMode(None), "random": FillMode(RANDOM_STD)}
+FILL_MODES = {"constant": FillMode(None), "random": FillMode(RANDOM_STD),
+              "startup": FillMode(None, startup=True), "startup-random": FillMode(RANDOM_STD, startup=True)}
 
 
 # ---------------------------------------------------------------- warnings
@@ -141,6 +143,20 @@ def _is_circular(spec: KVCacheSpec) -> bool:
     CircularBufferSpec = vllm_api.find("CircularBufferSpec")
 
     return all(isinstance(s, CircularBufferSpec) for s in vllm_api.find("iter_layer_specs")(spec))
+
+
+def startup_groups(caches: HybridCaches) -> set[int]:
+    """The groups a startup fill covers, as DecodeBenchConnector documents ``startup_fill``: every group but
+    circular buffers (zeroed per request) and, where vLLM's engine zeroes new blocks before use
+    (``KVCacheConfig.needs_kv_cache_zeroing``: Mamba layers, mixed precisions), attention groups (filled per
+    request, since the zeroing would wipe a fill made at startup)."""
+    AttentionSpec = vllm_api.find("AttentionSpec")
+
+    config = caches.kv_cache_config
+    zeroed = bool(config.needs_kv_cache_zeroing)
+    return {group for group, spec_group in enumerate(config.kv_cache_groups)
+            if not _is_circular(spec_group.kv_cache_spec)
+            and not (zeroed and isinstance(spec_group.kv_cache_spec, AttentionSpec))}
 
 
 def expected_blocks(caches: HybridCaches, block_ids: tuple[list[int], ...], local: int, external: int) -> Expected:
@@ -247,6 +263,9 @@ class Region:
     target: float  # the constant it must hold (random fills: the mean)
     decode: torch.dtype | None  # None: raw bytes, which only have to be written
     random: bool
+    # its bytes are also another region's (layers of several groups over one page, filled whole at startup):
+    # whichever is written last holds them, so the region only has to be written
+    shared: bool = False
 
 
 def _whole_states(caches: HybridCaches, layer: str, entry: LayerCache) -> bool:
@@ -255,10 +274,11 @@ def _whole_states(caches: HybridCaches, layer: str, entry: LayerCache) -> bool:
             and not REGISTRATIONS[caches.registration].block_indexed)
 
 
-def _regions(caches: HybridCaches, fill: dict[int, set[int]], mean: float, random_fill: bool) -> list[Region]:
+def _regions(caches: HybridCaches, fill: dict[int, set[int]], mean: float, random_fill: bool,
+             skip_groups: Iterable[int] = ()) -> list[Region]:
     out = []
     for layer, entry in caches.registered.items():
-        if layer in caches.unexpected:
+        if layer in caches.unexpected or caches.group_of(layer) in skip_groups:
             continue
         group = caches.group_of(layer)
         circular = _is_circular(caches.spec_of(layer))
@@ -275,6 +295,28 @@ def _regions(caches: HybridCaches, fill: dict[int, set[int]], mean: float, rando
                 continue
             out.append(Region(layer, part, tensor, part_blocks, target,
                               _decode_dtype(caches, layer, tensor), is_random))
+    return out
+
+
+def _startup_regions(caches: HybridCaches, groups: set[int], mean: float, random_fill: bool) -> list[Region]:
+    """Every registered tensor of the startup-filled groups, whole; those whose bytes another one overlays are
+    marked shared."""
+    out = []
+    for layer, entry in caches.registered.items():
+        if layer in caches.unexpected or caches.group_of(layer) not in groups:
+            continue
+        tensors = _entry_tensors(entry)
+        for i, tensor in enumerate(tensors):
+            part = f"state {i}" if isinstance(entry, (list, tuple)) else ""
+            out.append(Region(layer, part, tensor, None, mean, _decode_dtype(caches, layer, tensor), random_fill))
+    cover: dict[int, torch.Tensor] = {}
+    for region in out:
+        storage = region.tensor.untyped_storage()
+        flat = cover.setdefault(_key(region.tensor), torch.zeros(storage.nbytes(), dtype=torch.uint8,
+                                                                   device=region.tensor.device))
+        _strided_like(flat, region.tensor).add_(1)
+    for region in out:
+        region.shared = bool((_strided_like(cover[_key(region.tensor)], region.tensor) > 1).any())
     return out
 
 
@@ -306,7 +348,7 @@ def check_written(connector: str, caches: HybridCaches, regions: list[Region], s
     value equals the old bytes by chance (1 in 256 for fp8), a whole block never does.
     """
     for region in regions:
-        if region.decode is None or region.random:
+        if region.decode is None or region.random or region.shared:
             unwritten = _unwritten(region, snapshot)
             if unwritten:
                 raise FillFailure(f"{_where(connector, region, caches)}: block(s) {unwritten} were not written "
@@ -339,7 +381,7 @@ def check_statistics(connector: str, regions: list[Region], mean: float, std: fl
     """
     pools: dict[str, list[Region]] = {"attention blocks": [], "state tensors": []}
     for region in regions:
-        if region.random and region.decode is not None:
+        if region.random and region.decode is not None and not region.shared:
             pools["state tensors" if region.part else "attention blocks"].append(region)
     found = {}
     for name, members in pools.items():
@@ -379,6 +421,8 @@ def _stray_blocks(caches: HybridCaches, snapshot: Snapshot,
 
 
 def _owner(block: int, expected: Expected) -> str:
+    if not expected.allocated:  # the startup fill: no request yet
+        return "a block of a group startup_fill leaves to the requests: vLLM zeroes it before use, or a circular buffer"
     for group, blocks in expected.fill.items():
         if block in blocks:
             return f"group {group} fills it, but these bytes lie outside that group's layers"
@@ -405,7 +449,11 @@ def check_no_stray(connector: str, caches: HybridCaches, snapshot: Snapshot, exp
         return
     by_block = (_stray_blocks(caches, snapshot, caches.registered.items())
                 or _stray_blocks(caches, snapshot, caches.pages.items()))
-    if not by_block:
+    whole = [f"{layer} state {i}" for layer, entry in caches.registered.items() if _whole_states(caches, layer, entry)
+             for i, tensor in enumerate(_entry_tensors(entry)) if bool(snapshot.stray(tensor).any())]
+    if not by_block and whole:
+        where = f"the whole state tensor(s) {', '.join(whole[:3])}, which no request of this phase fills"
+    elif not by_block:
         where = "bytes outside every layer's view (page padding)"
     else:
         block = min(by_block)
@@ -446,15 +494,11 @@ class _FillRun:
     mode: FillMode
     prompts: dict[str, list[int]] = field(default_factory=dict)
 
-    def scramble(self, seed: int) -> None:
-        """Fresh random bytes everywhere, as if the model had run: a fill (or a refill) cannot hide."""
-        everything = [*self.caches.pages.values(), *self.caches.registered.values()]
-        kvcache.fill_random({str(i): entry for i, entry in enumerate(everything)
-                             if isinstance(entry, (torch.Tensor, list, tuple))}, seed)
+    startup: set[int] = field(default_factory=set)  # groups filled once at startup: no request fills them
 
     def phase(self, phase: Phase, what: str, result: FillResult, seed: int) -> None:
         scheduler = self.side.scheduler
-        self.scramble(seed)
+        scramble(self.caches, seed)
         snapshot = Snapshot(self.caches)
         for prompt in phase.prompts:
             self.prompts[prompt.request_id] = _prompt(prompt, self.side.vllm_config.cache_config.block_size,
@@ -477,15 +521,42 @@ class _FillRun:
                 expected.hit.setdefault(group, []).extend(hit)
             for group, blocks in mine.allocated.items():
                 expected.allocated.setdefault(group, set()).update(blocks)
-        regions = _regions(self.caches, expected.fill, self.mean, self.mode.std is not None)
+        expected.fill = {group: blocks for group, blocks in expected.fill.items() if group not in self.startup}
+        regions = _regions(self.caches, expected.fill, self.mean, self.mode.std is not None, self.startup)
         snapshot.settle()
         for region in regions:
             snapshot.allow(region.tensor, region.blocks)
         check_no_stray(self.name, self.caches, snapshot, expected, what)
         check_written(self.name, self.caches, regions, snapshot)
-        if self.mode.std is not None:
+        if self.mode.std is not None and regions:  # none: every group was filled at startup
             result.statistics = check_statistics(self.name, regions, self.mean, self.mode.std)
         result.regions += len(regions)
+
+
+def scramble(caches: HybridCaches, seed: int) -> None:
+    """Fresh random bytes everywhere, as if the model had run: a fill (or a refill) cannot hide."""
+    everything = [*caches.pages.values(), *caches.registered.values()]
+    kvcache.fill_random({str(i): entry for i, entry in enumerate(everything)
+                         if isinstance(entry, (torch.Tensor, list, tuple))}, seed)
+
+
+def check_startup_fill(connector: str, caches: HybridCaches, snapshot: Snapshot, mean: float, mode: FillMode,
+                       result: FillResult) -> None:
+    """``register_kv_caches`` filled every tensor of the startup groups whole, and nothing else."""
+    groups = startup_groups(caches)
+    regions = _startup_regions(caches, groups, mean, mode.std is not None)
+    if not regions and not caches.unexpected:
+        raise FillFailure(f"{connector}: no cache group is filled at startup (groups {sorted(groups)}), so "
+                          f"startup_fill cannot be checked (harness: the layer kinds {set(caches.kinds.values())})")
+    snapshot.settle()
+    for region in regions:
+        snapshot.allow(region.tensor, None)
+    what = "at startup (startup_fill: true, in register_kv_caches)"
+    check_no_stray(connector, caches, snapshot, Expected(), what)
+    check_written(f"{connector}, {what}", caches, regions, snapshot)
+    if mode.std is not None:
+        result.statistics = check_statistics(f"{connector}, {what}", regions, mean, mode.std)
+    result.regions += len(regions)
 
 
 def run_fill(rig: Rig, kinds: tuple[str, ...], registration: str, mode: str = "constant",
@@ -497,16 +568,28 @@ def run_fill(rig: Rig, kinds: tuple[str, ...], registration: str, mode: str = "c
         raise FillFailure(f"{name}: the fill check reads fill_mean from the profile's extra_config; "
                           f"its profile gives none")
     fill_mode = FILL_MODES[mode]
-    side, caches = hybrid_engine(rig, kinds, registration, fill_mode.extra_config(), unexpected)
-    run = _FillRun(name, side, caches, float(profile_config["fill_mean"]), fill_mode)
-    result = FillResult(block_sizes=group_block_sizes(caches.kv_cache_config))
-    try:
-        with captured_warnings() as records, forked_rng(rig.device):  # the accelerator's generators too
-            torch.manual_seed(seed)  # random fills draw from the default generators: reproducible runs
+    mean = float(profile_config["fill_mean"])
+    before: list[Snapshot] = []  # the caches, scrambled, as register_kv_caches gets them
+
+    def scrambled(caches: HybridCaches) -> None:
+        scramble(caches, seed)
+        before.append(Snapshot(caches))
+
+    result = FillResult()
+    with captured_warnings() as records, forked_rng(rig.device):  # the accelerator's generators too
+        torch.manual_seed(seed)  # random fills draw from the default generators: reproducible runs
+        side, caches = hybrid_engine(rig, kinds, registration, fill_mode.extra_config(), unexpected,
+                                     before_register=scrambled if fill_mode.startup else None)
+        run = _FillRun(name, side, caches, mean, fill_mode)
+        result.block_sizes = group_block_sizes(caches.kv_cache_config)
+        try:
+            if fill_mode.startup:
+                check_startup_fill(name, caches, before[0], mean, fill_mode, result)
+                run.startup = startup_groups(caches)
             for number, phase in enumerate(FILL_SCENARIOS[scenario].phases, 1):
                 run.phase(phase, f"phase {number} of {scenario!r}", result, seed + number)
-    finally:
-        side.close()
+        finally:
+            side.close()
     result.warnings = [record.getMessage() for record in records]
     for layer, kind in (unexpected or {}).items():
         if not any(layer in message for message in result.warnings):

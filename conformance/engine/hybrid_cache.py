@@ -192,10 +192,19 @@ REGISTRATIONS: dict[str, Registration] = {
                           doc="the layer's own kv_cache: a list/tuple of block-indexed per-state views"),
 }
 
-# Entries of a type no connector can expect, for the "skipped with a warning" check.
+
+class _Absent:
+    """Stands for no entry at all: the layer is left out of the dict ``register_kv_caches`` receives."""
+
+
+ABSENT = _Absent()
+
+# Entries of a type no connector can expect, for the "skipped with a warning" check; ``missing`` leaves a layer of
+# the KV cache config out of the registered dict altogether.
 UNEXPECTED_ENTRIES: dict[str, Callable[[torch.Tensor], object]] = {
     "dict": lambda page: {"pages": page},
     "none": lambda page: None,
+    "missing": lambda page: ABSENT,
 }
 
 
@@ -254,7 +263,9 @@ def build(vllm_config: VllmConfig, kinds: tuple[str, ...], device: str, registra
     for name, page in pages.items():
         spec = next(g.kv_cache_spec for g in config.kv_cache_groups if name in g.layer_names)
         if unexpected and name in unexpected:
-            registered[name] = UNEXPECTED_ENTRIES[unexpected[name]](page)
+            entry = UNEXPECTED_ENTRIES[unexpected[name]](page)
+            if entry is not ABSENT:
+                registered[name] = entry
         elif KINDS[by_layer[name]].state:
             registered[name] = shape.entry(spec, page, KINDS[by_layer[name]].container)
         else:
@@ -278,22 +289,28 @@ def _layer_metadata(caches: HybridCaches, backend: str) -> dict[str, object]:
 
 
 def hybrid_engine(rig: Rig, kinds: tuple[str, ...], registration: str, extra_config: dict[str, Any] | None = None,
-                unexpected: dict[str, str] | None = None) -> tuple[EngineStandIn, HybridCaches]:
+                  unexpected: dict[str, str] | None = None,
+                  before_register: Callable[[HybridCaches], None] | None = None,
+                  ) -> tuple[EngineStandIn, HybridCaches]:
     """A fresh engine stand-in over a hybrid cache; ``extra_config`` overrides the profile's."""
     config = rig.vllm_config(rig.roles()[0])
     config.kv_transfer_config.kv_connector_extra_config.update(extra_config or {})
-    return engine_over(rig, config, kinds, registration, unexpected)
+    return engine_over(rig, config, kinds, registration, unexpected, before_register=before_register)
 
 
 def engine_over(rig: Rig, config: VllmConfig, kinds: tuple[str, ...], registration: str,
-                unexpected: dict[str, str] | None = None,
-                fill_seed: int | None = None) -> tuple[EngineStandIn, HybridCaches]:
+                unexpected: dict[str, str] | None = None, fill_seed: int | None = None,
+                before_register: Callable[[HybridCaches], None] | None = None,
+                ) -> tuple[EngineStandIn, HybridCaches]:
     """An engine stand-in for ``config`` (any role) over a hybrid cache of ``kinds``; pages random (``fill_seed``)
-    or zeroed."""
+    or zeroed. ``before_register`` sees the caches before the connector is built and registers them (a check of
+    what ``register_kv_caches`` itself writes snapshots them there)."""
     configure_hybrid(config, rig.connector, kinds)
     caches = build(config, kinds, rig.device, registration, unexpected)
     if fill_seed is not None:
         kvcache.fill_random(caches.pages, fill_seed)
+    if before_register is not None:
+        before_register(caches)
     metadata = _layer_metadata(caches, rig.effective_backend)
     with refusal_as(ConnectorRefused, rig.connector):
         runner = ModelRunnerStandIn(config, caches.kv_cache_config, caches.registered, rig.connector.name,

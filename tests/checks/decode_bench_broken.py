@@ -14,6 +14,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.decode_bench_connector import 
     DecodeBenchConnectorScheduler,
     DecodeBenchConnectorWorker,
 )
+from vllm.v1.kv_cache_interface import CircularBufferSpec, iter_layer_specs
 
 
 class _WithWorker(DecodeBenchConnector):
@@ -77,3 +78,57 @@ class NullBlockFillConnector(_WithWorker):
     Mamba's dropped states) included."""
 
     scheduler_class = _WholeBlockTable
+
+
+class _NoStartupFill(DecodeBenchConnectorWorker):
+    def _fill_all_kv_caches(self):
+        return  # the worker keeps the caches but never fills them; the scheduler still skips the groups per request
+
+
+class SkippedStartupFillConnector(_WithWorker):
+    """startup_fill honoured by the scheduler half only: it leaves the startup groups out of every request's
+    fill, but the worker half never fills them at registration, so they keep whatever the model left there."""
+
+    worker_class = _NoStartupFill
+
+
+def _every_group_but_circular(kv_cache_config):
+    return {index for index, group in enumerate(kv_cache_config.kv_cache_groups)
+            if not any(isinstance(spec, CircularBufferSpec) for spec in iter_layer_specs(group.kv_cache_spec))}
+
+
+class _StartupIgnoresZeroingScheduler(DecodeBenchConnectorScheduler):
+    def __init__(self, vllm_config, kv_cache_config):
+        super().__init__(vllm_config, kv_cache_config)
+        if self.startup_fill:
+            self._startup_fill_group_ids = _every_group_but_circular(kv_cache_config)
+
+
+class _StartupIgnoresZeroingWorker(DecodeBenchConnectorWorker):
+    def __init__(self, vllm_config, kv_cache_config):
+        super().__init__(vllm_config, kv_cache_config)
+        if self.startup_fill:
+            self._startup_fill_group_ids = _every_group_but_circular(kv_cache_config)
+
+
+class StartupFillsZeroedGroupsConnector(_WithWorker):
+    """startup_fill covers attention groups even where vLLM zeroes new blocks before use (Mamba layers beside
+    them): the engine's zeroing wipes that fill, and no request fills its attention blocks."""
+
+    worker_class = _StartupIgnoresZeroingWorker
+    scheduler_class = _StartupIgnoresZeroingScheduler
+
+
+class _LooksUpEveryLayer(DecodeBenchConnectorWorker):
+    def _fill_blocks(self, group_idx, block_ids, num_tokens):
+        if block_ids:
+            for layer_name in self.group_to_layers.get(group_idx, []):
+                self.kv_caches[layer_name]  # noqa: B018  # every layer of the group is assumed registered
+        super()._fill_blocks(group_idx, block_ids, num_tokens)
+
+
+class UnregisteredLayerCrashConnector(_WithWorker):
+    """Looks each of a group's layers up in the registered caches without checking it is there: a layer of the
+    KV cache config that register_kv_caches did not receive raises KeyError in the step that fills."""
+
+    worker_class = _LooksUpEveryLayer

@@ -16,13 +16,25 @@ PROFILES = REPO / "tests" / "checks" / "decode_bench_broken.yaml"
 # connector class -> (the tests it must fail: id fragments, words each failure must carry)
 BROKEN_FILL = {
     # vLLM PR #45080's crash: every list/tuple entry (and the unknown entries) is treated as a tensor.
-    "DeviceOfEveryLayerConnector": (["-owned]", "-views]", "test_fill_random", "test_fill_unexpected_entry"],
+    "DeviceOfEveryLayerConnector": (["-owned]", "-views]", "test_fill_random", "-dict-constant]", "-none-constant]"],
                                     ["object has no attribute 'device'"]),
-    "UnfilledStatesConnector": (["-owned]", "-views]", "test_fill_random", "test_fill_unexpected_entry"],
+    "UnfilledStatesConnector": (["-owned]", "-views]", "test_fill_random", "test_fill_unexpected_entry",
+                                 "-owned-registration]", "-views-registration]"],
                                 ["UnfilledStatesConnector", "state 0", "MambaSpec"]),
-    "NullBlockFillConnector": ([""], ["NullBlockFillConnector", "block 0 (the null block, which no request owns)"]),
+    # a request's whole block table: startup_fill on attention alone leaves no request anything to fill
+    "NullBlockFillConnector": (["test_fill[", "test_fill_random", "test_fill_prefix_hit", "test_fill_unexpected_entry",
+                                "-hybrid-"],
+                               ["NullBlockFillConnector", "block 0 (the null block, which no request owns)"]),
+    "SkippedStartupFillConnector": (["test_fill_startup", "-startup]"],
+                                    ["SkippedStartupFillConnector", "the whole tensor",
+                                     "at startup (startup_fill: true, in register_kv_caches)"]),
+    "StartupFillsZeroedGroupsConnector": (["-hybrid-", "-startup]"],
+                                          ["StartupFillsZeroedGroupsConnector", "at startup",
+                                           "a group startup_fill leaves to the requests"]),
+    "UnregisteredLayerCrashConnector": (["-missing-constant]"], ["KeyError", "model.layers.3.mixer"]),
 }
-TESTS_PER_CONNECTOR = 21  # test_fill 4 dtypes x 3 registrations, 4 random, 3 prefix-hit, 2 unexpected entries
+# test_fill 4 dtypes x 3 registrations, 4 random, 3 prefix-hit, 3 unexpected entries x 2 modes, 5 startup cases
+TESTS_PER_CONNECTOR = 30
 # vLLM 0.32's DecodeBenchConnector fills a tuple of block-indexed state views whole: every request's
 # pages change (see the README's "bugs found"); these tests must fail, and only these.
 KNOWN_BUGS = {"-views]": "the fill changed bytes the requests do not own"}
