@@ -1,6 +1,7 @@
 """Deliberately broken copies of vLLM's NixlConnector (the pull/READ pair) for the situations of its pull path the
 suite reaches beyond the round-trip: a conversation's second turn with bidirectional KV transfer
-(conformance/test_pair_turns.py) and prefills aborted between chunks (conformance/test_pair_prefill_abort.py).
+(conformance/test_pair_turns.py), prefills aborted between chunks (conformance/test_pair_prefill_abort.py) and a
+consumer whose blocks hold more tokens than the producer's (conformance/test_pair_block_ratio.py).
 
 Each class changes only what carries its bug, on vLLM's own scheduler side, in code only its situation runs;
 tests/checks/test_nixl_pull_catches.py proves the situation fails it and the unmodified NixlConnector passes.
@@ -8,6 +9,7 @@ tests/checks/test_nixl_pull_catches.py proves the situation fails it and the unm
 
 from __future__ import annotations
 
+import numpy as np
 from vllm.distributed.kv_transfer.kv_connector.v1.nixl.connector import NixlConnector
 
 
@@ -76,3 +78,20 @@ class AbortedAsLengthConnector(NixlConnector):
                     request.status = RequestStatus.FINISHED_ABORTED
 
             scheduler.request_finished = any_finish
+
+
+class UnscaledSubBlocksConnector(NixlConnector):
+    """Maps a local block to the remote-sized sub-blocks it is read into as if local block ids counted in remote
+    blocks (``block_id + i`` instead of ``block_id * ratio + i``): with a consumer block size twice the producer's,
+    reads land in the wrong halves of the wrong blocks."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        worker = self.connector_worker
+        if worker is not None:
+            def unscaled(block_ids, block_size_ratio):
+                if block_ids.size == 0:
+                    return np.array([], dtype=np.int64)
+                return (block_ids[:, None] + np.arange(block_size_ratio)[None, :]).flatten().astype(np.int64)
+
+            worker.get_mapped_blocks = unscaled

@@ -1,7 +1,8 @@
 """The NIXL pull situations beyond the round-trip fail each broken copy made for them, and pass the real connector.
 
 One subprocess runs the second turn with bidirectional KV transfer (conformance/test_pair_turns.py), the prefills
-aborted between chunks (conformance/test_pair_prefill_abort.py) and the plain pair round-trip for the unmodified
+aborted between chunks (conformance/test_pair_prefill_abort.py), the consumer with twice the producer's block size
+(conformance/test_pair_block_ratio.py) and the plain pair round-trip for the unmodified
 NixlConnector (all pass) and the broken copies in tests/checks/nixl_pull_broken.py. Each copy fails the situation
 made for it, with words that name its mistake, and passes the others selected for it, the round-trip among them: its
 edit sits in code only its situation runs (``kvconform report --uncovered NixlConnector`` listed it as never run
@@ -35,9 +36,10 @@ ROUNDTRIP = Case("(test_roundtrip and float16 and not bfloat16 and not mla)", "t
 TURN_READ = Case("turn2-read", "turn2-read]")
 TURN_BELOW = Case("turn2-below-threshold", "turn2-below-threshold]")
 ABORT = Case("test_pair_prefill_abort", "test_pair_prefill_abort[")
+RATIO = Case("test_pair_block_ratio", "test_pair_block_ratio[")
 
 CASES: dict[str, list[Case]] = {
-    "NixlConnector": [TURN_READ, TURN_BELOW, ABORT],
+    "NixlConnector": [TURN_READ, TURN_BELOW, ABORT, RATIO],
     "ConversationLengthTurnConnector": [
         Case(TURN_READ.select, TURN_READ.nodeid_part, "failed",
              ["ConversationLengthTurnConnector", "the last sampled token has none",
@@ -50,6 +52,11 @@ CASES: dict[str, list[Case]] = {
     "AbortedAsLengthConnector": [
         Case(ABORT.select, ABORT.nodeid_part, "failed",
              ["AbortedAsLengthConnector", "request_finished kept the blocks of cancelled-0, cancelled-1"]),
+        ROUNDTRIP],
+    "UnscaledSubBlocksConnector": [
+        Case(RATIO.select, RATIO.nodeid_part, "failed",
+             ["UnscaledSubBlocksConnector", "does not hold the bytes the producer (block size",
+              "were placed or rearranged wrongly"]),
         ROUNDTRIP],
 }
 SELECTION = " or ".join(f"({name} and ({' or '.join(case.select for case in cases)}))"

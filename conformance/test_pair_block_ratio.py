@@ -1,0 +1,40 @@
+"""The P/D pair round-trip with a consumer whose blocks hold twice the producer's tokens
+(conformance/checks/pair_block_ratio.py).
+
+NIXL reads the producer's smaller blocks into parts of the consumer's and rearranges them: every claimed token must
+hold the producer's bytes when the consumer reports the request received.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+from kvconform.conformance.checks.pair_block_ratio import BlockRatioRig, run_pair_block_ratio
+from kvconform.conformance.connectors.requirements import refusals_skip, require
+from kvconform.conformance.engine.kvcache import CacheShape
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from kvconform.conformance.connectors.selection import ConnectorParam
+    from kvconform.conformance.engine.rig import MakeRig
+    from kvconform.platforms.spec import PlatformSpec
+
+pytestmark = pytest.mark.check("roundtrip")
+
+
+def test_pair_block_ratio(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, make_rig: MakeRig,
+                          record_property: Callable[[str, object], None]) -> None:
+    require(connector, platform, "roundtrip")
+    if not connector.profile.is_pair():
+        pytest.skip(f"{connector.name} is not a producer/consumer pair (its profile's roles): one engine stores and "
+                    f"loads with one block size")
+    rig = make_rig(CacheShape(), BlockRatioRig)
+    refusal = rig.either_block_size_refusal()
+    if refusal:
+        pytest.skip(refusal)
+    with refusals_skip():
+        compared = run_pair_block_ratio(rig)
+    record_property("kvconform.claim", f"token slots compared per request {compared}")
