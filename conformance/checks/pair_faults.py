@@ -277,3 +277,33 @@ def run_pair_handshake_failure(rig: Rig, fault: HandshakeFault, policy: str) -> 
     assert not transport.posted, (f"{name} posted {transport.posted} transfer(s) after {fault.doc}: the harness "
                                   f"meant the handshake to fail before any")
     return _judge_failed_load(rig, pair, stored, fault, policy)
+
+
+# ---- a push producer's WRITE fails ---------------------------------------------------------------------------------
+
+WRITE_FAULT_MODES = ("push",)
+WRITE_POST_ERROR = PairFault("write-post-error", "posting the producer's WRITE into the consumer's blocks failed (the "
+                             "transport raised: the consumer's agent was gone)", post_error=True)
+# A WRITE that fails to post fails at once, on the producer: the consumer must hear of it within this bound.
+WRITE_FAILURE_BOUND_S = 5.0
+
+
+def run_pair_write_failure(rig: Rig, policy: str) -> LoadFailureAnswer:
+    """The producer's WRITE into the consumer's registered blocks cannot be posted; the consumer's answer is judged
+    as a failed read's is: it raises or reports the request (failed_recving, load-error blocks) within
+    ``WRITE_FAILURE_BOUND_S``, never reports it received, and every slot it keeps holds the producer's bytes."""
+    rig = PolicyRig.of(rig, policy)
+    stored = {"req-0": request_prompt(0, 4 * rig.block_size + 5)}
+    name = rig.connector.name
+    with open_pair(rig, stored) as pair:
+        mode = transfer_mode(pair.consumer)
+        if mode not in WRITE_FAULT_MODES:
+            raise NoTransportHook(f"{name} transfers in {mode} mode: its {POSTING_ROLE.get(mode)} posts the "
+                                  f"transfers, which the read faults (test_pair_load_failure) act on")
+        transport = install_transport(pair.producer, WRITE_POST_ERROR, waiting=pair.consumer)
+        _consumer_drains(pair, stored, f"{name}: after {WRITE_POST_ERROR.doc}, the consumer neither failed nor "
+                                       f"finished its request", timeout_s=WRITE_FAILURE_BOUND_S)
+    if not transport.failed:
+        raise LoadFailureViolation(f"{name}'s producer posted no WRITE the fault could act on ({transport.posted} "
+                                   f"posted): no transfer failure could be staged")
+    return _judge_failed_load(rig, pair, stored, WRITE_POST_ERROR, policy)

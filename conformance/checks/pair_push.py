@@ -1,0 +1,221 @@
+"""Push pairs whose two halves meet in the orders a deployment produces, beyond the round-trip's one: a router that
+hands the consumer its request before the producer's prefill finished, and engines that each suffix the router's
+request id.
+
+A push pair (the producer WRITEs into the blocks the consumer registers) has two halves to meet: the
+consumer's registration and the producer's finished request, in either order. The round-trip has the
+producer finish first; a router that knows the producer's address may send the decode request at once, so
+the registration arrives first (``registered-before-prefill``). Each engine's API server gives a request its
+own id, the router's id with a random 8-hex suffix (vLLM's input processor), so the two halves carry
+different ids for one request (``engine-suffixed-ids``).
+
+Each situation passes as the pair round-trip does (``pair.py``): the bytes the consumer reports received
+are the producer's, each side is released on the other's word, never by a lease's expiry, both sides drain
+and every block is back in each side's free pool.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..engine.prompts import request_prompt
+from ..engine.rig import EngineStandIn, Rig
+from .pair import (
+    PRODUCER_REQUEST_PARAMS,
+    CompletionWitness,
+    LivePair,
+    PairFailure,
+    add_request,
+    check_completion,
+    drained,
+    open_pair,
+)
+from .pair_faults import TRANSPORT_PATHS, transfer_mode
+from .pair_notify import leaked_blocks
+from .roundtrip import verify_roundtrip
+
+if TYPE_CHECKING:
+    from .roundtrip import RoundTripResult
+
+# A registration crosses in well under a second once the sides have shaken hands; a pair that never completes
+# fails at this bound rather than at the round-trip's longer drain bound.
+SITUATION_TIMEOUT_S = 15.0
+# What a router knows of the producer before its prefill finished: where it is, not what it computed.
+PRODUCER_ADDRESS = ("remote_engine_id", "remote_host", "remote_port", "tp_size", "dcp_size", "pp_size",
+                    "transfer_mode")
+
+
+class NotificationCounter:
+    """Stands in for a side's transport and counts the notifications the side sends (``send_notif``)."""
+
+    def __init__(self, real: Any):  # real: the connector's NIXL agent
+        self._real = real
+        self.sent = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def send_notif(self, *args: Any, **kwargs: Any) -> Any:
+        self.sent += 1
+        return self._real.send_notif(*args, **kwargs)
+
+
+def count_notifications(side: EngineStandIn) -> NotificationCounter:
+    """Put a ``NotificationCounter`` where the side's worker connector keeps its transport (``TRANSPORT_PATHS``)."""
+    connector = side.runner.connector
+    for path in TRANSPORT_PATHS:
+        owner = connector
+        for attribute in path[:-1]:
+            owner = getattr(owner, attribute, None)
+        if owner is not None and hasattr(owner, path[-1]):
+            counter = NotificationCounter(getattr(owner, path[-1]))
+            setattr(owner, path[-1], counter)
+            return counter
+    raise PairFailure(f"{type(connector).__name__}: kvconform finds its transport under none of "
+                      f"{['.'.join(p) for p in TRANSPORT_PATHS]} (conformance/checks/pair_faults.py), so it cannot "
+                      f"tell when the consumer's registration left")
+
+
+def suffixed(request_id: str) -> str:
+    """The id an engine's API server gives the router's request: the router's id, ``-`` and 8 random hex digits."""
+    return f"{request_id}-{secrets.token_hex(4)}"
+
+
+def router_params(known: dict[str, Any], producer_id: str) -> dict[str, Any]:
+    """The ``kv_transfer_params`` a router sends the consumer before the producer's prefill finished: the
+    producer's address (from an earlier request's params) and the producer's request id, no block ids yet."""
+    return {**{key: known[key] for key in PRODUCER_ADDRESS if key in known}, "do_remote_prefill": True,
+            "do_remote_decode": False, "remote_request_id": producer_id}
+
+
+def _drain_and_check(pair: LivePair, doc: str, stored: dict[str, list[int]], wanted: dict[str, list[int]],
+                     witness: CompletionWitness, compare_all: bool) -> RoundTripResult | None:
+    """Step both sides until they drain, then judge as the pair round-trip does, and check no block stays held.
+
+    ``compare_all``: compare every slot of both caches after draining (``verify_roundtrip``), right only while no
+    request before ``wanted`` freed blocks a later one reused; otherwise each request's bytes are compared when the
+    consumer reports it received (``CompletionWitness``), and each must have been received, with a claim."""
+    name = pair.rig.connector.name
+    pair.step_until(lambda: drained(pair.consumer) and drained(pair.producer),
+                    f"{name}: {doc}; the consumer did not finish receiving, or the producer did not release its "
+                    f"pages (finished_sending),", timeout_s=SITUATION_TIMEOUT_S)
+    result: list[RoundTripResult] = []
+    check_completion(pair, witness, (lambda: result.append(verify_roundtrip(
+        pair.rig, pair.producer, pair.consumer, stored, wanted, whole_blocks=True,
+        producer_ids=pair.producer_ids))) if compare_all else None)
+    log = pair.logs["consumer"]
+    unreceived = {rid: pair.consumer.scheduler.external_tokens(rid) for rid in wanted if rid not in log.received}
+    if unreceived:
+        raise PairFailure(f"{name}: {doc}; the consumer never reported {sorted(unreceived)} received "
+                          f"(finished_recving), its claims {unreceived}: nothing was loaded for them")
+    leaks = {role: leaked_blocks(log.side) for role, log in pair.logs.items()}
+    if any(leaks.values()):
+        held = ", ".join(f"the {role} still holds {count} block(s)" for role, count in leaks.items() if count)
+        raise PairFailure(f"{name}: {doc}; after both sides drained, {held}: they never return to the free pool")
+    return result[0] if result else None
+
+
+def _hand_over(pair: LivePair, consumer_ids: dict[str, str], prompts: dict[str, list[int]]) -> None:
+    """The router's requests to the consumer, each under its consumer id, with its producer request's params."""
+    for producer_id, consumer_id in consumer_ids.items():
+        pair.producer_ids[consumer_id] = producer_id
+        add_request(pair.consumer, consumer_id, prompts[producer_id], pair.params[producer_id])
+
+
+def _register_first(pair: LivePair, consumer_ids: dict[str, str], prompts: dict[str, list[int]],
+                    known: dict[str, Any]) -> None:
+    """The router sends the consumer its requests before the producer has them; the producer gets them only once
+    the consumer has sent its registration."""
+    name = pair.rig.connector.name
+    counter = count_notifications(pair.consumer)
+    for producer_id, consumer_id in consumer_ids.items():
+        pair.producer_ids[consumer_id] = producer_id
+        add_request(pair.consumer, consumer_id, prompts[producer_id], router_params(known, producer_id))
+    pair.step_until(lambda: counter.sent > 0, f"{name}: the router sent the consumer requests "
+                    f"{sorted(consumer_ids.values())} with the producer's address before the producer's prefill; "
+                    f"the consumer sent the producer no notification (its registration)", roles=("consumer",),
+                    timeout_s=SITUATION_TIMEOUT_S)
+    for producer_id in consumer_ids:
+        add_request(pair.producer, producer_id, prompts[producer_id], PRODUCER_REQUEST_PARAMS)
+
+
+def _prompts(rig: Rig, first: int, lengths: tuple[int, ...]) -> dict[str, list[int]]:
+    """Requests ``req-<first>``, ``req-<first+1>``, ... of ``lengths`` (in blocks and a few tokens past)."""
+    block_size = rig.block_size
+    return {f"req-{first + i}": request_prompt(first + i, blocks * block_size + 3 + i)
+            for i, blocks in enumerate(lengths)}
+
+
+def run_registered_before_prefill(rig: Rig, situation: PushSituation) -> RoundTripResult | None:
+    """req-0 as the round-trip hands it over (so the sides have shaken hands); then req-1 and req-2 reach the
+    consumer first, and the producer once the consumer has registered them."""
+    handed = _prompts(rig, 0, (3,))
+    early = _prompts(rig, 1, (4, 2))
+    with open_pair(rig, handed) as pair:
+        require_mode(pair, situation)
+        witness = CompletionWitness(pair)
+        pair.logs["consumer"].on_received = witness
+        _hand_over(pair, {rid: rid for rid in handed}, handed)
+        result = _drain_and_check(pair, "req-0 was handed over after the producer's prefill", handed, handed,
+                                  witness, compare_all=True)
+        _register_first(pair, {rid: rid for rid in early}, early, pair.params["req-0"])
+        _drain_and_check(pair, situation.doc, early, early, witness, compare_all=False)
+        return result
+
+
+def run_engine_suffixed_ids(rig: Rig, situation: PushSituation) -> RoundTripResult | None:
+    """Each engine suffixes the router's ids: req-0 and req-1 handed over after the producer's prefill, req-2
+    registered before it."""
+    handed = _prompts(rig, 0, (3, 2))
+    early = _prompts(rig, 2, (4,))
+    producer_ids = {rid: suffixed(rid) for rid in (*handed, *early)}
+    stored = {producer_ids[rid]: prompt for rid, prompt in {**handed, **early}.items()}
+    with open_pair(rig, {producer_ids[rid]: handed[rid] for rid in handed}) as pair:
+        require_mode(pair, situation)
+        witness = CompletionWitness(pair)
+        pair.logs["consumer"].on_received = witness
+        _hand_over(pair, {producer_ids[rid]: suffixed(rid) for rid in handed}, stored)
+        wanted = {consumer_id: stored[producer_id] for consumer_id, producer_id in pair.producer_ids.items()}
+        result = _drain_and_check(pair, situation.doc, stored, wanted, witness, compare_all=True)
+        _register_first(pair, {producer_ids[rid]: suffixed(rid) for rid in early}, stored,
+                        pair.params[producer_ids["req-0"]])
+        wanted = {consumer_id: stored[producer_id] for consumer_id, producer_id in pair.producer_ids.items()
+                  if consumer_id not in wanted}
+        _drain_and_check(pair, situation.doc, stored, wanted, witness, compare_all=False)
+        return result
+
+
+@dataclass(frozen=True)
+class PushSituation:
+    doc: str  # what happened, in the words of a failure message
+    run: Callable[[Rig, PushSituation], RoundTripResult | None]
+    modes: tuple[str, ...]  # the transfer modes (``pair_faults.POSTING_ROLE``'s keys) it applies to
+    why_not: str = ""  # why it does not apply to the other modes
+
+
+PUSH_SITUATIONS: dict[str, PushSituation] = {
+    "registered-before-prefill": PushSituation(
+        "the router sent the consumer req-1 and req-2 before the producer had them, so the consumer's registrations "
+        "reached the producer before its prefills finished", run_registered_before_prefill, ("push",),
+        "a pull consumer reads the producer's block ids, which exist only once its prefill finished"),
+    "engine-suffixed-ids": PushSituation(
+        "each engine's API server suffixed the router's request ids with its own 8 hex digits (the producer's "
+        "req-0-<8 hex> is the consumer's req-0-<other 8 hex>); req-2 was registered before the producer's prefill",
+        run_engine_suffixed_ids, ("push",),
+        "a pull consumer addresses the producer's request by remote_request_id, whatever its own id "
+        "(test_pair_routed's routed-ids)"),
+}
+
+
+class NotInMode(Exception):
+    """The situation does not apply to the pair's transfer mode; the message says why."""
+
+
+def require_mode(pair: LivePair, situation: PushSituation) -> None:
+    """``NotInMode`` where ``situation`` does not apply to the pair's transfer mode."""
+    mode = transfer_mode(pair.consumer)
+    if mode not in situation.modes:
+        raise NotInMode(f"{pair.rig.connector.name} transfers in {mode} mode: {situation.why_not}")

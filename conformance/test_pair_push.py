@@ -1,0 +1,63 @@
+"""Push pairs whose halves meet in the orders a deployment produces (``PUSH_SITUATIONS`` in
+conformance/checks/pair_push.py), and a push producer whose WRITE fails.
+
+A consumer registered before the producer's prefill finished, request ids each engine suffixed on its own: each
+passes as the pair round-trip does (the consumer's bytes are the producer's when it reports them received, each side
+is released on the other's word, never by lease expiry, no block stays held). A WRITE the producer cannot post is a
+load that failed, judged as a failed read is (``test_pair_load_failure``): the consumer raises or reports it within
+a bound, never reports it received.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+from kvconform.conformance.checks.load_failure import POLICIES
+from kvconform.conformance.checks.pair_faults import NoTransportHook, run_pair_write_failure
+from kvconform.conformance.checks.pair_push import PUSH_SITUATIONS, NotInMode
+from kvconform.conformance.connectors.requirements import refusals_skip, require
+from kvconform.conformance.engine.kvcache import CacheShape
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from kvconform.conformance.connectors.selection import ConnectorParam
+    from kvconform.conformance.engine.rig import MakeRig
+    from kvconform.platforms.spec import PlatformSpec
+
+pytestmark = pytest.mark.check("roundtrip")
+
+
+@pytest.mark.parametrize("situation", list(PUSH_SITUATIONS))
+def test_pair_orders(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, situation: str,
+                     make_rig: MakeRig, record_property: Callable[[str, object], None]) -> None:
+    require(connector, platform, "roundtrip")
+    if not connector.profile.is_pair():
+        pytest.skip(f"{connector.name} is not a producer/consumer pair (its profile's roles): its requests have no "
+                    f"second engine to meet")
+    with refusals_skip():
+        try:
+            result = PUSH_SITUATIONS[situation].run(make_rig(CacheShape()), PUSH_SITUATIONS[situation])
+        except NotInMode as exc:
+            pytest.skip(str(exc))
+    if result is not None:
+        record_property("kvconform.claim", result.describe())
+
+
+@pytest.mark.check("load_failure", needs="roundtrip")
+@pytest.mark.parametrize("policy", POLICIES)
+def test_pair_write_failure(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, policy: str,
+                            make_rig: MakeRig, record_property: Callable[[str, object], None]) -> None:
+    require(connector, platform, "roundtrip")
+    if not connector.profile.is_pair():
+        pytest.skip(f"{connector.name} is not a producer/consumer pair (its profile's roles): no producer writes "
+                    f"into its blocks")
+    with refusals_skip():
+        try:
+            answer = run_pair_write_failure(make_rig(CacheShape()), policy)
+        except NoTransportHook as exc:
+            pytest.skip(str(exc))
+    # run_pair_write_failure raised if the consumer hung, reported the request received or kept a wrong slot
+    record_property("kvconform.load_failure_answer", answer.describe())
