@@ -18,7 +18,7 @@ from .service_spec import ServiceSpec
 
 PROFILES_FILE = Path(__file__).resolve().parents[1] / "connectors.yaml"
 
-Check = Literal["roundtrip", "fill", "contract", "lint", "engine", "workload"]
+Check = Literal["roundtrip", "fill", "contract", "lint", "engine", "workload", "lifecycle"]
 Role = Literal["kv_both", "kv_producer", "kv_consumer"]
 
 

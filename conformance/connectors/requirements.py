@@ -48,6 +48,23 @@ def unmet_need(connector: ConnectorParam, platform: PlatformSpec, check: str) ->
     return None
 
 
+def children_unmet_need(connector: ConnectorParam, platform: PlatformSpec) -> str | None:
+    """Why a wrapper's children cannot run here (a child needs a package its own profile names, not installed), or
+    None: a wrapper over NixlConnector needs NIXL as NixlConnector does."""
+    from .profiles import has_profile, profile_for
+
+    children = connector.profile.extra_config.get("connectors") or []
+    for child in children:
+        name = child.get("kv_connector") if isinstance(child, dict) else None
+        if not name or not has_profile(name):
+            continue
+        missing = [p for p in profile_for(name).requires.packages if importlib.util.find_spec(p) is None]
+        if missing:
+            return (f"{connector.name}: its child {name} needs package {', '.join(missing)}, which is not "
+                    f"installed here")
+    return None
+
+
 def declared_package(connector: ConnectorParam, module: str | None) -> str | None:
     """The package of the connector's profile (``requires.packages``) that ``module`` belongs to, if any."""
     for package in connector.profile.requires.packages:

@@ -51,3 +51,28 @@ class EmptyBlocksMultiConnector(MultiConnector):
         for i, child in enumerate(self._connectors):
             child.update_state_after_alloc(request, blocks if i == chosen else blocks.new_empty(),
                                            num_external_tokens if i == chosen else 0)
+
+
+class StopsAtFailedShutdownMultiConnector(MultiConnector):
+    """Shuts its children down one after another with nothing to catch a child's error: once one child's shutdown
+    raises, the children after it are never shut down (their threads, sockets and buffers left running)."""
+
+    def __init__(self, vllm_config, role, kv_cache_config=None):
+        vllm_config.scheduler_config.disable_hybrid_kv_cache_manager = True  # as UnflaggedMultiConnector's
+        super().__init__(vllm_config, role, kv_cache_config)
+
+    def shutdown(self) -> None:
+        for child in self._connectors:
+            child.shutdown()
+
+
+class FirstChildResetMultiConnector(MultiConnector):
+    """Forwards a cache reset to its first child only, and answers with that child's answer: the other children
+    keep what vLLM's ``reset_prefix_cache(reset_connector=True)`` was meant to drop."""
+
+    def __init__(self, vllm_config, role, kv_cache_config=None):
+        vllm_config.scheduler_config.disable_hybrid_kv_cache_manager = True  # as UnflaggedMultiConnector's
+        super().__init__(vllm_config, role, kv_cache_config)
+
+    def reset_cache(self) -> bool:
+        return self._connectors[0].reset_cache() is not False

@@ -8,6 +8,9 @@
   FirstChildFinishMultiConnector reports a request finished when the first child does, so the second child's
   finish reports it again, and vLLM frees blocks a child has yet to read; EmptyBlocksMultiConnector hands
   the children it does not load from empty blocks, so they store nothing and promised hits are lost.
+* The lifecycle check (conformance/checks/wrapper_lifecycle.py) asks the wrapper's engine-lifecycle hooks through
+  vLLM's callers: StopsAtFailedShutdownMultiConnector stops shutting its children down at the first child whose
+  shutdown raises; FirstChildResetMultiConnector forwards a cache reset to its first child only.
 
 The unmodified MultiConnector, and its late-saves variant, pass the same tests. Copies in
 tests/checks/multi_broken.py, given their profiles by the YAML beside it.
@@ -21,6 +24,15 @@ PROFILES = ("--profiles", str(REPO / "tests" / "checks" / "multi_broken.yaml"))
 ROUNDTRIP = ("test_roundtrip and float16 and not bfloat16 and not mla and not layout and not scenario"
              " and not other_device")
 WORKLOAD = "test_workload_scenario and (occupied-pools or abort-mid-save)"
+LIFECYCLE = "test_wrapper_engine_hooks or test_wrapper_shutdown"
+# broken copy -> (the lifecycle test it fails, words its failure carries); it passes the other
+BROKEN_LIFECYCLE = {
+    "StopsAtFailedShutdownMultiConnector": (
+        "test_wrapper_shutdown",
+        "shutdown() never reached child 1 (ExampleConnector) after child 0 (ExampleConnector)'s shutdown raised"),
+    "FirstChildResetMultiConnector": (
+        "test_wrapper_engine_hooks", "Scheduler.reset_connector_cache never reached child 1 (ExampleConnector)"),
+}
 # broken copy -> words each of its workload failures carries
 BROKEN_WORKLOAD = {
     "FirstChildFinishMultiConnector": "as finished sending, but no such transfer was in flight",
@@ -51,3 +63,21 @@ def test_wrappers_that_mishandle_their_busy_children_fail(tmp_path):
         for outcome in broken:
             assert outcome.outcome == "failed", (outcome.nodeid, outcome.message[:800])
             assert words in outcome.message, outcome.message[:1500]
+
+
+def test_wrappers_that_forward_a_lifecycle_hook_to_some_children_fail(tmp_path):
+    returncode, outcomes, output = run_broken(tmp_path, LIFECYCLE, "MultiConnector", "tests.checks.multi_broken",
+                                              list(BROKEN_LIFECYCLE), PROFILES)
+    assert returncode == 1, output[-3000:]
+    original = [o for o in outcomes if "-MultiConnector" in o.nodeid and "@late-saves" not in o.nodeid]
+    assert len(original) == 4 and sum("@nixl-child" in o.nodeid for o in original) == 2, output[-3000:]
+    assert all(o.outcome == "passed" for o in original), [(o.nodeid, o.message[:800]) for o in original]
+    for name, (failing, words) in BROKEN_LIFECYCLE.items():
+        broken = of_connector(outcomes, name)
+        assert len(broken) == 2, output[-3000:]
+        for outcome in broken:
+            if f"{failing}[" in outcome.nodeid:
+                assert outcome.outcome == "failed", (outcome.nodeid, outcome.message[:800])
+                assert words in outcome.message, outcome.message[:1500]
+            else:
+                assert outcome.outcome == "passed", (outcome.nodeid, outcome.message[:800])

@@ -7,8 +7,10 @@ from kvconform.conformance.connectors.selection import resolve_connectors, with_
 
 def test_multi_connectors_late_saves_variant_runs_everywhere_with_its_own_children_and_checks():
     for platform in ("cpu", "cuda"):
-        plain, late = with_variants(resolve_connectors(["MultiConnector"]), platform)
-        assert (plain.id, late.id) == ("MultiConnector", "MultiConnector@late-saves")
+        plain, late, nixl_child = with_variants(resolve_connectors(["MultiConnector"]), platform)
+        assert (plain.id, late.id, nixl_child.id) == (
+            "MultiConnector", "MultiConnector@late-saves", "MultiConnector@nixl-child")
+        assert nixl_child.profile.checks == ["lifecycle"] and "lifecycle" in plain.profile.checks
         assert late.profile.checks == ["workload"] and "roundtrip" in plain.profile.checks
         children = [c["kv_connector"] for c in late.profile.extra_config["connectors"]]
         assert children == ["LateSaveExampleConnector", "LateSaveExampleConnector"]
