@@ -6,6 +6,9 @@ the next turn, the conversation so far plus the user's new tokens, to the prefil
 prefill engine pulls from the decoder what its own prefix cache lacks, the decoded tokens' KV among them, unless
 that is fewer tokens than its ``kv_recompute_threshold`` (then it computes them and only notifies the decoder).
 
+A decoder whose blocks expire within NIXL's safety margin for such a read (``decoder_kv_blocks_ttl`` shorter than it)
+must be declined: the prefill engine reports the read failed, never received.
+
 A turn passes when it completes the way vLLM relies on: the prefill engine claims exactly the tokens the decoder
 computed beyond its own prefix cache (never a token whose KV the decoder has not got: the last sampled one), or none
 below the threshold; the slots it reports received hold the decoder's bytes for those tokens; its second-turn
@@ -43,7 +46,10 @@ class TurnSituation:
 
     doc: str
     recompute_threshold: int  # kv_recompute_threshold on both engines: pull only this many tokens or more
-    reads: bool  # whether the prefill engine must read the decoder's tokens (False: below the threshold)
+    reads: bool  # whether the prefill engine claims the decoder's tokens (False: below the threshold)
+    # decoder_kv_blocks_ttl (s) on both engines, when below NIXL's safety margin for a second-turn read (5 s): the
+    # prefill engine must decline the read as expired and report it failed; None: vLLM's default (480 s)
+    decoder_ttl_s: int | None = None
 
 
 TURN_SITUATIONS: dict[str, TurnSituation] = {
@@ -52,6 +58,10 @@ TURN_SITUATIONS: dict[str, TurnSituation] = {
     "turn2-below-threshold": TurnSituation("the decoder holds fewer tokens the prefill engine lacks than its "
                                            "kv_recompute_threshold, so it computes them and only notifies the "
                                            "decoder", recompute_threshold=4096, reads=False),
+    "turn2-expiring": TurnSituation("the decoder keeps the first turn's blocks for 1 s (decoder_kv_blocks_ttl), "
+                                    "inside NIXL's safety margin for a second-turn read, so the prefill engine must "
+                                    "decline the read as expired and report it failed",
+                                    recompute_threshold=1, reads=True, decoder_ttl_s=1),
 }
 
 
@@ -71,7 +81,8 @@ class TurnsRig(Rig):
 
 def turns_config(situation: TurnSituation) -> dict[str, Any]:
     """The extra config both engines get (vLLM's NIXL option names)."""
-    return {"bidirectional_kv_xfer": True, "kv_recompute_threshold": situation.recompute_threshold}
+    ttl = {} if situation.decoder_ttl_s is None else {"decoder_kv_blocks_ttl": situation.decoder_ttl_s}
+    return {"bidirectional_kv_xfer": True, "kv_recompute_threshold": situation.recompute_threshold, **ttl}
 
 
 def conversation(prompt: list[int], decoded: int, added: int) -> list[int]:
@@ -164,6 +175,43 @@ def _check_claims(pair: LivePair, situation: TurnSituation, first_turn: dict[str
                               f"{expected}")
 
 
+def _check_completed(pair: LivePair, situation: TurnSituation, first_turn: dict[str, str],
+                     witness: TurnTwoWitness) -> None:
+    """Nothing failed or expired; what was claimed was read (the witness compared it), nothing else reported."""
+    name = pair.rig.connector.name
+    prefill_log = pair.logs["producer"]
+    if prefill_log.failed_requests or prefill_log.invalid_blocks:
+        raise PairFailure(f"{name}: {situation.doc}; nothing was injected, yet the prefill engine reported failed "
+                          f"receive(s) {sorted(prefill_log.failed_requests)} and load-error block(s) "
+                          f"{sorted(prefill_log.invalid_blocks)}")
+    check_completion(pair, CompletionWitness(pair))
+    if witness.wrong:
+        raise PairFailure(witness.wrong[0])
+    received = set(prefill_log.received)
+    if situation.reads and received != set(first_turn):
+        raise PairFailure(f"{name}: the prefill engine read the decoder's KV for {sorted(first_turn)} but reported "
+                          f"{sorted(received) or 'none'} received (finished_recving)")
+    if not situation.reads and received:
+        raise PairFailure(f"{name}: {situation.doc}, yet it reported {sorted(received)} received "
+                          f"(finished_recving): nothing was read for them")
+
+
+def _check_declined(pair: LivePair, situation: TurnSituation, first_turn: dict[str, str]) -> None:
+    """Each second-turn read was reported failed, none received: vLLM fails or recomputes those requests (its
+    kv_load_failure_policy) instead of computing on blocks the decoder is about to free."""
+    name = pair.rig.connector.name
+    prefill_log = pair.logs["producer"]
+    received = sorted(set(prefill_log.received) & set(first_turn))
+    if received:
+        raise PairFailure(f"{name}: {situation.doc}; yet it reported {', '.join(received)} received "
+                          f"(finished_recving): it read blocks whose lease ends within NIXL's safety margin "
+                          f"(_KV_BLOCKS_EXPIRY_SAFETY_MARGIN), which the decoder may free while the read runs")
+    unreported = sorted(set(first_turn) - prefill_log.failed_requests)
+    if unreported:
+        raise PairFailure(f"{name}: {situation.doc}; it neither reported {', '.join(unreported)} received nor failed "
+                          f"(failed_recving), so vLLM cannot know their KV never arrived")
+
+
 def run_pair_turns(rig: TurnsRig, situation: TurnSituation) -> dict[str, int]:
     """Turn one P -> D (the decoder samples ``DECODED_TOKENS`` and keeps its blocks), then turn two on the prefill
     engine with the decoder's params; returns each second-turn request's claim."""
@@ -186,23 +234,20 @@ def run_pair_turns(rig: TurnsRig, situation: TurnSituation) -> dict[str, int]:
         for request_id, first in first_turn.items():
             prefill.scheduler.add(request_id, conversation(stored[first], DECODED_TOKENS, NEW_USER_TOKENS),
                                   kv_transfer_params=dict(decoded.params[first]))
-        pair.step_until(lambda: set(pair.params) >= set(first_turn) and drained(decoder),
-                        f"{name}: {situation.doc}; the prefill engine did not finish the second turn's prefills, or "
-                        f"the decoder did not release the first turn's blocks", timeout_s=NOTIFY_TIMEOUT_S)
+        if situation.decoder_ttl_s is None:  # the second turn's prefills finish and hand their params on
+            pair.step_until(lambda: set(pair.params) >= set(first_turn) and drained(decoder),
+                            f"{name}: {situation.doc}; the prefill engine did not finish the second turn's prefills, "
+                            f"or the decoder did not release the first turn's blocks", timeout_s=NOTIFY_TIMEOUT_S)
+        else:  # each read ends, received or failed (vLLM then fails or recomputes it); the decoder's TTL frees
+            prefill_log = pair.logs["producer"]
+            pair.step_until(lambda: set(first_turn) <= prefill_log.failed_requests | set(prefill_log.received)
+                            and drained(decoder),
+                            f"{name}: {situation.doc}; the prefill engine reported neither received nor failed for "
+                            f"the second turn's reads, or the decoder did not release the first turn's blocks",
+                            timeout_s=NOTIFY_TIMEOUT_S)
         _check_claims(pair, situation, first_turn, computed)
-        prefill_log = pair.logs["producer"]
-        if prefill_log.failed_requests or prefill_log.invalid_blocks:
-            raise PairFailure(f"{name}: {situation.doc}; nothing was injected, yet the prefill engine reported failed "
-                              f"receive(s) {sorted(prefill_log.failed_requests)} and load-error block(s) "
-                              f"{sorted(prefill_log.invalid_blocks)}")
-        check_completion(pair, CompletionWitness(pair))
-        if witness.wrong:
-            raise PairFailure(witness.wrong[0])
-        received = set(prefill_log.received)
-        if situation.reads and received != set(first_turn):
-            raise PairFailure(f"{name}: the prefill engine read the decoder's KV for {sorted(first_turn)} but reported "
-                              f"{sorted(received) or 'none'} received (finished_recving)")
-        if not situation.reads and received:
-            raise PairFailure(f"{name}: {situation.doc}, yet it reported {sorted(received)} received "
-                              f"(finished_recving): nothing was read for them")
+        if situation.decoder_ttl_s is not None:
+            _check_declined(pair, situation, first_turn)
+        else:
+            _check_completed(pair, situation, first_turn, witness)
         return {rid: prefill.scheduler.external_tokens(rid) for rid in first_turn}

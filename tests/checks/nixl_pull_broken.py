@@ -54,6 +54,18 @@ class SilentRecomputeConnector(NixlConnector):
             scheduler.update_state_after_alloc = recompute_silently
 
 
+class ExpiryBlindTurnConnector(NixlConnector):
+    """The prefill engine reads a second turn from the decoder without looking at the deadline the decoder exported
+    for its blocks (``remote_blocks_expiry_time``), as if turn-two reads could not expire: blocks whose lease ends
+    within the safety margin are read, and the read reported received, while the decoder frees them."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        worker = self.connector_worker
+        if worker is not None:
+            worker._is_turn2_read_expired = lambda meta: False
+
+
 class AbortedAsLengthConnector(NixlConnector):
     """Treats a prefill that ends aborted as one that ended by length: its blocks are kept for a consumer (a lease
     is set) and params returned, though no consumer will read an aborted prefill; the blocks stay held until the

@@ -35,11 +35,12 @@ class Case:
 ROUNDTRIP = Case("(test_roundtrip and float16 and not bfloat16 and not mla)", "test_roundtrip[")
 TURN_READ = Case("turn2-read", "turn2-read]")
 TURN_BELOW = Case("turn2-below-threshold", "turn2-below-threshold]")
+TURN_EXPIRING = Case("turn2-expiring", "turn2-expiring]")
 ABORT = Case("test_pair_prefill_abort", "test_pair_prefill_abort[")
 RATIO = Case("test_pair_block_ratio", "test_pair_block_ratio[")
 
 CASES: dict[str, list[Case]] = {
-    "NixlConnector": [TURN_READ, TURN_BELOW, ABORT, RATIO],
+    "NixlConnector": [TURN_READ, TURN_BELOW, TURN_EXPIRING, ABORT, RATIO],
     "ConversationLengthTurnConnector": [
         Case(TURN_READ.select, TURN_READ.nodeid_part, "failed",
              ["ConversationLengthTurnConnector", "the last sampled token has none",
@@ -48,6 +49,10 @@ CASES: dict[str, list[Case]] = {
     "SilentRecomputeConnector": [
         Case(TURN_BELOW.select, TURN_BELOW.nodeid_part, "failed",
              ["SilentRecomputeConnector", "the decoder did not release the first turn's blocks within 15 s"]),
+        TURN_READ, ROUNDTRIP],
+    "ExpiryBlindTurnConnector": [
+        Case(TURN_EXPIRING.select, TURN_EXPIRING.nodeid_part, "failed",
+             ["ExpiryBlindTurnConnector", "received (finished_recving): it read blocks whose lease ends within"]),
         TURN_READ, ROUNDTRIP],
     "AbortedAsLengthConnector": [
         Case(ABORT.select, ABORT.nodeid_part, "failed",
