@@ -49,11 +49,13 @@ PRODUCER_ADDRESS = ("remote_engine_id", "remote_host", "remote_port", "tp_size",
 
 
 class NotificationCounter:
-    """Stands in for a side's transport and counts the notifications the side sends (``send_notif``)."""
+    """Stands in for a side's transport and counts the notifications the side sends (``send_notif``) and those it
+    takes in (``get_new_notifs``)."""
 
     def __init__(self, real: Any):  # real: the connector's NIXL agent
         self._real = real
         self.sent = 0
+        self.received = 0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
@@ -61,6 +63,11 @@ class NotificationCounter:
     def send_notif(self, *args: Any, **kwargs: Any) -> Any:
         self.sent += 1
         return self._real.send_notif(*args, **kwargs)
+
+    def get_new_notifs(self, *args: Any, **kwargs: Any) -> Any:
+        notifications = self._real.get_new_notifs(*args, **kwargs)
+        self.received += sum(len(messages) for messages in notifications.values())
+        return notifications
 
 
 def count_notifications(side: EngineStandIn) -> NotificationCounter:
@@ -130,13 +137,17 @@ def _register_first(pair: LivePair, consumer_ids: dict[str, str], prompts: dict[
     """The router sends the consumer its requests before the producer has them; the producer gets them only once
     the consumer has sent its registration."""
     name = pair.rig.connector.name
-    counter = count_notifications(pair.consumer)
+    sent, received = count_notifications(pair.consumer), count_notifications(pair.producer)
     for producer_id, consumer_id in consumer_ids.items():
         pair.producer_ids[consumer_id] = producer_id
         add_request(pair.consumer, consumer_id, prompts[producer_id], router_params(known, producer_id))
-    pair.step_until(lambda: counter.sent > 0, f"{name}: the router sent the consumer requests "
+    pair.step_until(lambda: sent.sent >= len(consumer_ids), f"{name}: the router sent the consumer requests "
                     f"{sorted(consumer_ids.values())} with the producer's address before the producer's prefill; "
-                    f"the consumer sent the producer no notification (its registration)", roles=("consumer",),
+                    f"the consumer did not send the producer a notification (its registration) for each",
+                    roles=("consumer",), timeout_s=SITUATION_TIMEOUT_S)
+    # the producer keeps stepping (its other traffic) until its connector has taken the registrations in
+    pair.step_until(lambda: received.received >= sent.sent, f"{name}: the consumer sent {sent.sent} notification(s) "
+                    f"(its registrations); the producer's connector did not take them in", roles=("producer",),
                     timeout_s=SITUATION_TIMEOUT_S)
     for producer_id in consumer_ids:
         add_request(pair.producer, producer_id, prompts[producer_id], PRODUCER_REQUEST_PARAMS)

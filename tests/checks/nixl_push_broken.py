@@ -1,0 +1,66 @@
+"""Deliberately broken copies of vLLM's NixlPushConnector for the push situations beyond the round-trip, one bug each.
+
+tests/checks/test_nixl_push_catches.py proves that conformance/test_pair_push.py fails each of them and that the
+push round-trip passes each: every edit sits in code only its situation runs (``kvconform report --uncovered
+NixlPushConnector`` listed it as never run by the suite before the situation existed). Each class changes only what
+carries its bug, on top of vLLM's own worker.
+"""
+
+from __future__ import annotations
+
+from vllm.distributed.kv_transfer.kv_connector.v1.nixl.connector import NixlPushConnector
+
+
+class EarlyRegistrationLostPushConnector(NixlPushConnector):
+    """The producer matches a consumer's registration only when it arrives after the request finished: one that came
+    first is kept but never looked up when the request's blocks come in (its finished-blocks path skips the waiting
+    registrations), so nothing is written and both sides hold the request."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        worker = self.connector_worker
+        if worker is not None:
+            worker._pop_matching_registration = lambda request_id: None
+
+
+class ExactIdPushConnector(NixlPushConnector):
+    """The producer pairs a registration with a finished request by exact request id, as if both engines used the
+    router's id: each engine's API server suffixes it with its own 8 hex digits, so no registration ever matches."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        worker = self.connector_worker
+        if worker is not None:
+            registrations, finished = worker._pending_d_registrations, worker._push_finished_blocks
+
+            def exact_registration(request_id):
+                return registrations.pop(request_id, None)
+
+            def exact_finished(request_id):
+                blocks = finished.pop(request_id, None)
+                return None if blocks is None else (request_id, blocks)
+
+            worker._pop_matching_registration = exact_registration
+            worker._pop_matching_finished_blocks = exact_finished
+
+
+class FailedWriteNotifiedPushConnector(NixlPushConnector):
+    """A WRITE the producer could not post is still announced to the consumer: the producer sends the completion
+    notification the WRITE would have carried, so the consumer reports the request received over blocks nothing
+    wrote."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        worker = self.connector_worker
+        if worker is not None:
+            post = worker._xfer_blocks
+
+            def announced(read_spec, dst_engine_id, request_id, remote_request_id, *rest, **named):
+                handle = post(read_spec, dst_engine_id, request_id, remote_request_id, *rest, **named)
+                if handle is None and request_id in worker._send_failures:
+                    for agent in dict(worker._remote_agents.get(dst_engine_id) or {}).values():
+                        worker.nixl_wrapper.send_notif(agent, notif_msg=f"{remote_request_id}:{worker.world_size}"
+                                                       .encode())
+                return handle
+
+            worker._xfer_blocks = announced
