@@ -1,7 +1,8 @@
 """Deliberately broken copies of vLLM's NixlConnector (the pull/READ pair) for the situations of its pull path the
 suite reaches beyond the round-trip: a conversation's second turn with bidirectional KV transfer
-(conformance/test_pair_turns.py), prefills aborted between chunks (conformance/test_pair_prefill_abort.py) and a
-consumer whose blocks hold more tokens than the producer's (conformance/test_pair_block_ratio.py).
+(conformance/test_pair_turns.py), prefills aborted between chunks (conformance/test_pair_prefill_abort.py), a
+consumer whose blocks hold more tokens than the producer's (conformance/test_pair_block_ratio.py) and requests that
+wait in a busy consumer's queue longer than the producer's lease (conformance/test_pair_heartbeats.py).
 
 Each class changes only what carries its bug, on vLLM's own scheduler side, in code only its situation runs;
 tests/checks/test_nixl_pull_catches.py proves the situation fails it and the unmodified NixlConnector passes.
@@ -107,3 +108,14 @@ class UnscaledSubBlocksConnector(NixlConnector):
                 return (block_ids[:, None] + np.arange(block_size_ratio)[None, :]).flatten().astype(np.int64)
 
             worker.get_mapped_blocks = unscaled
+
+
+class SilentWaitConnector(NixlConnector):
+    """The consumer sends the producer no heartbeat for requests waiting in its queue: once they wait longer than the
+    producer's lease, the producer releases their blocks ("Releasing expired KV blocks") before they are read."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        worker = self.connector_worker
+        if worker is not None:
+            worker._send_heartbeats = lambda metadata: None

@@ -2,7 +2,8 @@
 
 One subprocess runs the second turn with bidirectional KV transfer (conformance/test_pair_turns.py), the prefills
 aborted between chunks (conformance/test_pair_prefill_abort.py), the consumer with twice the producer's block size
-(conformance/test_pair_block_ratio.py) and the plain pair round-trip for the unmodified
+(conformance/test_pair_block_ratio.py), the requests waiting in a busy consumer's queue
+(conformance/test_pair_heartbeats.py) and the plain pair round-trip for the unmodified
 NixlConnector (all pass) and the broken copies in tests/checks/nixl_pull_broken.py. Each copy fails the situation
 made for it, with words that name its mistake, and passes the others selected for it, the round-trip among them: its
 edit sits in code only its situation runs (``kvconform report --uncovered NixlConnector`` listed it as never run
@@ -38,9 +39,10 @@ TURN_BELOW = Case("turn2-below-threshold", "turn2-below-threshold]")
 TURN_EXPIRING = Case("turn2-expiring", "turn2-expiring]")
 ABORT = Case("test_pair_prefill_abort", "test_pair_prefill_abort[")
 RATIO = Case("test_pair_block_ratio", "test_pair_block_ratio[")
+HEARTBEATS = Case("test_pair_heartbeats", "test_pair_heartbeats[")
 
 CASES: dict[str, list[Case]] = {
-    "NixlConnector": [TURN_READ, TURN_BELOW, TURN_EXPIRING, ABORT, RATIO],
+    "NixlConnector": [TURN_READ, TURN_BELOW, TURN_EXPIRING, ABORT, RATIO, HEARTBEATS],
     "ConversationLengthTurnConnector": [
         Case(TURN_READ.select, TURN_READ.nodeid_part, "failed",
              ["ConversationLengthTurnConnector", "the last sampled token has none",
@@ -57,6 +59,10 @@ CASES: dict[str, list[Case]] = {
     "AbortedAsLengthConnector": [
         Case(ABORT.select, ABORT.nodeid_part, "failed",
              ["AbortedAsLengthConnector", "request_finished kept the blocks of cancelled-0, cancelled-1"]),
+        ROUNDTRIP],
+    "SilentWaitConnector": [
+        Case(HEARTBEATS.select, HEARTBEATS.nodeid_part, "failed",
+             ["SilentWaitConnector", "when its lease expired", "num_kv_expired_reqs"]),
         ROUNDTRIP],
     "UnscaledSubBlocksConnector": [
         Case(RATIO.select, RATIO.nodeid_part, "failed",
