@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from kvconform.conformance.checks.fill import FillResult, run_fill
+from kvconform.conformance.checks.fill import FillFailure, FillResult, run_fill
 from kvconform.conformance.connectors.requirements import refusals_skip, require
 from kvconform.conformance.engine.hybrid_cache import (
     ATTENTION_ONLY_KINDS,
@@ -24,7 +24,7 @@ from kvconform.conformance.engine.hybrid_cache import (
     UNEXPECTED_ENTRIES,
     layer_kinds,
 )
-from kvconform.conformance.engine.kvcache import KV_DTYPES, CacheShape
+from kvconform.conformance.engine.kvcache import KV_DTYPES, MORE_KV_DTYPES, CacheShape
 
 if TYPE_CHECKING:
     from kvconform.conformance.connectors.selection import ConnectorParam
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.check("fill")
 
-DTYPES = list(KV_DTYPES)
+DTYPES = [*KV_DTYPES, *MORE_KV_DTYPES]  # fp8_e5m2 too: the connector encodes fp8 fills by the cache dtype's name
 
 
 def _kinds(connector: ConnectorParam, registration: str) -> tuple[str, ...]:
@@ -94,6 +94,23 @@ def test_fill_unexpected_entry(platform: PlatformSpec, attn_backend: str, connec
     with refusals_skip():
         result = run_fill(make_rig(CacheShape()), HYBRID_KINDS, "owned", mode=mode, unexpected={state_layer: entry})
     assert any(state_layer in message for message in result.warnings)
+
+
+HEAD_SIZES_KINDS = ("full", "wide-full")  # full attention, heads of two sizes: conformance/engine/hybrid_cache.py
+
+
+@pytest.mark.parametrize("dtype", ["float16", "fp8"])
+def test_fill_head_sizes(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, dtype: str,
+                         make_rig: MakeRig) -> None:
+    """Full attention layers of two head sizes: vLLM plans one group whose spec holds each layer's own
+    (UniformTypeKVCacheSpecs; its scheduler sees one of them); each layer is filled in its own encoding."""
+    require(connector, platform, "fill")
+    with refusals_skip():
+        result = run_fill(make_rig(CacheShape(dtype=dtype)), HEAD_SIZES_KINDS, "pages")
+    if len(result.block_sizes) != 1:
+        raise FillFailure(f"{connector.name}: vLLM planned {len(result.block_sizes)} cache groups for full attention "
+                          f"of two head sizes, not one of both (harness: the layer kinds {HEAD_SIZES_KINDS})")
+    assert result.regions > 0
 
 
 # case -> (layer kinds, registration of state layers, fill mode). Attention only: one group the engine never zeroes,

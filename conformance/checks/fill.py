@@ -241,14 +241,23 @@ class Snapshot:
 # ---------------------------------------------------------------- values
 
 
+# vLLM's fp8 cache dtypes (pages of uint8) -> the dtype their values are encoded in; None: the platform's fp8
+FP8_ENCODINGS: dict[str, torch.dtype | None] = {"fp8": None, "fp8_e4m3": None, "fp8_e5m2": torch.float8_e5m2}
+
+
 def _decode_dtype(caches: HybridCaches, layer: str, tensor: torch.Tensor) -> torch.dtype | None:
-    """The dtype the fill values are encoded in: the platform's fp8 for fp8 attention caches (uint8)."""
+    """The dtype the fill values are encoded in: for fp8 attention caches (uint8) the encoding the cache dtype
+    names (FP8_ENCODINGS)."""
     from vllm.platforms import current_platform
 
-    spec = caches.spec_of(layer)
+    spec = caches.own_spec(layer)
     if (isinstance(spec, vllm_api.find("AttentionSpec")) and tensor.dtype == torch.uint8
             and spec.kv_quant_mode == vllm_api.find("KVQuantMode").FP8_PER_TENSOR):
-        return current_platform.fp8_dtype()
+        cache_dtype = getattr(spec, "cache_dtype_str", None) or caches.cache_dtype
+        if cache_dtype not in FP8_ENCODINGS:
+            raise FillFailure(f"layer {layer}: the fill check does not know how kv cache dtype {cache_dtype!r} "
+                              f"encodes its values (it knows {sorted(FP8_ENCODINGS)})")
+        return FP8_ENCODINGS[cache_dtype] or current_platform.fp8_dtype()
     return tensor.dtype if tensor.dtype.is_floating_point else None
 
 

@@ -218,12 +218,18 @@ class HybridCaches:
     registered: dict[str, LayerCache]  # what register_kv_caches received
     registration: str
     unexpected: dict[str, str] = field(default_factory=dict)  # layer -> UNEXPECTED_ENTRIES key
+    cache_dtype: str = "auto"  # the cache config's kv cache dtype: "fp8_e5m2" says how a uint8 fp8 page encodes
 
     def group_of(self, layer: str) -> int:
         return next(i for i, g in enumerate(self.kv_cache_config.kv_cache_groups) if layer in g.layer_names)
 
     def spec_of(self, layer: str) -> KVCacheSpec:
         return self.kv_cache_config.kv_cache_groups[self.group_of(layer)].kv_cache_spec
+
+    def own_spec(self, layer: str) -> KVCacheSpec:
+        """The layer's own spec: its group's, or its entry in the group's UniformTypeKVCacheSpecs."""
+        specs = getattr(self.spec_of(layer), "kv_cache_specs", None)
+        return specs[layer] if specs else self.spec_of(layer)
 
     def is_state(self, layer: str) -> bool:
         return KINDS[self.kinds[layer]].state
@@ -270,7 +276,8 @@ def build(vllm_config: VllmConfig, kinds: tuple[str, ...], device: str, registra
             registered[name] = shape.entry(spec, page, KINDS[by_layer[name]].container)
         else:
             registered[name] = page
-    return HybridCaches(config, by_layer, pages, registered, registration, dict(unexpected or {}))
+    return HybridCaches(config, by_layer, pages, registered, registration, dict(unexpected or {}),
+                        vllm_config.cache_config.cache_dtype)
 
 
 def _layer_metadata(caches: HybridCaches, backend: str) -> dict[str, object]:
@@ -315,5 +322,8 @@ def engine_over(rig: Rig, config: VllmConfig, kinds: tuple[str, ...], registrati
     with refusal_as(ConnectorRefused, rig.connector):
         runner = ModelRunnerStandIn(config, caches.kv_cache_config, caches.registered, rig.connector.name,
                                     rig.device, metadata, attention_layers=caches.attention_layers())
-        scheduler = SchedulerDriver(config, caches.kv_cache_config)
+        # the engine core's scheduler gets vLLM's scheduler view of the config: a group of one attention type over
+        # several page sizes (UniformTypeKVCacheSpecs) is one of its layers' specs there
+        scheduler_view = vllm_api.find("generate_scheduler_kv_cache_config")([caches.kv_cache_config])
+        scheduler = SchedulerDriver(config, scheduler_view)
     return EngineStandIn(config, caches.kv_cache_config, caches.registered, scheduler, runner), caches

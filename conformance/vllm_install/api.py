@@ -87,7 +87,8 @@ def _same_name(modules: tuple[str, ...], *names: str, absent: str = "") -> dict[
 PLACES: dict[str, Place] = {
     # the KV cache planner: groups, the KVCacheConfig, the engine core's block sizes
     **_same_name(_PLANNING, "get_kv_cache_groups", "get_kv_cache_config_from_groups"),
-    **_same_name(_KV_CACHE_UTILS, "resolve_kv_cache_block_sizes", "get_request_block_hasher", "init_none_hash"),
+    **_same_name(_KV_CACHE_UTILS, "resolve_kv_cache_block_sizes", "get_request_block_hasher", "init_none_hash",
+                 "generate_scheduler_kv_cache_config"),
     **_same_name(_KV_CACHE_UTILS, "resolve_cache_hit_alignment_tokens", absent=_NEW_IN_032),
     # KV cache specs and the config connectors are handed
     **_same_name(_KV_CACHE_INTERFACE, "KVCacheConfig", "KVCacheGroupSpec", "AttentionSpec", "FullAttentionSpec",

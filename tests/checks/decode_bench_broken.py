@@ -13,7 +13,9 @@ from vllm.distributed.kv_transfer.kv_connector.v1.decode_bench_connector import 
     DecodeBenchConnector,
     DecodeBenchConnectorScheduler,
     DecodeBenchConnectorWorker,
+    _get_fp8_dtype,
 )
+from vllm.platforms import current_platform
 from vllm.v1.kv_cache_interface import CircularBufferSpec, iter_layer_specs
 
 
@@ -132,3 +134,33 @@ class UnregisteredLayerCrashConnector(_WithWorker):
     KV cache config that register_kv_caches did not receive raises KeyError in the step that fills."""
 
     worker_class = _LooksUpEveryLayer
+
+
+class _PlatformFp8Worker(DecodeBenchConnectorWorker):
+    def __init__(self, vllm_config, kv_cache_config):
+        super().__init__(vllm_config, kv_cache_config)
+        self._fp8_dtypes = {layer: current_platform.fp8_dtype() for layer in self._fp8_dtypes}
+
+
+class PlatformFp8OnlyConnector(_WithWorker):
+    """Encodes every fp8 cache's fill in the platform's fp8 (e4m3), whatever encoding the cache dtype names: an
+    fp8_e5m2 cache then holds bytes that decode to other values."""
+
+    worker_class = _PlatformFp8Worker
+
+
+class _GroupSpecFp8Worker(DecodeBenchConnectorWorker):
+    def __init__(self, vllm_config, kv_cache_config):
+        super().__init__(vllm_config, kv_cache_config)
+        self._fp8_dtypes = {}
+        for group in kv_cache_config.kv_cache_groups:  # the group's spec, not each layer's
+            fp8_dtype = _get_fp8_dtype(group.kv_cache_spec, vllm_config.cache_config.cache_dtype)
+            if fp8_dtype is not None:
+                self._fp8_dtypes.update(dict.fromkeys(group.layer_names, fp8_dtype))
+
+
+class GroupSpecFp8Connector(_WithWorker):
+    """Asks each group's spec, not each layer's, whether a cache holds fp8: a group of layers of several head
+    sizes (UniformTypeKVCacheSpecs) is no attention spec, so its fp8 pages are filled as raw bytes (zeros)."""
+
+    worker_class = _GroupSpecFp8Worker

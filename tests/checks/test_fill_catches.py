@@ -32,9 +32,14 @@ BROKEN_FILL = {
                                           ["StartupFillsZeroedGroupsConnector", "at startup",
                                            "a group startup_fill leaves to the requests"]),
     "UnregisteredLayerCrashConnector": (["-missing-constant]"], ["KeyError", "model.layers.3.mixer"]),
+    "PlatformFp8OnlyConnector": (["-fp8_e5m2-owned]", "-fp8_e5m2-pages]", "-fp8_e5m2]"],
+                                 ["PlatformFp8OnlyConnector", "0.25"]),  # the constant, or the random fill's mean
+    "GroupSpecFp8Connector": (["test_fill_head_sizes[cpu-CPU_ATTN-GroupSpecFp8Connector-fp8]"],
+                              ["GroupSpecFp8Connector", "UniformTypeKVCacheSpecs", "expected the constant fill 0.25"]),
 }
-# test_fill 4 dtypes x 3 registrations, 4 random, 3 prefix-hit, 3 unexpected entries x 2 modes, 5 startup cases
-TESTS_PER_CONNECTOR = 30
+# test_fill 5 dtypes x 3 registrations, 5 random, 3 prefix-hit, 3 unexpected entries x 2 modes, 5 startup cases,
+# 2 head sizes
+TESTS_PER_CONNECTOR = 36
 # vLLM 0.32's DecodeBenchConnector fills a tuple of block-indexed state views whole: every request's
 # pages change (see the README's "bugs found"); these tests must fail, and only these.
 KNOWN_BUGS = {"-views]": "the fill changed bytes the requests do not own"}
