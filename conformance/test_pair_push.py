@@ -3,9 +3,9 @@ conformance/checks/pair_push.py), and a push producer whose WRITE fails.
 
 A consumer registered before the producer's prefill finished, request ids each engine suffixed on its own: each
 passes as the pair round-trip does (the consumer's bytes are the producer's when it reports them received, each side
-is released on the other's word, never by lease expiry, no block stays held). A WRITE the producer cannot post is a
-load that failed, judged as a failed read is (``test_pair_load_failure``): the consumer raises or reports it within
-a bound, never reports it received.
+is released on the other's word, never by lease expiry, no block stays held). A WRITE the producer cannot post, or a
+registration the consumer cannot send (``PUSH_FAULTS``), is a load that failed, judged as a failed read is
+(``test_pair_load_failure``): the consumer raises or reports it within a bound, never reports it received.
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from kvconform.conformance.checks.load_failure import POLICIES
-from kvconform.conformance.checks.pair_faults import NoTransportHook, run_pair_write_failure
+from kvconform.conformance.checks.pair_faults import PUSH_FAULTS, NoTransportHook, run_pair_write_failure
 from kvconform.conformance.checks.pair_push import PUSH_SITUATIONS, NotInMode
 from kvconform.conformance.connectors.requirements import refusals_skip, require
 from kvconform.conformance.engine.kvcache import CacheShape
@@ -28,6 +27,9 @@ if TYPE_CHECKING:
     from kvconform.platforms.spec import PlatformSpec
 
 pytestmark = pytest.mark.check("roundtrip")
+# vLLM's kv_load_failure_policy acts on what the consumer reports; a push fault's question is whether it reports at all
+# (test_pair_load_failure runs both policies over a report), so one policy keeps each fault's bounded wait single.
+POLICY = "fail"
 
 
 @pytest.mark.parametrize("situation", list(PUSH_SITUATIONS))
@@ -47,8 +49,8 @@ def test_pair_orders(platform: PlatformSpec, attn_backend: str, connector: Conne
 
 
 @pytest.mark.check("load_failure", needs="roundtrip")
-@pytest.mark.parametrize("policy", POLICIES)
-def test_pair_write_failure(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, policy: str,
+@pytest.mark.parametrize("fault", list(PUSH_FAULTS))
+def test_pair_write_failure(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, fault: str,
                             make_rig: MakeRig, record_property: Callable[[str, object], None]) -> None:
     require(connector, platform, "roundtrip")
     if not connector.profile.is_pair():
@@ -56,7 +58,7 @@ def test_pair_write_failure(platform: PlatformSpec, attn_backend: str, connector
                     f"into its blocks")
     with refusals_skip():
         try:
-            answer = run_pair_write_failure(make_rig(CacheShape()), policy)
+            answer = run_pair_write_failure(make_rig(CacheShape()), PUSH_FAULTS[fault], POLICY)
         except NoTransportHook as exc:
             pytest.skip(str(exc))
     # run_pair_write_failure raised if the consumer hung, reported the request received or kept a wrong slot

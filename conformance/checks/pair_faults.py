@@ -8,14 +8,16 @@ the connector's worker drives, found through ``TRANSPORT_PATHS``: a new pair con
 there and gets the same checks from its profile. ``HANDSHAKE_FAULTS`` come before any transfer is
 posted: the consumer's ``kv_transfer_params`` name a producer it cannot handshake with (a port no one
 serves, an engine id the producer does not have); the same judgement applies, within a bound just above
-vLLM's own handshake timeout, and no transfer may be posted.
+vLLM's own handshake timeout, and no transfer may be posted. ``PUSH_FAULTS`` fail a push pair's transfer on
+the side that makes it (the producer's WRITE, the consumer's registration): the consumer's answer is judged
+the same way, within a short bound.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -33,6 +35,9 @@ from .load_failure import (
 )
 from .pair import DRAIN_TIMEOUT_S, LivePair, SideLog, drained, open_pair, run_pair_roundtrip
 from .roundtrip import RoundTripResult, RoundTripScenario
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
 
 # Where a pair connector's worker keeps the transport it posts reads on (attribute path from the connector).
 TRANSPORT_PATHS = (
@@ -145,16 +150,17 @@ def require_read_faults(pair: LivePair) -> None:
                               f"(conformance/checks/pair_faults.py's READ_FAULT_MODES); the handshake faults apply")
 
 
-def install_transport(side: EngineStandIn, fault: PairFault, waiting: EngineStandIn | None = None) -> FaultyTransport:
-    """Put a ``FaultyTransport`` where the side's worker connector keeps its transport (``waiting``: the side whose
-    requests wait for the transfers, when another side posts them)."""
+def install_transport(side: EngineStandIn, fault: PairFault, waiting: EngineStandIn | None = None,
+                      transport: type[FaultyTransport] = FaultyTransport) -> FaultyTransport:
+    """Put a ``FaultyTransport`` (or the ``transport`` subclass given) where the side's worker connector keeps its
+    transport (``waiting``: the side whose requests wait for the transfers, when another side posts them)."""
     connector = side.runner.connector
     for path in TRANSPORT_PATHS:
         owner = connector
         for attribute in path[:-1]:
             owner = getattr(owner, attribute, None)
         if owner is not None and hasattr(owner, path[-1]):
-            faulty = FaultyTransport(getattr(owner, path[-1]), fault, waiting or side)
+            faulty = transport(getattr(owner, path[-1]), fault, waiting or side)
             setattr(owner, path[-1], faulty)
             return faulty
     raise NoTransportHook(f"{type(connector).__name__}: kvconform finds its transport under none of "
@@ -279,31 +285,74 @@ def run_pair_handshake_failure(rig: Rig, fault: HandshakeFault, policy: str) -> 
     return _judge_failed_load(rig, pair, stored, fault, policy)
 
 
-# ---- a push producer's WRITE fails ---------------------------------------------------------------------------------
+# ---- a push pair's transfer fails: the producer's WRITE, or the consumer's registration --------------------------
 
 WRITE_FAULT_MODES = ("push",)
-WRITE_POST_ERROR = PairFault("write-post-error", "posting the producer's WRITE into the consumer's blocks failed (the "
-                             "transport raised: the consumer's agent was gone)", post_error=True)
-# A WRITE that fails to post fails at once, on the producer: the consumer must hear of it within this bound.
+# A push transfer that fails to post fails at once, on one side: the consumer must hear of it within this bound.
 WRITE_FAILURE_BOUND_S = 5.0
+# The consumer's registration watchdog (NIXL push's ``push_registration_timeout``, by default the decoder's KV TTL),
+# shortened to fire inside that bound: a registration no WRITE answered in time must not leave the request waiting.
+REGISTRATION_WATCHDOG_S = 1.0
 
 
-def run_pair_write_failure(rig: Rig, policy: str) -> LoadFailureAnswer:
-    """The producer's WRITE into the consumer's registered blocks cannot be posted; the consumer's answer is judged
-    as a failed read's is: it raises or reports the request (failed_recving, load-error blocks) within
-    ``WRITE_FAILURE_BOUND_S``, never reports it received, and every slot it keeps holds the producer's bytes."""
-    rig = PolicyRig.of(rig, policy)
+@dataclass
+class WatchdogRig(PolicyRig):
+    """A ``PolicyRig`` whose push consumer gives up on a registration after ``REGISTRATION_WATCHDOG_S``."""
+
+    def vllm_config(self, role: str) -> VllmConfig:
+        config = super().vllm_config(role)
+        extra = dict(config.kv_transfer_config.kv_connector_extra_config or {})
+        config.kv_transfer_config.kv_connector_extra_config = {**extra,
+                                                               "push_registration_timeout": REGISTRATION_WATCHDOG_S}
+        return config
+
+
+class NotifyFailingTransport(FaultyTransport):
+    """A ``FaultyTransport`` whose notifications cannot be sent (``send_notif`` raises)."""
+
+    def send_notif(self, *args: Any, **kwargs: Any) -> None:
+        self.posted += 1
+        self.failed += 1
+        raise InjectedTransportError(f"kvconform: {self._fault.doc}")
+
+
+@dataclass(frozen=True)
+class PushFault:
+    """A push pair's transfer that fails: on which side, through which transport stand-in."""
+
+    fault: PairFault
+    role: str  # the side whose transport fails ("producer", "consumer")
+    transport: type[FaultyTransport] = FaultyTransport
+
+
+PUSH_FAULTS: dict[str, PushFault] = {
+    "write-post-error": PushFault(PairFault(
+        "write-post-error", "posting the producer's WRITE into the consumer's blocks failed (the transport raised: "
+        "the consumer's agent was gone)", post_error=True), "producer"),
+    "registration-send-error": PushFault(PairFault(
+        "registration-send-error", "sending the consumer's registration to the producer failed (the transport "
+        "raised: the producer's agent was gone)"), "consumer", NotifyFailingTransport),
+}
+
+
+def run_pair_write_failure(rig: Rig, push_fault: PushFault, policy: str) -> LoadFailureAnswer:
+    """A push pair's transfer fails (``PUSH_FAULTS``); the consumer's answer is judged as a failed read's is: it raises
+    or reports the request (failed_recving, load-error blocks) within ``WRITE_FAILURE_BOUND_S``, never reports it
+    received, and every slot it keeps holds the producer's bytes. The consumer's registration watchdog fires
+    within the bound (``WatchdogRig``)."""
+    rig = WatchdogRig.of(rig, policy)
     stored = {"req-0": request_prompt(0, 4 * rig.block_size + 5)}
-    name = rig.connector.name
+    name, fault = rig.connector.name, push_fault.fault
     with open_pair(rig, stored) as pair:
         mode = transfer_mode(pair.consumer)
         if mode not in WRITE_FAULT_MODES:
             raise NoTransportHook(f"{name} transfers in {mode} mode: its {POSTING_ROLE.get(mode)} posts the "
                                   f"transfers, which the read faults (test_pair_load_failure) act on")
-        transport = install_transport(pair.producer, WRITE_POST_ERROR, waiting=pair.consumer)
-        _consumer_drains(pair, stored, f"{name}: after {WRITE_POST_ERROR.doc}, the consumer neither failed nor "
-                                       f"finished its request", timeout_s=WRITE_FAILURE_BOUND_S)
+        side = pair.logs[push_fault.role].side
+        transport = install_transport(side, fault, waiting=pair.consumer, transport=push_fault.transport)
+        _consumer_drains(pair, stored, f"{name}: after {fault.doc}, the consumer neither failed nor finished its "
+                                       f"request", timeout_s=WRITE_FAILURE_BOUND_S)
     if not transport.failed:
-        raise LoadFailureViolation(f"{name}'s producer posted no WRITE the fault could act on ({transport.posted} "
-                                   f"posted): no transfer failure could be staged")
-    return _judge_failed_load(rig, pair, stored, WRITE_POST_ERROR, policy)
+        raise LoadFailureViolation(f"{name}'s {push_fault.role} posted nothing the fault could act on "
+                                   f"({transport.posted} posted): no transfer failure could be staged")
+    return _judge_failed_load(rig, pair, stored, fault, policy)

@@ -35,7 +35,7 @@ class Case:
 ROUNDTRIP = Case("(test_roundtrip and float16 and not bfloat16 and not mla)", "test_roundtrip[")
 EARLY = Case("registered-before-prefill", "registered-before-prefill]")
 SUFFIXED = Case("engine-suffixed-ids", "engine-suffixed-ids]")
-WRITE_FAILURE = Case("(test_pair_write_failure and not recompute)", "test_pair_write_failure[")
+WRITE_FAILURE = Case("write-post-error", "write-post-error]")
 NOT_RELEASED = "the consumer did not finish receiving, or the producer did not release its pages"
 
 CASES: dict[str, list[Case]] = {
