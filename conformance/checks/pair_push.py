@@ -1,15 +1,16 @@
 """Push pairs whose two halves meet in the orders a deployment produces, beyond the round-trip's one: a router that
 hands the consumer its request before the producer's prefill finished, and engines that each suffix the router's
-request id.
+request id; and a producer that shuts down while its WRITE is in flight.
 
 A push pair (the producer WRITEs into the blocks the consumer registers) has two halves to meet: the
 consumer's registration and the producer's finished request, in either order. The round-trip has the
 producer finish first; a router that knows the producer's address may send the decode request at once, so
 the registration arrives first (``registered-before-prefill``). Each engine's API server gives a request its
 own id, the router's id with a random 8-hex suffix (vLLM's input processor), so the two halves carry
-different ids for one request (``engine-suffixed-ids``).
+different ids for one request (``engine-suffixed-ids``). An engine may stop while a WRITE runs: its worker's
+shutdown must release every transfer handle it prepared (``shutdown-mid-write``).
 
-Each situation passes as the pair round-trip does (``pair.py``): the bytes the consumer reports received
+The meeting situations pass as the pair round-trip does (``pair.py``): the bytes the consumer reports received
 are the producer's, each side is released on the other's word, never by a lease's expiry, both sides drain
 and every block is back in each side's free pool.
 """
@@ -33,7 +34,7 @@ from .pair import (
     drained,
     open_pair,
 )
-from .pair_faults import TRANSPORT_PATHS, transfer_mode
+from .pair_faults import TRANSPORT_PATHS, FaultyTransport, PairFault, install_transport, transfer_mode
 from .pair_notify import leaked_blocks
 from .roundtrip import verify_roundtrip
 
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
 # A registration crosses in well under a second once the sides have shaken hands; a pair that never completes
 # fails at this bound rather than at the round-trip's longer drain bound.
 SITUATION_TIMEOUT_S = 15.0
+# A WRITE that stays in flight: its transport reports it running for as long as a test lasts.
+WRITE_IN_FLIGHT = PairFault("in-flight", "the producer's WRITE stays in flight", delay_polls=10**9)
 # What a router knows of the producer before its prefill finished: where it is, not what it computed.
 PRODUCER_ADDRESS = ("remote_engine_id", "remote_host", "remote_port", "tp_size", "dcp_size", "pp_size",
                     "transfer_mode")
@@ -149,7 +152,9 @@ def _register_first(pair: LivePair, consumer_ids: dict[str, str], prompts: dict[
     pair.step_until(lambda: received.received >= sent.sent, f"{name}: the consumer sent {sent.sent} notification(s) "
                     f"(its registrations); the producer's connector did not take them in", roles=("producer",),
                     timeout_s=SITUATION_TIMEOUT_S)
-    for producer_id in consumer_ids:
+    # the producer gets them in the reverse order, so its finished requests and the registrations waiting for them
+    # are listed in different orders
+    for producer_id in reversed(list(consumer_ids)):
         add_request(pair.producer, producer_id, prompts[producer_id], PRODUCER_REQUEST_PARAMS)
 
 
@@ -178,10 +183,10 @@ def run_registered_before_prefill(rig: Rig, situation: PushSituation) -> RoundTr
 
 
 def run_engine_suffixed_ids(rig: Rig, situation: PushSituation) -> RoundTripResult | None:
-    """Each engine suffixes the router's ids: req-0 and req-1 handed over after the producer's prefill, req-2
-    registered before it."""
+    """Each engine suffixes the router's ids: req-0 and req-1 handed over after the producer's prefill, req-2 and
+    req-3 registered before it."""
     handed = _prompts(rig, 0, (3, 2))
-    early = _prompts(rig, 2, (4,))
+    early = _prompts(rig, 2, (4, 1))
     producer_ids = {rid: suffixed(rid) for rid in (*handed, *early)}
     stored = {producer_ids[rid]: prompt for rid, prompt in {**handed, **early}.items()}
     with open_pair(rig, {producer_ids[rid]: handed[rid] for rid in handed}) as pair:
@@ -199,6 +204,46 @@ def run_engine_suffixed_ids(rig: Rig, situation: PushSituation) -> RoundTripResu
         return result
 
 
+class HandleLedger(FaultyTransport):
+    """A ``FaultyTransport`` that also lists the transfer handles the side prepared and those it released."""
+
+    def __init__(self, real: Any, fault: PairFault, side: EngineStandIn):
+        super().__init__(real, fault, side)
+        self.prepared: list[Any] = []
+        self.released: list[Any] = []
+
+    def make_prepped_xfer(self, *args: Any, **kwargs: Any) -> Any:
+        handle = self._real.make_prepped_xfer(*args, **kwargs)
+        self.prepared.append(handle)
+        return handle
+
+    def release_xfer_handle(self, handle: Any, *args: Any, **kwargs: Any) -> Any:
+        self.released.append(handle)
+        return self._real.release_xfer_handle(handle, *args, **kwargs)
+
+
+def run_shutdown_mid_write(rig: Rig, situation: PushSituation) -> RoundTripResult | None:
+    """The producer's WRITE for req-0 stays in flight (its transport reports it running); the producer's engine
+    shuts down then: every transfer handle it prepared must be released by the time its worker's shutdown returns."""
+    stored = _prompts(rig, 0, (3,))
+    name = rig.connector.name
+    with open_pair(rig, stored) as pair:
+        require_mode(pair, situation)
+        ledger = install_transport(pair.producer, WRITE_IN_FLIGHT, waiting=pair.consumer, transport=HandleLedger)
+        pair.add_consumer_requests(stored)
+        pair.step_until(lambda: ledger.posted > 0, f"{name}: the consumer registered req-0; the producer posted no "
+                        f"WRITE for it", timeout_s=SITUATION_TIMEOUT_S)
+        in_flight = list(ledger.prepared)
+        pair.producer.close()  # the workers shut down first (vLLM's engine order), synchronously
+        kept = [handle for handle in in_flight if handle not in ledger.released]
+        if kept:
+            raise PairFailure(f"{name}: {situation.doc}; its worker's shutdown returned with {len(kept)} of the "
+                              f"{len(in_flight)} WRITE handle(s) it prepared never released (release_xfer_handle): "
+                              f"NIXL keeps each handle's descriptors, and the transfer may still write into the "
+                              f"consumer's blocks")
+    return None
+
+
 @dataclass(frozen=True)
 class PushSituation:
     doc: str  # what happened, in the words of a failure message
@@ -214,10 +259,15 @@ PUSH_SITUATIONS: dict[str, PushSituation] = {
         "a pull consumer reads the producer's block ids, which exist only once its prefill finished"),
     "engine-suffixed-ids": PushSituation(
         "each engine's API server suffixed the router's request ids with its own 8 hex digits (the producer's "
-        "req-0-<8 hex> is the consumer's req-0-<other 8 hex>); req-2 was registered before the producer's prefill",
+        "req-0-<8 hex> is the consumer's req-0-<other 8 hex>); req-2 and req-3 were registered before the producer's "
+        "prefills",
         run_engine_suffixed_ids, ("push",),
         "a pull consumer addresses the producer's request by remote_request_id, whatever its own id "
         "(test_pair_routed's routed-ids)"),
+    "shutdown-mid-write": PushSituation(
+        "the producer's engine shut down while its WRITE of req-0 into the consumer's blocks was still in flight",
+        run_shutdown_mid_write, ("push",), "a pull producer posts no transfer; its consumer's reads are the "
+        "consumer's to release"),
 }
 
 

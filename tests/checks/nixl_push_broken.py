@@ -64,3 +64,21 @@ class FailedWriteNotifiedPushConnector(NixlPushConnector):
                 return handle
 
             worker._xfer_blocks = announced
+
+
+class InFlightHandlesDroppedPushConnector(NixlPushConnector):
+    """The producer's worker shutdown forgets the WRITEs still in flight: it drops their handles without releasing
+    them (NIXL keeps each handle, and a transfer that is still running may write into the consumer's blocks)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        worker = self.connector_worker
+        if worker is not None:
+            shutdown = worker.shutdown
+
+            def dropping_shutdown():
+                with worker._sending_transfers_lock:
+                    worker._sending_transfers.clear()
+                shutdown()
+
+            worker.shutdown = dropping_shutdown
