@@ -1,8 +1,9 @@
 """A wrapper's engine-lifecycle hooks reach every child, asked by vLLM's own callers (checks/wrapper_lifecycle.py).
 
 For connectors whose profile runs the ``lifecycle`` check (MultiConnector and its variants): the KV cache
-layout, memory pool, host copy op, handshake metadata, finished count, Prometheus metrics and cache reset, then
-shutdown with one child failing to shut down.
+layout, memory pool, host copy op, handshake metadata, finished count, Prometheus metrics and cache reset;
+shutdown with one child failing to shut down; and what the children report (worker metadata, transfer stats)
+carried to vLLM's scheduler and stats loggers.
 """
 
 from __future__ import annotations
@@ -11,9 +12,17 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from kvconform.conformance.checks.wrapper_lifecycle import NoChildren, run_engine_hooks, run_shutdown
+from kvconform.conformance.checks.wrapper_lifecycle import (
+    NoChildren,
+    NothingReported,
+    StatsLoggingRig,
+    run_engine_hooks,
+    run_reports,
+    run_shutdown,
+)
 from kvconform.conformance.connectors.requirements import children_unmet_need, refusals_skip, require
 from kvconform.conformance.engine.kvcache import CacheShape
+from kvconform.conformance.engine.prompts import request_prompt
 
 if TYPE_CHECKING:
     from kvconform.conformance.connectors.selection import ConnectorParam
@@ -48,4 +57,17 @@ def test_wrapper_shutdown(platform: PlatformSpec, attn_backend: str, connector: 
         try:
             run_shutdown(make_rig(CacheShape()))
         except NoChildren as exc:
+            pytest.skip(str(exc))
+
+
+def test_wrapper_reports(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam,
+                         make_rig: MakeRig) -> None:
+    """What the children report (worker metadata, transfer stats, metrics) reaches vLLM's callers through it, each
+    child's own, merged and exported as the children would have it."""
+    _require_wrapper(connector, platform)
+    rig = make_rig(CacheShape(), StatsLoggingRig)
+    with refusals_skip():
+        try:
+            run_reports(rig, request_prompt(0, 3 * rig.block_size + 5))
+        except (NoChildren, NothingReported) as exc:
             pytest.skip(str(exc))

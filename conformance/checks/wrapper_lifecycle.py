@@ -25,28 +25,34 @@ Each child is watched on its own instance (``ChildCalls``), so the wrapper's cod
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 from unittest import mock
 
 from ..engine.affinity import restore_harness_affinity
 from ..engine.check_failure import CheckFailure
 from ..engine.distributed import single_rank_parallel_state
 from ..engine.rig import EngineStandIn, Rig
+from ..engine.runner import ModelRunnerStandIn
 from ..engine.side_channel import HOST, reserved_port, serve_handshake
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
     from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.outputs import KVConnectorOutput
 
 # The env vars vLLM's NIXL scheduler side reads for the side channel it listens on (a child may be NIXL).
 SIDE_CHANNEL_ENV = ("VLLM_NIXL_SIDE_CHANNEL_HOST", "VLLM_NIXL_SIDE_CHANNEL_PORT")
 WORLD_SIZE = 2  # workers the aggregator is built for: more than one, so "every worker" and "one" differ
 PROM_LABELS = ["model_name", "engine"]  # the labels vLLM's PrometheusStatLogger gives per-engine metrics
+PROM_LABEL_VALUES = ("kvconform", "0")
 INJECTED = "kvconform: injected shutdown failure"
+Sample = tuple[str, tuple[tuple[str, str], ...]]  # a Prometheus sample's name and its labels
 
 
 class LifecycleFailure(CheckFailure):
@@ -264,8 +270,9 @@ def check_prom_metrics(label: str, engine: EngineStandIn, children: list[KVConne
                      f"children register {missing} too: those children's transfers are never exported")
 
 
-def registered_metrics(config: VllmConfig) -> set[str]:
-    """The metric names vLLM's ``KVConnectorProm`` registers for ``config``'s connector, in a registry of its own."""
+def isolated_prom(config: VllmConfig) -> tuple[Any, Any]:
+    """vLLM's ``KVConnectorProm`` for ``config``'s connector, registering into a registry of its own (through the
+    metric classes it hands the connector, as vLLM's Ray logger swaps them); and that registry."""
     from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
     from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorProm
 
@@ -274,8 +281,23 @@ def registered_metrics(config: VllmConfig) -> set[str]:
         "_gauge_cls": functools.partial(Gauge, registry=registry),
         "_counter_cls": functools.partial(Counter, registry=registry),
         "_histogram_cls": functools.partial(Histogram, registry=registry)})
-    isolated(config, PROM_LABELS, {0: ["kvconform", "0"]})
+    return isolated(config, PROM_LABELS, {0: list(PROM_LABEL_VALUES)}), registry
+
+
+def registered_metrics(config: VllmConfig) -> set[str]:
+    """The metric names vLLM's ``KVConnectorProm`` registers for ``config``'s connector."""
+    _, registry = isolated_prom(config)
     return {metric.name for metric in registry.collect()}
+
+
+def exported_samples(config: VllmConfig, observed: list[dict[str, Any]]) -> dict[Sample, float]:
+    """What vLLM's Prometheus logger exports for ``config``'s connector after observing each of ``observed``
+    (``SchedulerStats.kv_connector_stats``): sample (name, labels) -> value, creation times left out."""
+    prom, registry = isolated_prom(config)
+    for data in observed:
+        prom.observe(data, 0)
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for metric in registry.collect() for sample in metric.samples if not sample.name.endswith("_created")}
 
 
 def check_reset(label: str, engine: EngineStandIn, children: list[KVConnectorBase_V1]) -> None:
@@ -369,3 +391,202 @@ def run_shutdown(rig: Rig) -> None:
         engine.closed = True  # shut down here, each child once; the engine's own close() does nothing more
         check_shutdown(label, engine, "worker")
         check_shutdown(label, engine, "scheduler")
+
+
+# --- what the children report, carried to vLLM: worker metadata, transfer stats, metrics ---
+
+class StatsLoggingRig(Rig):
+    """A rig whose engines' scheduler collects stats, as a vLLM engine that logs them does."""
+
+    log_stats: ClassVar[bool] = True
+
+
+@dataclass
+class StatsReportingRunner:
+    """The model runner's report of a step with the worker's transfer stats in it, which vLLM's runner
+    (``KVConnectorModelRunnerMixin``) asks the connector for after each step's forward."""
+
+    runner: ModelRunnerStandIn
+
+    def step(self, scheduler_output: SchedulerOutput) -> KVConnectorOutput:
+        output = self.runner.step(scheduler_output)
+        output.kv_connector_stats = self.runner.connector.get_kv_connector_stats()
+        return output
+
+
+@dataclass
+class ChildReports:
+    """What each child reported on its own (its worker metadata and stats, copied as given) and what each child's
+    scheduler side was handed back; and the stats vLLM's Scheduler returned for the stats loggers, per step."""
+
+    built: dict[int, list[Any]] = field(default_factory=dict)  # worker child -> its worker metadata, non-None
+    handed: dict[int, list[Any]] = field(default_factory=dict)  # scheduler child -> the worker metadata it got
+    stats: dict[str, list[Any]] = field(default_factory=dict)  # child class -> its stats, both sides, copied
+    logged: list[dict[str, Any]] = field(default_factory=list)  # SchedulerStats.kv_connector_stats, per step
+    own_params: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # request -> children's own params
+    params: dict[str, dict[str, Any] | None] = field(default_factory=dict)  # request -> what vLLM's output carried
+
+    def watch(self, workers: list[KVConnectorBase_V1], schedulers: list[KVConnectorBase_V1]) -> None:
+        for index, child in enumerate(workers):
+            self._record_results(child, "build_connector_worker_meta", self.built.setdefault(index, []))
+            self._record_stats(child)
+        for index, child in enumerate(schedulers):
+            self._record_handed(child, self.handed.setdefault(index, []))
+            self._record_stats(child)
+            self._record_params(child)
+
+    @staticmethod
+    def _record_results(child: KVConnectorBase_V1, method: str, into: list[Any]) -> None:
+        original = getattr(child, method)
+
+        def recorded() -> Any:
+            result = original()
+            if result is not None:
+                into.append(result)
+            return result
+
+        setattr(child, method, recorded)
+
+    def _record_stats(self, child: KVConnectorBase_V1) -> None:
+        original = child.get_kv_connector_stats
+        into = self.stats.setdefault(type(child).__name__, [])
+
+        def recorded() -> Any:
+            result = original()
+            if result is not None and not result.is_empty():
+                into.append(copy.deepcopy(result))  # as given: a wrapper may merge others into the object
+            return result
+
+        child.get_kv_connector_stats = recorded  # type: ignore[method-assign]
+
+    def _record_params(self, child: KVConnectorBase_V1) -> None:
+        """Each finish hook the child answers (``request_finished``, or ``..._all_groups`` for hybrid caches)."""
+        for method in ("request_finished", "request_finished_all_groups"):
+            hook: Callable[..., Any] | None = getattr(child, method, None)
+            if hook is not None:
+                setattr(child, method, self._params_recorder(hook))
+
+    def _params_recorder(self, hook: Callable[..., Any]) -> Callable[..., Any]:
+        def recorded(request: Any, block_ids: Any) -> Any:
+            answer = hook(request, block_ids)
+            if answer[1] is not None:
+                self.own_params.setdefault(request.request_id, []).append(dict(answer[1]))
+            return answer
+
+        return recorded
+
+    @staticmethod
+    def _record_handed(child: KVConnectorBase_V1, into: list[Any]) -> None:
+        original = child.update_connector_output
+
+        def recorded(connector_output: KVConnectorOutput) -> None:
+            if connector_output.kv_connector_worker_meta is not None:
+                into.append(connector_output.kv_connector_worker_meta)
+            original(connector_output)
+
+        child.update_connector_output = recorded  # type: ignore[method-assign]
+
+    def record_scheduler_stats(self, engine: EngineStandIn) -> None:
+        """Keep the connector stats vLLM's Scheduler returns for the loggers (``SchedulerStats``), each step."""
+        scheduler = engine.scheduler.scheduler
+        update = scheduler.update_from_output
+
+        def recorded(scheduler_output: SchedulerOutput, runner_output: Any) -> Any:
+            outputs = update(scheduler_output, runner_output)
+            for engine_outputs in outputs.values():
+                for output in engine_outputs.outputs:
+                    if output.finish_reason is not None:
+                        self.params[output.request_id] = output.kv_transfer_params
+                stats = getattr(engine_outputs, "scheduler_stats", None)
+                if stats is not None and stats.kv_connector_stats:
+                    self.logged.append(stats.kv_connector_stats)
+            return outputs
+
+        scheduler.update_from_output = recorded
+
+    def reported(self) -> bool:
+        return any(self.built.values()) or any(self.stats.values()) or bool(self.own_params)
+
+
+class NothingReported(Exception):
+    """No child of the wrapper reports worker metadata or stats: there is nothing for it to carry."""
+
+
+def run_reports(rig: Rig, prompt: list[int]) -> None:
+    """The same prompt run twice through vLLM's Scheduler (stored, then a hit), the runner reporting stats each step;
+    then what the children reported held against what vLLM's callers got through the wrapper."""
+    label = rig.connector.name
+    with lifecycle_engine(rig) as served:
+        engine = served.engine
+        workers = _children(engine.runner.connector, label, "worker")
+        schedulers = _children(engine.scheduler.connector, label, "scheduler")
+        reports = ChildReports()
+        reports.watch(workers, schedulers)
+        reports.record_scheduler_stats(engine)
+        runner = StatsReportingRunner(engine.runner)
+        engine.scheduler.add("reports-stored", prompt)
+        engine.scheduler.run(runner)
+        # vLLM's own prefix cache dropped (as a reset does), so the prompt's second run is a hit of the connector's
+        engine.scheduler.scheduler.reset_prefix_cache()
+        engine.scheduler.add("reports-hit", prompt)
+        engine.scheduler.run(runner)
+        if not reports.reported():
+            raise NothingReported(f"{label}: no child reports worker metadata or transfer stats, so there is "
+                                  f"nothing for the wrapper to carry to vLLM")
+        check_worker_metadata(label, reports, workers)
+        check_transfer_params(label, reports)
+        check_stats(label, engine, reports, schedulers)
+
+
+def check_worker_metadata(label: str, reports: ChildReports, workers: list[KVConnectorBase_V1]) -> None:
+    """Each child's scheduler side is handed back exactly the metadata its own worker built, step by step."""
+    for index, child in enumerate(workers):
+        built, handed = reports.built.get(index, []), reports.handed.get(index, [])
+        if len(built) != len(handed) or any(b is not h for b, h in zip(built, handed, strict=False)):
+            _fail(label, f"{name_of(child, index)}'s worker built metadata {built!r} over the run, but its "
+                         f"scheduler side's update_connector_output was handed {handed!r}: each child must get its "
+                         f"own worker's report, every step")
+
+
+def check_transfer_params(label: str, reports: ChildReports) -> None:
+    """The ``kv_transfer_params`` vLLM returns with a finished request (a P/D proxy reads them) carry every child's
+    own, as that child gave them."""
+    for request_id, returned in reports.params.items():
+        for own in reports.own_params.get(request_id, []):
+            if lost := {key: value for key, value in own.items() if (returned or {}).get(key) != value}:
+                _fail(label, f"a child finished {request_id} with kv_transfer_params {own}, but vLLM returned "
+                             f"{returned} for it: {lost} lost")
+
+
+def check_stats(label: str, engine: EngineStandIn, reports: ChildReports,
+                schedulers: list[KVConnectorBase_V1]) -> None:
+    """vLLM's stats logger (``KVConnectorLogging``), fed what the Scheduler returned each step, summarizes per child
+    class what those children reported themselves; vLLM's Prometheus logger exports what they would export."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorLogging
+
+    expected: dict[str, Any] = {}
+    for name, own in reports.stats.items():
+        if own:
+            merged = copy.deepcopy(own[0])
+            for stats in own[1:]:
+                merged = merged.aggregate(copy.deepcopy(stats))
+            expected[name] = merged.reduce()
+    logger = KVConnectorLogging(engine.vllm_config.kv_transfer_config)
+    for data in reports.logged:
+        logger.observe(data)
+    accumulated = logger.transfer_stats_accumulator
+    summary = accumulated.reduce() if accumulated is not None and not accumulated.is_empty() else {}
+    lines: list[str] = []
+    logger.log(log_fn=lambda *args: lines.append(args[0] % args[1:]))
+    if summary != expected:
+        _fail(label, f"vLLM's stats logger summarized its transfer stats as {summary}, but its children reported "
+                     f"{expected} themselves (per child class, each side's stats merged): a child's stats were "
+                     f"lost, overwritten or not merged")
+    exported = exported_samples(engine.vllm_config, reports.logged)
+    own_export: dict[Sample, float] = {}
+    for child in {type(c).__name__: c for c in schedulers}.values():
+        own = [stats.to_dict() for stats in reports.stats.get(type(child).__name__, [])]
+        own_export.update(exported_samples(child_config(child, engine.vllm_config), own))
+    if wrong := {sample: value for sample, value in own_export.items() if exported.get(sample) != value}:
+        _fail(label, f"vLLM's Prometheus logger exported {exported or 'nothing'} through it, but its children "
+                     f"export {wrong} on their own: their transfers are not counted as they would be")

@@ -121,6 +121,8 @@ class Rig:
     engines: list[EngineStandIn] = field(default_factory=list, repr=False)
     # the model runner stand-in to build (the bench swaps in a timed one)
     runner_class: ClassVar[type[ModelRunnerStandIn]] = ModelRunnerStandIn
+    # whether vLLM's Scheduler collects stats, as an engine that logs them does (the lifecycle check's reports)
+    log_stats: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         if self.shape.block_size is None:  # what vLLM's config would pick for this backend
@@ -218,7 +220,7 @@ class Rig:
         metadata = {name: metadata_instance(self.effective_backend) for name in layers}
         with refusal_as(ConnectorRefused, self.connector):
             runner = self.runner_class(config, kv_cache_config, caches, self.connector.name, self.device, metadata)
-            scheduler = SchedulerDriver(config, kv_cache_config)
+            scheduler = SchedulerDriver(config, kv_cache_config, log_stats=self.log_stats)
         engine = EngineStandIn(config, kv_cache_config, caches, scheduler, runner)
         self.engines.append(engine)
         return engine

@@ -79,6 +79,8 @@ class SchedulerDriver:
     outputs: list[SchedulerOutput] = field(default_factory=list)
     # vLLM's AsyncScheduler, driven by step_with_batch_queue; the config's scheduler_config.async_scheduling says so
     async_scheduling: bool = False
+    # vLLM's Scheduler collects stats (the connector's, its prefix-cache hits and their sources) and returns them
+    log_stats: bool = False
     _batches: deque[tuple[SchedulerOutput, ModelRunnerOutput]] = field(default_factory=deque)  # newest first
 
     def __post_init__(self) -> None:
@@ -98,7 +100,7 @@ class SchedulerDriver:
             structured_output_manager=StructuredOutputManager(self.vllm_config),
             block_size=scheduler_block_size,
             hash_block_size=hash_block_size,
-            log_stats=False,
+            log_stats=self.log_stats,
         )
         self.connector = self.scheduler.connector
         self.answers = ConnectorAnswers(type(self.connector).__name__, self.claims)

@@ -7,7 +7,7 @@ children's metadata but not its own answers False, so under vLLM no layer is eve
 
 from __future__ import annotations
 
-from vllm.distributed.kv_transfer.kv_connector.v1.multi_connector import MultiConnector
+from vllm.distributed.kv_transfer.kv_connector.v1.multi_connector import MultiConnector, MultiKVConnectorStats
 
 
 class UnflaggedMultiConnector(MultiConnector):
@@ -76,3 +76,22 @@ class FirstChildResetMultiConnector(MultiConnector):
 
     def reset_cache(self) -> bool:
         return self._connectors[0].reset_cache() is not False
+
+
+class LastStatsWinMultiConnector(MultiConnector):
+    """Groups its children's transfer stats by class, each child's replacing the one before of its class instead of
+    merging with it: over two children of one class, the first child's transfers vanish from vLLM's logs and
+    metrics."""
+
+    def __init__(self, vllm_config, role, kv_cache_config=None):
+        vllm_config.scheduler_config.disable_hybrid_kv_cache_manager = True  # as UnflaggedMultiConnector's
+        super().__init__(vllm_config, role, kv_cache_config)
+
+    def get_kv_connector_stats(self):
+        grouped = None
+        for child in self._connectors:
+            stats = child.get_kv_connector_stats()
+            if stats is not None:
+                grouped = grouped if grouped is not None else MultiKVConnectorStats()
+                grouped[type(child).__name__] = stats
+        return grouped

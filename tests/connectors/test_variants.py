@@ -7,13 +7,14 @@ from kvconform.conformance.connectors.selection import resolve_connectors, with_
 
 def test_multi_connectors_late_saves_variant_runs_everywhere_with_its_own_children_and_checks():
     for platform in ("cpu", "cuda"):
-        plain, late, nixl_child = with_variants(resolve_connectors(["MultiConnector"]), platform)
-        assert (plain.id, late.id, nixl_child.id) == (
-            "MultiConnector", "MultiConnector@late-saves", "MultiConnector@nixl-child")
-        assert nixl_child.profile.checks == ["lifecycle"] and "lifecycle" in plain.profile.checks
+        plain, late, nixl_child, reporting = with_variants(resolve_connectors(["MultiConnector"]), platform)
+        assert (plain.id, late.id, nixl_child.id, reporting.id) == (
+            "MultiConnector", "MultiConnector@late-saves", "MultiConnector@nixl-child", "MultiConnector@reporting")
+        assert nixl_child.profile.checks == reporting.profile.checks == ["lifecycle"]
+        assert "lifecycle" in plain.profile.checks
         assert late.profile.checks == ["workload"] and "roundtrip" in plain.profile.checks
         children = [c["kv_connector"] for c in late.profile.extra_config["connectors"]]
-        assert children == ["LateSaveExampleConnector", "LateSaveExampleConnector"]
+        assert children == ["LateSaveExampleConnector"] * 3
         assert late.profile.promised_hit == plain.profile.promised_hit == "whole-blocks"  # kept: the variant omits it
         assert late.profile.variants == {}
 
