@@ -16,9 +16,15 @@ from dataclasses import dataclass, field, replace
 from ..engine.rig import EngineStandIn, Rig
 from ..engine.slots import token_slot_bytes
 from .pair import CompletionWitness, LivePair, PairFailure, check_completion, drained, open_pair
+from .pair_faults import READ_FAULT_MODES, transfer_mode
 from .roundtrip import ROUNDTRIP_SCENARIOS, scenario_prompts
 
 BLOCK_SIZE_RATIO = 2  # consumer block size / producer block size (NIXL reads only nP <= nD)
+
+
+class ConsumerDoesNotRead(Exception):
+    """The pair's consumer posts no READ (push mode: the producer WRITEs), so a larger consumer block is not the
+    layout NIXL maps: it maps block sizes only where the side posting the transfers has the larger blocks."""
 
 
 @dataclass
@@ -83,6 +89,12 @@ def run_pair_block_ratio(rig: BlockRatioRig) -> dict[str, int]:
     stored, wanted = scenario_prompts(ROUNDTRIP_SCENARIOS["multi"], rig.block_size)
     name = rig.connector.name
     with open_pair(rig, stored) as pair:
+        mode = transfer_mode(pair.consumer)
+        if mode not in READ_FAULT_MODES:
+            raise ConsumerDoesNotRead(
+                f"{name} transfers in {mode} mode (the producer posts WRITEs): NIXL maps block sizes where the side "
+                f"posting the transfers has the larger blocks (block_size_ratio = local // remote), and this situation "
+                f"gives the reading consumer the larger ones")
         witness = RatioWitness(pair, rig)
         pair.logs["consumer"].on_received = witness
         pair.add_consumer_requests(wanted)

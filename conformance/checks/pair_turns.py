@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..engine.rig import EngineStandIn, Rig
+from ..engine.rig import ConnectorRefused, EngineStandIn, Rig
 from ..engine.scheduler import next_token
 from ..engine.slots import token_slot_bytes, token_slots
 from .pair import CompletionWitness, LivePair, PairFailure, TransferParamsLog, check_completion, drained, open_pair
@@ -77,6 +77,14 @@ class TurnsRig(Rig):
         assert transfer is not None
         transfer.kv_connector_extra_config.update(self.extra_config)
         return config
+
+    def engine(self, role: str = "kv_both", fill_seed: int | None = None) -> EngineStandIn:
+        """An engine as ``Rig`` builds it; a connector that refuses bidirectional transfer when built says so."""
+        try:
+            return super().engine(role, fill_seed)
+        except NotImplementedError as exc:
+            raise ConnectorRefused(f"{self.connector.name} refuses bidirectional KV transfer (bidirectional_kv_xfer) "
+                                   f"when its {role} is built: {type(exc).__name__}: {exc}") from exc
 
 
 def turns_config(situation: TurnSituation) -> dict[str, Any]:

@@ -1,0 +1,91 @@
+"""A consumer's notification to the producer is lost: a request that reads nothing must still run as vLLM expects.
+
+A consumer request that loads no external token (it asks for prompt logprobs, so vLLM reads no cached prefix and
+computes the prompt itself) still tells the producer it may free its pages, through a notification only. When the
+transport cannot deliver it (``send_notif`` raises: the producer's agent is unreachable), nothing about the request
+changes: vLLM already computes it, so the consumer must neither report it received nor failed (vLLM's scheduler
+tracks neither for a request that never waited for remote KV), and must keep no block. The producer then frees its
+pages when their lease runs out, which this situation does not wait for.
+
+It passes when the consumer finishes every request within the notification bound, reports none received or failed
+and no load-error block, and holds no block once drained.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..engine.rig import EngineStandIn, Rig
+from .pair import PairFailure, drained, open_pair
+from .pair_faults import TRANSPORT_PATHS, NoTransportHook
+from .pair_notify import NOTIFY_TIMEOUT_S, leaked_blocks
+from .roundtrip import ROUNDTRIP_SCENARIOS, scenario_prompts
+
+HEARTBEAT_PREFIX = b"HB:"  # NIXL's lease-extending messages, delivered as usual here
+
+
+class UnreachableProducerError(RuntimeError):
+    """What the transport raises for a notification it cannot deliver."""
+
+
+class LosingNotifications:
+    """Stands in for the consumer's transport: forwards everything, but every notification but a heartbeat raises."""
+
+    def __init__(self, real: Any):  # real: the connector's NIXL agent
+        self._real = real
+        self.lost = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def send_notif(self, agent_name: str, notif_msg: bytes | str = b"", *args: Any, **kwargs: Any) -> None:
+        message = notif_msg.encode() if isinstance(notif_msg, str) else notif_msg
+        if message.startswith(HEARTBEAT_PREFIX):
+            self._real.send_notif(agent_name, notif_msg, *args, **kwargs)
+            return
+        self.lost += 1
+        raise UnreachableProducerError(f"kvconform: the notification {message!r} to {agent_name} was lost")
+
+
+def install_losing_notifications(side: EngineStandIn) -> LosingNotifications:
+    """Put ``LosingNotifications`` where the side's worker connector keeps its transport (``TRANSPORT_PATHS``)."""
+    connector = side.runner.connector
+    for path in TRANSPORT_PATHS:
+        owner = connector
+        for attribute in path[:-1]:
+            owner = getattr(owner, attribute, None)
+        if owner is not None and hasattr(owner, path[-1]):
+            losing = LosingNotifications(getattr(owner, path[-1]))
+            setattr(owner, path[-1], losing)
+            return losing
+    raise NoTransportHook(f"{type(connector).__name__}: kvconform finds its transport under none of "
+                          f"{['.'.join(p) for p in TRANSPORT_PATHS]} (conformance/checks/pair_faults.py), so no "
+                          f"notification can be lost")
+
+
+def run_pair_lost_notification(rig: Rig) -> int:
+    """The consumer's requests read nothing and their notifications are lost; returns how many were lost."""
+    stored, _ = scenario_prompts(ROUNDTRIP_SCENARIOS["multi"], rig.block_size)
+    name = rig.connector.name
+    doc = ("the consumer's requests read nothing (they asked for prompt logprobs) and the notification telling the "
+           "producer so could not be sent (send_notif raised)")
+    with open_pair(rig, stored) as pair:
+        losing = install_losing_notifications(pair.consumer)
+        pair.add_consumer_requests(stored, prompt_logprobs=1)
+        # the notification goes once the consumer's handshake with the producer is done, after the requests ran
+        pair.step_until(lambda: drained(pair.consumer) and losing.lost >= len(stored),
+                        f"{name}: the consumer's requests read nothing (they asked for prompt logprobs); the consumer "
+                        f"did not finish them, or did not try to notify the producer for each ({losing.lost} "
+                        f"notification(s) tried): it must notify even when it reads nothing (a notification-only "
+                        f"read), or the producer holds the pages until their lease ends", roles=("consumer",),
+                        timeout_s=NOTIFY_TIMEOUT_S)
+        log = pair.logs["consumer"]
+        if log.failed_requests or log.invalid_blocks or log.received:
+            raise PairFailure(f"{name}: {doc}, yet it reported {sorted(log.received)} received, "
+                              f"{sorted(log.failed_requests)} failed (failed_recving) and load-error block(s) "
+                              f"{sorted(log.invalid_blocks)}: vLLM computes these requests itself and waits for no "
+                              f"transfer of theirs")
+        held = leaked_blocks(pair.consumer)
+        if held:
+            raise PairFailure(f"{name}: {doc}; after it drained, the consumer still holds {held} block(s)")
+        return losing.lost
