@@ -1,14 +1,15 @@
 """The fill check: a connector that synthesises KV fills exactly what a request needs.
 
-The contract is vLLM's DecodeBenchConnector's (as vLLM PR #45080 fixed it): it claims every prompt
-token but the last beyond any local prefix hit and fills those tokens' blocks, group by group (not the
-null block, not blocks outside a sliding window); nothing else in the shared buffer changes; tensors
-that own their storage (state with no block dimension) are filled whole; values follow ``fill_mean``
-and the check's ``fill_std`` (constant fills exact in the cache dtype, random ones judged by
-``check_statistics``, raw byte pages only written); circular-buffer groups are zeroed whole; an entry
-of an unknown type is skipped with a warning. Each phase writes fresh random bytes into every cache
-(so a refill of cached blocks shows), snapshots them, runs its requests through vLLM's Scheduler and
-compares. docs/checks.md lists the caches and axes.
+The contract is vLLM's DecodeBenchConnector's (as vLLM PR #45080 fixed it): it claims every prompt token but
+the last beyond any local prefix hit and fills those tokens' blocks, group by group (not the null block, not
+blocks outside a sliding window); nothing else in the shared buffer changes; tensors that own their storage
+(state with no block dimension) are filled whole; values follow ``fill_mean`` and the check's ``fill_std``
+(constant fills exact in the cache dtype, random ones judged by ``check_statistics``, raw byte pages only
+written); circular-buffer groups are zeroed whole; an entry of an unknown type, or a layer missing from the
+registered dict, is skipped with a warning. With ``startup_fill`` ``register_kv_caches`` fills whole the
+groups vLLM does not zero before use (nor circular buffers), and requests fill only the others. Each phase
+writes fresh random bytes into every cache (so a refill of cached blocks shows), snapshots them, runs its
+requests through vLLM's Scheduler and compares. docs/checks.md lists the caches and axes.
 """
 
 from __future__ import annotations
@@ -151,12 +152,13 @@ def startup_groups(caches: HybridCaches) -> set[int]:
     (``KVCacheConfig.needs_kv_cache_zeroing``: Mamba layers, mixed precisions), attention groups (filled per
     request, since the zeroing would wipe a fill made at startup)."""
     AttentionSpec = vllm_api.find("AttentionSpec")
+    iter_layer_specs = vllm_api.find("iter_layer_specs")
 
     config = caches.kv_cache_config
     zeroed = bool(config.needs_kv_cache_zeroing)
     return {group for group, spec_group in enumerate(config.kv_cache_groups)
             if not _is_circular(spec_group.kv_cache_spec)
-            and not (zeroed and isinstance(spec_group.kv_cache_spec, AttentionSpec))}
+            and not (zeroed and all(isinstance(s, AttentionSpec) for s in iter_layer_specs(spec_group.kv_cache_spec)))}
 
 
 def expected_blocks(caches: HybridCaches, block_ids: tuple[list[int], ...], local: int, external: int) -> Expected:
@@ -318,12 +320,13 @@ def _startup_regions(caches: HybridCaches, groups: set[int], mean: float, random
         for i, tensor in enumerate(tensors):
             part = f"state {i}" if isinstance(entry, (list, tuple)) else ""
             out.append(Region(layer, part, tensor, None, mean, _decode_dtype(caches, layer, tensor), random_fill))
-    cover: dict[int, torch.Tensor] = {}
+    cover: dict[int, torch.Tensor] = {}  # storage -> how many regions hold each of its bytes
     for region in out:
-        storage = region.tensor.untyped_storage()
-        flat = cover.setdefault(_key(region.tensor), torch.zeros(storage.nbytes(), dtype=torch.uint8,
-                                                                   device=region.tensor.device))
-        _strided_like(flat, region.tensor).add_(1)
+        key = _key(region.tensor)
+        if key not in cover:
+            cover[key] = torch.zeros(region.tensor.untyped_storage().nbytes(), dtype=torch.uint8,
+                                     device=region.tensor.device)
+        _strided_like(cover[key], region.tensor).add_(1)
     for region in out:
         region.shared = bool((_strided_like(cover[_key(region.tensor)], region.tensor) > 1).any())
     return out
