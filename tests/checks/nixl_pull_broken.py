@@ -2,7 +2,8 @@
 suite reaches beyond the round-trip: a conversation's second turn with bidirectional KV transfer
 (conformance/test_pair_turns.py), prefills aborted between chunks (conformance/test_pair_prefill_abort.py), a
 consumer whose blocks hold more tokens than the producer's (conformance/test_pair_block_ratio.py) and requests that
-wait in a busy consumer's queue longer than the producer's lease (conformance/test_pair_heartbeats.py).
+wait in a busy consumer's queue longer than the producer's lease (conformance/test_pair_heartbeats.py) and a
+notification-only read whose notification cannot be sent (conformance/test_pair_lost_notification.py).
 
 Each class changes only what carries its bug, on vLLM's own scheduler side, in code only its situation runs;
 tests/checks/test_nixl_pull_catches.py proves the situation fails it and the unmodified NixlConnector passes.
@@ -119,3 +120,31 @@ class SilentWaitConnector(NixlConnector):
         worker = self.connector_worker
         if worker is not None:
             worker._send_heartbeats = lambda metadata: None
+
+
+class FailsLostNotificationConnector(NixlConnector):
+    """Reports a request whose notification to the producer could not be sent as a failed receive (failed_recving),
+    as if the lost notification were a lost transfer: for a request that read nothing, vLLM already computes it and
+    waits for no transfer of its."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._lost_notifications: set[str] = set()
+        worker = self.connector_worker
+        if worker is not None:
+            log_failure = worker._log_failure
+
+            def noting(failure_type, req_id, *rest, **named):
+                if failure_type == "notification_failed" and req_id is not None:
+                    self._lost_notifications.add(req_id)
+                return log_failure(failure_type, req_id, *rest, **named)
+
+            worker._log_failure = noting
+
+    def get_transfer_results(self, finished_req_ids):
+        results = super().get_transfer_results(finished_req_ids)
+        if self._lost_notifications:
+            results.failed_recving = set(results.failed_recving or ()) | self._lost_notifications
+            results.finished_recving = set(results.finished_recving or ()) | self._lost_notifications
+            self._lost_notifications = set()
+        return results

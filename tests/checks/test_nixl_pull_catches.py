@@ -3,7 +3,8 @@
 One subprocess runs the second turn with bidirectional KV transfer (conformance/test_pair_turns.py), the prefills
 aborted between chunks (conformance/test_pair_prefill_abort.py), the consumer with twice the producer's block size
 (conformance/test_pair_block_ratio.py), the requests waiting in a busy consumer's queue
-(conformance/test_pair_heartbeats.py) and the plain pair round-trip for the unmodified
+(conformance/test_pair_heartbeats.py), the lost notification (conformance/test_pair_lost_notification.py) and the
+plain pair round-trip for the unmodified
 NixlConnector (all pass) and the broken copies in tests/checks/nixl_pull_broken.py. Each copy fails the situation
 made for it, with words that name its mistake, and passes the others selected for it, the round-trip among them: its
 edit sits in code only its situation runs (``kvconform report --uncovered NixlConnector`` listed it as never run
@@ -40,9 +41,10 @@ TURN_EXPIRING = Case("turn2-expiring", "turn2-expiring]")
 ABORT = Case("test_pair_prefill_abort", "test_pair_prefill_abort[")
 RATIO = Case("test_pair_block_ratio", "test_pair_block_ratio[")
 HEARTBEATS = Case("test_pair_heartbeats", "test_pair_heartbeats[")
+LOST_NOTIFICATION = Case("test_pair_lost_notification", "test_pair_lost_notification[")
 
 CASES: dict[str, list[Case]] = {
-    "NixlConnector": [TURN_READ, TURN_BELOW, TURN_EXPIRING, ABORT, RATIO, HEARTBEATS],
+    "NixlConnector": [TURN_READ, TURN_BELOW, TURN_EXPIRING, ABORT, RATIO, HEARTBEATS, LOST_NOTIFICATION],
     "ConversationLengthTurnConnector": [
         Case(TURN_READ.select, TURN_READ.nodeid_part, "failed",
              ["ConversationLengthTurnConnector", "the last sampled token has none",
@@ -63,6 +65,11 @@ CASES: dict[str, list[Case]] = {
     "SilentWaitConnector": [
         Case(HEARTBEATS.select, HEARTBEATS.nodeid_part, "failed",
              ["SilentWaitConnector", "when its lease expired", "num_kv_expired_reqs"]),
+        ROUNDTRIP],
+    "FailsLostNotificationConnector": [
+        Case(LOST_NOTIFICATION.select, LOST_NOTIFICATION.nodeid_part, "failed",
+             ["FailsLostNotificationConnector", "as finished receiving (finished_recving), but vLLM had already "
+              "finished and freed"]),
         ROUNDTRIP],
     "UnscaledSubBlocksConnector": [
         Case(RATIO.select, RATIO.nodeid_part, "failed",
