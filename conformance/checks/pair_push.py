@@ -1,18 +1,20 @@
 """Push pairs whose two halves meet in the orders a deployment produces, beyond the round-trip's one: a router that
 hands the consumer its request before the producer's prefill finished, and engines that each suffix the router's
-request id; and a producer that shuts down while its WRITE is in flight.
+request id; a producer whose transport fails a poll and hands it malformed registrations beside the real ones; and a
+producer that shuts down while its WRITE is in flight.
 
-A push pair (the producer WRITEs into the blocks the consumer registers) has two halves to meet: the
-consumer's registration and the producer's finished request, in either order. The round-trip has the
-producer finish first; a router that knows the producer's address may send the decode request at once, so
-the registration arrives first (``registered-before-prefill``). Each engine's API server gives a request its
-own id, the router's id with a random 8-hex suffix (vLLM's input processor), so the two halves carry
-different ids for one request (``engine-suffixed-ids``). An engine may stop while a WRITE runs: its worker's
-shutdown must release every transfer handle it prepared (``shutdown-mid-write``).
+A push pair (the producer WRITEs into the blocks the consumer registers) has two halves to meet: the consumer's
+registration and the producer's finished request, in either order. The round-trip has the producer finish first; a
+router that knows the producer's address may send the decode request at once, so the registration arrives first
+(``registered-before-prefill``). Each engine's API server gives a request its own id, the router's id with a random
+8-hex suffix (vLLM's input processor), so the two halves carry different ids for one request
+(``engine-suffixed-ids``). A producer's notifications come from any sender, and its transport may fail a poll:
+neither may cost the consumer's registrations (``stray-notifications``). An engine may stop while a WRITE runs: its
+worker's shutdown must release every transfer handle it prepared (``shutdown-mid-write``).
 
-The meeting situations pass as the pair round-trip does (``pair.py``): the bytes the consumer reports received
-are the producer's, each side is released on the other's word, never by a lease's expiry, both sides drain
-and every block is back in each side's free pool.
+The meeting situations pass as the pair round-trip does (``pair.py``): the bytes the consumer reports received are
+the producer's, each side is released on the other's word, never by a lease's expiry, both sides drain and every
+block is back in each side's free pool.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from ..engine.prompts import request_prompt
 from ..engine.rig import EngineStandIn, Rig
@@ -34,7 +38,14 @@ from .pair import (
     drained,
     open_pair,
 )
-from .pair_faults import TRANSPORT_PATHS, FaultyTransport, PairFault, install_transport, transfer_mode
+from .pair_faults import (
+    TRANSPORT_PATHS,
+    FaultyTransport,
+    InjectedTransportError,
+    PairFault,
+    install_transport,
+    transfer_mode,
+)
 from .pair_notify import leaked_blocks
 from .roundtrip import verify_roundtrip
 
@@ -45,6 +56,7 @@ if TYPE_CHECKING:
 # fails at this bound rather than at the round-trip's longer drain bound.
 SITUATION_TIMEOUT_S = 15.0
 # A WRITE that stays in flight: its transport reports it running for as long as a test lasts.
+STRAY_POLL_ERROR = PairFault("stray", "the producer's poll for notifications failed (the transport raised)")
 WRITE_IN_FLIGHT = PairFault("in-flight", "the producer's WRITE stays in flight", delay_polls=10**9)
 # What a router knows of the producer before its prefill finished: where it is, not what it computed.
 PRODUCER_ADDRESS = ("remote_engine_id", "remote_host", "remote_port", "tp_size", "dcp_size", "pp_size",
@@ -59,12 +71,16 @@ class NotificationCounter:
         self._real = real
         self.sent = 0
         self.received = 0
+        self.messages: list[bytes] = []  # what the side sent
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
 
     def send_notif(self, *args: Any, **kwargs: Any) -> Any:
         self.sent += 1
+        message = kwargs.get("notif_msg", args[1] if len(args) > 1 else None)
+        if isinstance(message, bytes):
+            self.messages.append(message)
         return self._real.send_notif(*args, **kwargs)
 
     def get_new_notifs(self, *args: Any, **kwargs: Any) -> Any:
@@ -244,6 +260,63 @@ def run_shutdown_mid_write(rig: Rig, situation: PushSituation) -> RoundTripResul
     return None
 
 
+def malformed_copies(registration: bytes) -> list[bytes]:
+    """Two malformed copies of a registration message: its header (the bytes before its msgpack payload) followed by
+    a payload no decoder reads (0xc1, a byte msgpack never uses), then by a map without a request id."""
+    for start in range(1, len(registration)):
+        try:
+            payload = msgspec.msgpack.decode(registration[start:])
+        except msgspec.DecodeError:
+            continue
+        if isinstance(payload, dict) and "request_id" in payload:
+            header = registration[:start]
+            return [header + b"\xc1", header + msgspec.msgpack.encode({"decode_engine_id": "kvconform-stray"})]
+    raise PairFailure(f"kvconform found no msgpack map with a request_id in the consumer's notification "
+                      f"{registration[:80]!r}: it cannot tell a registration's header from its payload")
+
+
+class StrayNotifications(FaultyTransport):
+    """A producer's transport whose first poll for notifications raises, and which delivers malformed copies of the
+    consumer's registrations just before each, in the same batch."""
+
+    def __init__(self, real: Any, fault: PairFault, side: EngineStandIn):
+        super().__init__(real, fault, side)
+        self.registrations: list[bytes] = []  # the consumer's, once it sent them
+        self.strays = 0
+
+    def get_new_notifs(self, *args: Any, **kwargs: Any) -> Any:
+        if not self.failed:
+            self.failed += 1
+            raise InjectedTransportError(f"kvconform: {self._fault.doc}")
+        notifications = self._real.get_new_notifs(*args, **kwargs)
+        for messages in notifications.values():
+            for index in reversed(range(len(messages))):
+                if messages[index] in self.registrations:
+                    strays = malformed_copies(messages[index])
+                    messages[index:index] = strays
+                    self.strays += len(strays)
+        return notifications
+
+
+def run_stray_notifications(rig: Rig, situation: PushSituation) -> RoundTripResult | None:
+    """The round-trip of req-0 and req-1 while the producer's transport fails a poll and delivers malformed
+    registrations beside the consumer's."""
+    stored = _prompts(rig, 0, (3, 2))
+    name = rig.connector.name
+    with open_pair(rig, stored) as pair:
+        require_mode(pair, situation)
+        witness = CompletionWitness(pair)
+        pair.logs["consumer"].on_received = witness
+        sent = count_notifications(pair.consumer)
+        stray = install_transport(pair.producer, STRAY_POLL_ERROR, waiting=pair.consumer, transport=StrayNotifications)
+        stray.registrations = sent.messages
+        _hand_over(pair, {rid: rid for rid in stored}, stored)
+        result = _drain_and_check(pair, situation.doc, stored, stored, witness, compare_all=True)
+    assert stray.failed and stray.strays, (f"the harness meant {name}'s producer to fail a poll and take in malformed "
+                                           f"registrations, but it failed {stray.failed} and took {stray.strays}")
+    return result
+
+
 @dataclass(frozen=True)
 class PushSituation:
     doc: str  # what happened, in the words of a failure message
@@ -264,6 +337,11 @@ PUSH_SITUATIONS: dict[str, PushSituation] = {
         run_engine_suffixed_ids, ("push",),
         "a pull consumer addresses the producer's request by remote_request_id, whatever its own id "
         "(test_pair_routed's routed-ids)"),
+    "stray-notifications": PushSituation(
+        "the producer's transport failed its first poll for notifications, then delivered two malformed registrations "
+        "(one undecodable, one without a request id) just before each of the consumer's, in the same batch",
+        run_stray_notifications, ("push",), "a pull producer takes in no registration; its consumer posts the "
+        "transfers"),
     "shutdown-mid-write": PushSituation(
         "the producer's engine shut down while its WRITE of req-0 into the consumer's blocks was still in flight",
         run_shutdown_mid_write, ("push",), "a pull producer posts no transfer; its consumer's reads are the "

@@ -8,7 +8,9 @@ carries its bug, on top of vLLM's own worker.
 
 from __future__ import annotations
 
+import msgspec
 from vllm.distributed.kv_transfer.kv_connector.v1.nixl.connector import NixlPushConnector
+from vllm.distributed.kv_transfer.kv_connector.v1.nixl.metadata import PUSH_REG_NOTIF_PREFIX
 
 
 class EarlyRegistrationLostPushConnector(NixlPushConnector):
@@ -82,3 +84,22 @@ class InFlightHandlesDroppedPushConnector(NixlPushConnector):
                 shutdown()
 
             worker.shutdown = dropping_shutdown
+
+
+class BatchLostOnBadRegistrationPushConnector(NixlPushConnector):
+    """The producer's registration handler lets a malformed registration's error escape: the writer thread's
+    catch-all logs it and goes on, but the rest of that poll's notifications, the consumer's real registration among
+    them, are lost, so nothing is written for it."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        worker = self.connector_worker
+        if worker is not None:
+            handle = worker._handle_push_reg_notif
+
+            def strict(notif):
+                registration = msgspec.msgpack.decode(notif[len(PUSH_REG_NOTIF_PREFIX):])  # raises if undecodable
+                registration["request_id"]  # raises KeyError where it has none
+                handle(notif)
+
+            worker._handle_push_reg_notif = strict

@@ -2,12 +2,12 @@
 
 One subprocess runs the pairs whose halves meet in other orders or stop mid-WRITE (conformance/test_pair_push.py's
 test_pair_orders: a consumer registered before the producer's prefill finished, request ids each engine suffixed, a
-producer shut down with a WRITE in flight), a WRITE the producer cannot post (test_pair_write_failure) and the plain
-pair round-trip, for the unmodified NixlPushConnector (the orders and the round-trip pass; its WRITE failure is a
-pinned finding, checked by the strict suite) and the broken copies in tests/checks/nixl_push_broken.py. Each copy
-fails the situation made for it, with words that name its mistake, and passes the others selected for it, the
-round-trip among them: its edit sits in code only its situation runs (``kvconform report --uncovered
-NixlPushConnector`` listed it as never run before the situation existed).
+producer shut down with a WRITE in flight, malformed registrations beside the real ones), a WRITE the producer
+cannot post (test_pair_write_failure) and the plain pair round-trip, for the unmodified NixlPushConnector (the
+orders and the round-trip pass; its WRITE failure is a pinned finding, checked by the strict suite) and the broken
+copies in tests/checks/nixl_push_broken.py. Each copy fails the situation made for it, with words that name its
+mistake, and passes the others selected for it, the round-trip among them: its edit sits in code only its situation
+runs (``kvconform report --uncovered NixlPushConnector`` listed it as never run before the situation existed).
 """
 
 from __future__ import annotations
@@ -37,11 +37,12 @@ ROUNDTRIP = Case("(test_roundtrip and float16 and not bfloat16 and not mla)", "t
 EARLY = Case("registered-before-prefill", "registered-before-prefill]")
 SUFFIXED = Case("engine-suffixed-ids", "engine-suffixed-ids]")
 SHUTDOWN = Case("shutdown-mid-write", "shutdown-mid-write]")
+STRAY = Case("stray-notifications", "stray-notifications]")
 WRITE_FAILURE = Case("write-post-error", "write-post-error]")
 NOT_RELEASED = "the consumer did not finish receiving, or the producer did not release its pages"
 
 CASES: dict[str, list[Case]] = {
-    "NixlPushConnector": [EARLY, SUFFIXED, SHUTDOWN, ROUNDTRIP],
+    "NixlPushConnector": [EARLY, SUFFIXED, SHUTDOWN, STRAY, ROUNDTRIP],
     "EarlyRegistrationLostPushConnector": [
         Case(EARLY.select, EARLY.nodeid_part, "failed",
              ["EarlyRegistrationLostPushConnector", "registrations reached the producer before its prefills finished",
@@ -58,6 +59,10 @@ CASES: dict[str, list[Case]] = {
     "InFlightHandlesDroppedPushConnector": [
         Case(SHUTDOWN.select, SHUTDOWN.nodeid_part, "failed",
              ["InFlightHandlesDroppedPushConnector", "still in flight", "never released (release_xfer_handle)"]),
+        EARLY, ROUNDTRIP],
+    "BatchLostOnBadRegistrationPushConnector": [
+        Case(STRAY.select, STRAY.nodeid_part, "failed",
+             ["BatchLostOnBadRegistrationPushConnector", "delivered two malformed registrations", NOT_RELEASED]),
         EARLY, ROUNDTRIP],
 }
 SELECTION = " or ".join(f"({name} and ({' or '.join(case.select for case in cases)}))"
