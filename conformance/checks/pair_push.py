@@ -246,6 +246,7 @@ def run_shutdown_mid_write(rig: Rig, situation: PushSituation) -> RoundTripResul
     with open_pair(rig, stored) as pair:
         require_mode(pair, situation)
         ledger = install_transport(pair.producer, WRITE_IN_FLIGHT, waiting=pair.consumer, transport=HandleLedger)
+        assert isinstance(ledger, HandleLedger)
         pair.add_consumer_requests(stored)
         pair.step_until(lambda: ledger.posted > 0, f"{name}: the consumer registered req-0; the producer posted no "
                         f"WRITE for it", timeout_s=SITUATION_TIMEOUT_S)
@@ -309,6 +310,7 @@ def run_stray_notifications(rig: Rig, situation: PushSituation) -> RoundTripResu
         pair.logs["consumer"].on_received = witness
         sent = count_notifications(pair.consumer)
         stray = install_transport(pair.producer, STRAY_POLL_ERROR, waiting=pair.consumer, transport=StrayNotifications)
+        assert isinstance(stray, StrayNotifications)
         stray.registrations = sent.messages
         _hand_over(pair, {rid: rid for rid in stored}, stored)
         result = _drain_and_check(pair, situation.doc, stored, stored, witness, compare_all=True)
