@@ -20,7 +20,15 @@ what that caller relies on, against what the children answer themselves:
 * a reset is reported done only where no child refused it;
 * a shutdown reaches every child even when one raises, and the caller sees that child's error.
 
-Each child is watched on its own instance (``ChildCalls``), so the wrapper's code runs unchanged.
+Then what the children report, carried back to vLLM (``run_reports``: a prompt stored, then hit, through vLLM's
+Scheduler with its stats on, the runner reporting the worker's stats each step as vLLM's runner does):
+
+* each child's scheduler side is handed exactly the worker metadata its own worker built;
+* a finished request's ``kv_transfer_params`` carry every child's own;
+* vLLM's stats logger (``KVConnectorLogging``) summarizes, per child class, what those children reported
+  themselves, and its Prometheus logger exports what they would export.
+
+Each child is watched on its own instance (``ChildCalls``, ``ChildReports``), so the wrapper's code runs unchanged.
 """
 
 from __future__ import annotations
@@ -531,8 +539,8 @@ def run_reports(rig: Rig, prompt: list[int]) -> None:
         engine.scheduler.add("reports-hit", prompt)
         engine.scheduler.run(runner)
         if not reports.reported():
-            raise NothingReported(f"{label}: no child reports worker metadata or transfer stats, so there is "
-                                  f"nothing for the wrapper to carry to vLLM")
+            raise NothingReported(f"{label}: no child reports worker metadata, transfer stats or kv_transfer_params, "
+                                  f"so there is nothing for the wrapper to carry to vLLM")
         check_worker_metadata(label, reports, workers)
         check_transfer_params(label, reports)
         check_stats(label, engine, reports, schedulers)
