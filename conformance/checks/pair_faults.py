@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import torch
 
 from ..engine.prompts import request_prompt
@@ -316,13 +317,42 @@ class NotifyFailingTransport(FaultyTransport):
         raise InjectedTransportError(f"kvconform: {self._fault.doc}")
 
 
+def split_registration(message: bytes) -> tuple[bytes, dict[str, Any]] | None:
+    """A push consumer's registration message as its header (the bytes before the msgpack payload) and its payload, a
+    map with a request_id; None for any other notification."""
+    for start in range(1, len(message)):
+        try:
+            payload = msgspec.msgpack.decode(message[start:])
+        except msgspec.DecodeError:
+            continue
+        if isinstance(payload, dict) and "request_id" in payload:
+            return message[:start], payload
+    return None
+
+
+class RedirectedRegistrations(FaultyTransport):
+    """A consumer's transport whose registrations advertise ``dead_port`` as the consumer's side channel (an address
+    the producer cannot reach: a wrong advertised port), so the producer's handshake back fails."""
+
+    dead_port = 0
+
+    def send_notif(self, agent: Any, *args: Any, notif_msg: bytes = b"", **kwargs: Any) -> Any:
+        split = split_registration(notif_msg)
+        if split is not None and "decode_port" in split[1]:
+            self.posted += 1
+            self.failed += 1
+            notif_msg = split[0] + msgspec.msgpack.encode({**split[1], "decode_port": self.dead_port})
+        return self._real.send_notif(agent, *args, notif_msg=notif_msg, **kwargs)
+
+
 @dataclass(frozen=True)
 class PushFault:
-    """A push pair's transfer that fails: on which side, through which transport stand-in."""
+    """A push pair's transfer that fails: on which side, through which transport stand-in, heard of within when."""
 
     fault: PairFault
     role: str  # the side whose transport fails ("producer", "consumer")
     transport: type[FaultyTransport] = FaultyTransport
+    bound_s: float = WRITE_FAILURE_BOUND_S
 
 
 PUSH_FAULTS: dict[str, PushFault] = {
@@ -332,6 +362,10 @@ PUSH_FAULTS: dict[str, PushFault] = {
     "registration-send-error": PushFault(PairFault(
         "registration-send-error", "sending the consumer's registration to the producer failed (the transport "
         "raised: the producer's agent was gone)"), "consumer", NotifyFailingTransport),
+    # the producer's handshake back waits out vLLM's 5 s receive timeout before it fails
+    "unreachable-consumer": PushFault(PairFault(
+        "unreachable-consumer", "the consumer's registration advertised a side-channel port nothing serves, so the "
+        "producer's handshake back with the consumer failed"), "consumer", RedirectedRegistrations, 8.0),
 }
 
 
@@ -343,15 +377,17 @@ def run_pair_write_failure(rig: Rig, push_fault: PushFault, policy: str) -> Load
     rig = WatchdogRig.of(rig, policy)
     stored = {"req-0": request_prompt(0, 4 * rig.block_size + 5)}
     name, fault = rig.connector.name, push_fault.fault
-    with open_pair(rig, stored) as pair:
+    with reserved_port() as dead_port, open_pair(rig, stored) as pair:
         mode = transfer_mode(pair.consumer)
         if mode not in WRITE_FAULT_MODES:
             raise NoTransportHook(f"{name} transfers in {mode} mode: its {POSTING_ROLE.get(mode)} posts the "
                                   f"transfers, which the read faults (test_pair_load_failure) act on")
         side = pair.logs[push_fault.role].side
         transport = install_transport(side, fault, waiting=pair.consumer, transport=push_fault.transport)
+        if isinstance(transport, RedirectedRegistrations):
+            transport.dead_port = dead_port
         _consumer_drains(pair, stored, f"{name}: after {fault.doc}, the consumer neither failed nor finished its "
-                                       f"request", timeout_s=WRITE_FAILURE_BOUND_S)
+                                       f"request", timeout_s=push_fault.bound_s)
     if not transport.failed:
         raise LoadFailureViolation(f"{name}'s {push_fault.role} posted nothing the fault could act on "
                                    f"({transport.posted} posted): no transfer failure could be staged")

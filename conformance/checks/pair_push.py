@@ -44,6 +44,7 @@ from .pair_faults import (
     InjectedTransportError,
     PairFault,
     install_transport,
+    split_registration,
     transfer_mode,
 )
 from .pair_notify import leaked_blocks
@@ -264,16 +265,12 @@ def run_shutdown_mid_write(rig: Rig, situation: PushSituation) -> RoundTripResul
 def malformed_copies(registration: bytes) -> list[bytes]:
     """Two malformed copies of a registration message: its header (the bytes before its msgpack payload) followed by
     a payload no decoder reads (0xc1, a byte msgpack never uses), then by a map without a request id."""
-    for start in range(1, len(registration)):
-        try:
-            payload = msgspec.msgpack.decode(registration[start:])
-        except msgspec.DecodeError:
-            continue
-        if isinstance(payload, dict) and "request_id" in payload:
-            header = registration[:start]
-            return [header + b"\xc1", header + msgspec.msgpack.encode({"decode_engine_id": "kvconform-stray"})]
-    raise PairFailure(f"kvconform found no msgpack map with a request_id in the consumer's notification "
-                      f"{registration[:80]!r}: it cannot tell a registration's header from its payload")
+    split = split_registration(registration)
+    if split is None:
+        raise PairFailure(f"kvconform found no msgpack map with a request_id in the consumer's notification "
+                          f"{registration[:80]!r}: it cannot tell a registration's header from its payload")
+    header = split[0]
+    return [header + b"\xc1", header + msgspec.msgpack.encode({"decode_engine_id": "kvconform-stray"})]
 
 
 class StrayNotifications(FaultyTransport):
