@@ -4,9 +4,10 @@ conformance/checks/pair_push.py), and a push producer whose WRITE fails.
 A consumer registered before the producer's prefill finished, request ids each engine suffixed on its own: each
 passes as the pair round-trip does (the consumer's bytes are the producer's when it reports them received, each side
 is released on the other's word, never by lease expiry, no block stays held); a producer shut down with a WRITE in
-flight releases every transfer handle it prepared. A WRITE the producer cannot post, a registration the consumer
-cannot send, a handshake back the producer cannot make (``PUSH_FAULTS``), is a load that failed, judged as a failed
-read is (``test_pair_load_failure``): the consumer raises or reports it within a bound, never reports it received.
+flight releases every transfer handle it prepared. A WRITE the producer cannot post (or then release), a
+registration the consumer cannot send, a handshake back the producer cannot make (``PUSH_FAULTS``), is a load that
+failed, judged as a failed read is (``test_pair_load_failure``): the consumer raises or reports it within a bound,
+never reports it received.
 """
 
 from __future__ import annotations

@@ -330,6 +330,21 @@ def split_registration(message: bytes) -> tuple[bytes, dict[str, Any]] | None:
     return None
 
 
+class UnreleasableTransport(FaultyTransport):
+    """A ``FaultyTransport`` whose handles cannot be released at the first attempt either (``release_xfer_handle``
+    raises once per handle: the backend may still be moving the failed transfer's bytes); a later attempt succeeds."""
+
+    def __init__(self, real: Any, fault: PairFault, side: EngineStandIn):
+        super().__init__(real, fault, side)
+        self._refused: set[int] = set()  # id() of the handles whose first release raised
+
+    def release_xfer_handle(self, handle: Any, *args: Any, **kwargs: Any) -> Any:
+        if id(handle) not in self._refused:
+            self._refused.add(id(handle))
+            raise InjectedTransportError(f"kvconform: {self._fault.doc}")
+        return self._real.release_xfer_handle(handle, *args, **kwargs)
+
+
 class RedirectedRegistrations(FaultyTransport):
     """A consumer's transport whose registrations advertise ``dead_port`` as the consumer's side channel (an address
     the producer cannot reach: a wrong advertised port), so the producer's handshake back fails."""
@@ -359,6 +374,9 @@ PUSH_FAULTS: dict[str, PushFault] = {
     "write-post-error": PushFault(PairFault(
         "write-post-error", "posting the producer's WRITE into the consumer's blocks failed (the transport raised: "
         "the consumer's agent was gone)", post_error=True), "producer"),
+    "write-unreleasable": PushFault(PairFault(
+        "write-unreleasable", "posting the producer's WRITE failed and its handle could not be released at once "
+        "(the transport raised for both)", post_error=True), "producer", UnreleasableTransport),
     "registration-send-error": PushFault(PairFault(
         "registration-send-error", "sending the consumer's registration to the producer failed (the transport "
         "raised: the producer's agent was gone)"), "consumer", NotifyFailingTransport),
