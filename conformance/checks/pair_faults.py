@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 import torch
@@ -39,6 +39,8 @@ from .roundtrip import RoundTripResult, RoundTripScenario
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
+
+_Wrapper = TypeVar("_Wrapper")  # what wrap_transport puts in a transport's place
 
 # Where a pair connector's worker keeps the transport it posts reads on (attribute path from the connector).
 TRANSPORT_PATHS = (
@@ -151,22 +153,29 @@ def require_read_faults(pair: LivePair) -> None:
                               f"(conformance/checks/pair_faults.py's READ_FAULT_MODES); the handshake faults apply")
 
 
-def install_transport(side: EngineStandIn, fault: PairFault, waiting: EngineStandIn | None = None,
-                      transport: type[FaultyTransport] = FaultyTransport) -> FaultyTransport:
-    """Put a ``FaultyTransport`` (or the ``transport`` subclass given) where the side's worker connector keeps its
-    transport (``waiting``: the side whose requests wait for the transfers, when another side posts them)."""
+def wrap_transport(side: EngineStandIn, wrap: Callable[[Any], _Wrapper], unless: str,
+                   error: type[Exception] = NoTransportHook) -> _Wrapper:
+    """Put ``wrap(transport)`` where the side's worker connector keeps its transport (``TRANSPORT_PATHS``); where it
+    keeps none there, raise ``error`` saying so and what then cannot be done (``unless``)."""
     connector = side.runner.connector
     for path in TRANSPORT_PATHS:
         owner = connector
         for attribute in path[:-1]:
             owner = getattr(owner, attribute, None)
         if owner is not None and hasattr(owner, path[-1]):
-            faulty = transport(getattr(owner, path[-1]), fault, waiting or side)
-            setattr(owner, path[-1], faulty)
-            return faulty
-    raise NoTransportHook(f"{type(connector).__name__}: kvconform finds its transport under none of "
-                          f"{['.'.join(p) for p in TRANSPORT_PATHS]} (conformance/checks/pair_faults.py), so no "
-                          f"transfer fault can be injected")
+            wrapper = wrap(getattr(owner, path[-1]))
+            setattr(owner, path[-1], wrapper)
+            return wrapper
+    raise error(f"{type(connector).__name__}: kvconform finds its transport under none of "
+                f"{['.'.join(p) for p in TRANSPORT_PATHS]} (conformance/checks/pair_faults.py), so {unless}")
+
+
+def install_transport(side: EngineStandIn, fault: PairFault, waiting: EngineStandIn | None = None,
+                      transport: type[FaultyTransport] = FaultyTransport) -> FaultyTransport:
+    """Put a ``FaultyTransport`` (or the ``transport`` subclass given) where the side's worker connector keeps its
+    transport (``waiting``: the side whose requests wait for the transfers, when another side posts them)."""
+    return wrap_transport(side, lambda real: transport(real, fault, waiting or side),
+                          "no transfer fault can be injected")
 
 
 def run_pair_slow_roundtrip(rig: Rig, scenario: RoundTripScenario) -> RoundTripResult:

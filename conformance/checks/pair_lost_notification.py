@@ -17,7 +17,7 @@ from typing import Any
 
 from ..engine.rig import EngineStandIn, Rig
 from .pair import PairFailure, drained, open_pair
-from .pair_faults import TRANSPORT_PATHS, NoTransportHook
+from .pair_faults import wrap_transport
 from .pair_notify import NOTIFY_TIMEOUT_S, leaked_blocks
 from .roundtrip import ROUNDTRIP_SCENARIOS, scenario_prompts
 
@@ -49,18 +49,7 @@ class LosingNotifications:
 
 def install_losing_notifications(side: EngineStandIn) -> LosingNotifications:
     """Put ``LosingNotifications`` where the side's worker connector keeps its transport (``TRANSPORT_PATHS``)."""
-    connector = side.runner.connector
-    for path in TRANSPORT_PATHS:
-        owner = connector
-        for attribute in path[:-1]:
-            owner = getattr(owner, attribute, None)
-        if owner is not None and hasattr(owner, path[-1]):
-            losing = LosingNotifications(getattr(owner, path[-1]))
-            setattr(owner, path[-1], losing)
-            return losing
-    raise NoTransportHook(f"{type(connector).__name__}: kvconform finds its transport under none of "
-                          f"{['.'.join(p) for p in TRANSPORT_PATHS]} (conformance/checks/pair_faults.py), so no "
-                          f"notification can be lost")
+    return wrap_transport(side, LosingNotifications, "no notification can be lost")
 
 
 def run_pair_lost_notification(rig: Rig) -> int:

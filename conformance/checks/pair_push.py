@@ -39,13 +39,13 @@ from .pair import (
     open_pair,
 )
 from .pair_faults import (
-    TRANSPORT_PATHS,
     FaultyTransport,
     InjectedTransportError,
     PairFault,
     install_transport,
     split_registration,
     transfer_mode,
+    wrap_transport,
 )
 from .pair_notify import leaked_blocks
 from .roundtrip import verify_roundtrip
@@ -92,18 +92,8 @@ class NotificationCounter:
 
 def count_notifications(side: EngineStandIn) -> NotificationCounter:
     """Put a ``NotificationCounter`` where the side's worker connector keeps its transport (``TRANSPORT_PATHS``)."""
-    connector = side.runner.connector
-    for path in TRANSPORT_PATHS:
-        owner = connector
-        for attribute in path[:-1]:
-            owner = getattr(owner, attribute, None)
-        if owner is not None and hasattr(owner, path[-1]):
-            counter = NotificationCounter(getattr(owner, path[-1]))
-            setattr(owner, path[-1], counter)
-            return counter
-    raise PairFailure(f"{type(connector).__name__}: kvconform finds its transport under none of "
-                      f"{['.'.join(p) for p in TRANSPORT_PATHS]} (conformance/checks/pair_faults.py), so it cannot "
-                      f"tell when the consumer's registration left")
+    return wrap_transport(side, NotificationCounter, "it cannot tell when the consumer's registration left",
+                          PairFailure)
 
 
 def suffixed(request_id: str) -> str:

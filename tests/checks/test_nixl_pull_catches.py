@@ -13,28 +13,16 @@ before the situation existed).
 
 from __future__ import annotations
 
-import importlib.util
-from dataclasses import dataclass, field
-
 import pytest
 
-from tests.suite_run import REPO, of_connector, run_broken
+from tests.checks.cases import NEEDS_NIXL, ROUNDTRIP, Case, assert_meets_its_cases, selection
+from tests.suite_run import REPO, run_broken
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("nixl") is None,
-                                reason="NixlConnector needs package nixl, which is not installed here")
+pytestmark = NEEDS_NIXL
 
 PROFILES = REPO / "tests" / "checks" / "nixl_pull_broken.yaml"
 
 
-@dataclass(frozen=True)
-class Case:
-    select: str  # a -k expression for the test, beside the connector's name
-    nodeid_part: str  # what its node id contains
-    outcome: str = "passed"
-    words: list[str] = field(default_factory=list)  # what its failure must say
-
-
-ROUNDTRIP = Case("(test_roundtrip and float16 and not bfloat16 and not mla)", "test_roundtrip[")
 TURN_READ = Case("turn2-read", "turn2-read]")
 TURN_BELOW = Case("turn2-below-threshold", "turn2-below-threshold]")
 TURN_EXPIRING = Case("turn2-expiring", "turn2-expiring]")
@@ -77,8 +65,7 @@ CASES: dict[str, list[Case]] = {
               "were placed or rearranged wrongly"]),
         ROUNDTRIP],
 }
-SELECTION = " or ".join(f"({name} and ({' or '.join(case.select for case in cases)}))"
-                        for name, cases in CASES.items())
+SELECTION = selection(CASES)
 BROKEN = [name for name in CASES if name != "NixlConnector"]
 
 
@@ -91,13 +78,4 @@ def pull_run(tmp_path_factory):
 @pytest.mark.parametrize("name", list(CASES))
 def test_each_connector_meets_its_cases(pull_run, name):
     _, outcomes, output = pull_run
-    mine = of_connector(outcomes, name)
-    assert mine, output[-3000:]
-    for outcome in mine:
-        case = next((c for c in CASES[name] if c.nodeid_part in outcome.nodeid), None)
-        assert case is not None, f"{outcome.nodeid} was not meant to run"
-        assert outcome.outcome == case.outcome, (outcome.nodeid, outcome.outcome, outcome.message[:1500])
-        for word in case.words:
-            assert word in outcome.message, (word, outcome.message[:1500])
-    ran = {case.nodeid_part for case in CASES[name] for o in mine if case.nodeid_part in o.nodeid}
-    assert ran == {case.nodeid_part for case in CASES[name]}, [o.nodeid for o in mine]
+    assert_meets_its_cases(outcomes, output, name, CASES[name])

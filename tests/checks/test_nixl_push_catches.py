@@ -12,28 +12,16 @@ runs (``kvconform report --uncovered NixlPushConnector`` listed it as never run 
 
 from __future__ import annotations
 
-import importlib.util
-from dataclasses import dataclass, field
-
 import pytest
 
-from tests.suite_run import REPO, of_connector, run_broken
+from tests.checks.cases import NEEDS_NIXL, ROUNDTRIP, Case, assert_meets_its_cases, selection
+from tests.suite_run import REPO, run_broken
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("nixl") is None,
-                                reason="NixlPushConnector needs package nixl, which is not installed here")
+pytestmark = NEEDS_NIXL
 
 PROFILES = REPO / "tests" / "checks" / "nixl_push_broken.yaml"
 
 
-@dataclass(frozen=True)
-class Case:
-    select: str  # a -k expression for the test, beside the connector's name
-    nodeid_part: str  # what its node id contains
-    outcome: str = "passed"
-    words: list[str] = field(default_factory=list)  # what its failure must say
-
-
-ROUNDTRIP = Case("(test_roundtrip and float16 and not bfloat16 and not mla)", "test_roundtrip[")
 EARLY = Case("registered-before-prefill", "registered-before-prefill]")
 SUFFIXED = Case("engine-suffixed-ids", "engine-suffixed-ids]")
 SHUTDOWN = Case("shutdown-mid-write", "shutdown-mid-write]")
@@ -65,8 +53,7 @@ CASES: dict[str, list[Case]] = {
              ["BatchLostOnBadRegistrationPushConnector", "delivered two malformed registrations", NOT_RELEASED]),
         EARLY, ROUNDTRIP],
 }
-SELECTION = " or ".join(f"({name} and ({' or '.join(case.select for case in cases)}))"
-                        for name, cases in CASES.items())
+SELECTION = selection(CASES)
 BROKEN = [name for name in CASES if name != "NixlPushConnector"]
 
 
@@ -79,13 +66,4 @@ def push_run(tmp_path_factory):
 @pytest.mark.parametrize("name", list(CASES))
 def test_each_connector_meets_its_cases(push_run, name):
     _, outcomes, output = push_run
-    mine = of_connector(outcomes, name)
-    assert mine, output[-3000:]
-    for outcome in mine:
-        case = next((c for c in CASES[name] if c.nodeid_part in outcome.nodeid), None)
-        assert case is not None, f"{outcome.nodeid} was not meant to run"
-        assert outcome.outcome == case.outcome, (outcome.nodeid, outcome.outcome, outcome.message[:1500])
-        for word in case.words:
-            assert word in outcome.message, (word, outcome.message[:1500])
-    ran = {case.nodeid_part for case in CASES[name] for o in mine if case.nodeid_part in o.nodeid}
-    assert ran == {case.nodeid_part for case in CASES[name]}, [o.nodeid for o in mine]
+    assert_meets_its_cases(outcomes, output, name, CASES[name])
