@@ -47,6 +47,7 @@ from ..engine.distributed import single_rank_parallel_state
 from ..engine.rig import EngineStandIn, Rig
 from ..engine.runner import ModelRunnerStandIn
 from ..engine.side_channel import HOST, reserved_port, serve_handshake
+from ..vllm_install import api as vllm_api
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -254,11 +255,10 @@ def _aggregated_sends(aggregator: Any) -> bool:
     """Whether one send, reported by one worker of ``WORLD_SIZE``, comes out of the aggregator finished."""
     import dataclasses
 
-    from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, KVConnectorOutput
+    empty, connector_output = vllm_api.find("EMPTY_MODEL_RUNNER_OUTPUT"), vllm_api.find("KVConnectorOutput")
 
     def output(sending: set[str]) -> Any:
-        return dataclasses.replace(EMPTY_MODEL_RUNNER_OUTPUT, kv_connector_output=KVConnectorOutput(
-            finished_sending=sending))
+        return dataclasses.replace(empty, kv_connector_output=connector_output(finished_sending=sending))
 
     merged = aggregator.aggregate([output({"lifecycle-send"}), *(output(set()) for _ in range(WORLD_SIZE - 1))])
     sending = merged.kv_connector_output.finished_sending if merged.kv_connector_output else None

@@ -112,7 +112,7 @@ PLACES: dict[str, Place] = {
     **_same_name(_SCHEDULER_OUTPUT, "SchedulerOutput"),
     **_same_name(_KV_CACHE_MANAGER, "KVCacheBlocks"),
     **_same_name(_STRUCTURED_OUTPUT, "StructuredOutputManager"),
-    **_same_name(_OUTPUTS, "ModelRunnerOutput", "KVConnectorOutput"),
+    **_same_name(_OUTPUTS, "ModelRunnerOutput", "KVConnectorOutput", "EMPTY_MODEL_RUNNER_OUTPUT"),
     "ModelRunnerOutput.req_id_to_index": Place(_OUTPUTS, "ModelRunnerOutput.req_id_to_index", _INDEXED_BY_REQ_IDS,
                                                field=True),
     **_same_name(_REQUEST, "Request", "RequestStatus"),
