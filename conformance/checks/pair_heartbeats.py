@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 from ..engine.prompts import request_prompt
 from ..engine.rig import Rig
 from ..vllm_install import api as vllm_api
-from .pair import DRAIN_TIMEOUT_S, CompletionWitness, LivePair, PairFailure, check_completion, drained, open_pair
-from .pair_notify import leaked_blocks
+from .pair import DRAIN_TIMEOUT_S, CompletionWitness, LivePair, check_completion, drained, open_pair
+from .pair_notify import raise_if_leaked
 from .roundtrip import ROUNDTRIP_SCENARIOS, scenario_prompts
 
 if TYPE_CHECKING:
@@ -83,7 +83,4 @@ def run_pair_heartbeats(rig: BusyConsumerRig) -> None:
                         f"only slot busy) under a {LEASE_S} s lease; then the consumer did not finish receiving, or "
                         f"the producer did not release its pages (finished_sending),", timeout_s=DRAIN_TIMEOUT_S)
         check_completion(pair, witness)
-        leaks = {role: leaked_blocks(log.side) for role, log in pair.logs.items()}
-        if any(leaks.values()):
-            held = ", ".join(f"the {role} still holds {count} block(s)" for role, count in leaks.items() if count)
-            raise PairFailure(f"{name}: after both sides drained, {held}: they never return to the free pool")
+        raise_if_leaked(pair, f"{name}: ")

@@ -56,6 +56,15 @@ def leaked_blocks(side: EngineStandIn) -> int:
     return int(pool.num_gpu_blocks - 1 - pool.get_num_free_blocks())
 
 
+def raise_if_leaked(pair: LivePair, what: str) -> None:
+    """``PairFailure`` naming each side of the drained ``pair`` that still holds blocks (``what``: the message's
+    start, the connector and the situation)."""
+    leaks = {role: leaked_blocks(log.side) for role, log in pair.logs.items()}
+    if any(leaks.values()):
+        held = ", ".join(f"the {role} still holds {count} block(s)" for role, count in leaks.items() if count)
+        raise PairFailure(f"{what}after both sides drained, {held}: they never return to the free pool")
+
+
 def run_pair_notify(rig: Rig, situation: NotifySituation) -> None:
     """The producer prefills and keeps its pages; the consumer's requests read none of them; the producer must be
     told, and nothing may stay held on either side."""
@@ -76,8 +85,4 @@ def run_pair_notify(rig: Rig, situation: NotifySituation) -> None:
         if received:
             raise PairFailure(f"{name}: {situation.doc}, yet the consumer reported {', '.join(received)} received "
                               f"(finished_recving): nothing was read for them")
-        leaks = {role: leaked_blocks(log.side) for role, log in pair.logs.items()}
-        if any(leaks.values()):
-            held = ", ".join(f"the {role} still holds {count} block(s)" for role, count in leaks.items() if count)
-            raise PairFailure(f"{name}: {situation.doc}; after both sides drained, {held}: they never return to the "
-                              f"free pool")
+        raise_if_leaked(pair, f"{name}: {situation.doc}; ")

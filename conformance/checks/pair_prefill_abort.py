@@ -31,7 +31,7 @@ from .pair import (
     drained,
     open_pair,
 )
-from .pair_notify import NOTIFY_TIMEOUT_S, leaked_blocks
+from .pair_notify import NOTIFY_TIMEOUT_S, raise_if_leaked
 from .roundtrip import ROUNDTRIP_SCENARIOS, scenario_prompts
 
 ABORTED_PROMPT_BLOCKS = (3, 5)  # (whole blocks, extra tokens) of each aborted prompt: several chunks of one block
@@ -92,8 +92,4 @@ def run_pair_prefill_abort(rig: ChunkedPrefillRig) -> None:
                         f"reading the other requests (finished_recving), or the producer did not release their pages",
                         timeout_s=NOTIFY_TIMEOUT_S)
         check_completion(pair, witness)
-        leaks = {role: leaked_blocks(log.side) for role, log in pair.logs.items()}
-        if any(leaks.values()):
-            held = ", ".join(f"the {role} still holds {count} block(s)" for role, count in leaks.items() if count)
-            raise PairFailure(f"{name}: {ABORTED}; after both sides drained, {held}: they never return to the "
-                              f"free pool")
+        raise_if_leaked(pair, f"{name}: {ABORTED}; ")

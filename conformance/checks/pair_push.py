@@ -47,7 +47,7 @@ from .pair_faults import (
     transfer_mode,
     wrap_transport,
 )
-from .pair_notify import leaked_blocks
+from .pair_notify import raise_if_leaked
 from .roundtrip import verify_roundtrip
 
 if TYPE_CHECKING:
@@ -128,10 +128,7 @@ def _drain_and_check(pair: LivePair, doc: str, stored: dict[str, list[int]], wan
     if unreceived:
         raise PairFailure(f"{name}: {doc}; the consumer never reported {sorted(unreceived)} received "
                           f"(finished_recving), its claims {unreceived}: nothing was loaded for them")
-    leaks = {role: leaked_blocks(log.side) for role, log in pair.logs.items()}
-    if any(leaks.values()):
-        held = ", ".join(f"the {role} still holds {count} block(s)" for role, count in leaks.items() if count)
-        raise PairFailure(f"{name}: {doc}; after both sides drained, {held}: they never return to the free pool")
+    raise_if_leaked(pair, f"{name}: {doc}; ")
     return result[0] if result else None
 
 
