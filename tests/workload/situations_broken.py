@@ -13,18 +13,26 @@ Each broken copy is a vLLM 0.32 connector with one edit:
   saves over its own. Scenario ``staggered-finishes`` fails it over children that are both 2+ steps late.
 * ``WholeBlocksStoreConnector``: ``PrefixTokensConnector`` (a correct connector of this module, whose hits end
   mid-block) moving whole blocks only while claiming every token. Scenario ``partial-block-load`` fails it.
+* ``SampledTokenSaveConnector``: ``OutputSaveConnector`` (a correct connector of this module, which also stores a
+  finished request's prompt and output, copied a step after the finish from the blocks it keeps) handing its worker
+  every token of a finished request, the last sampled one included, whose KV the model never computed. Only a final
+  length on a block boundary makes that token start a whole block of its own count: the worker copies a block the
+  scheduler half did not keep, after vLLM freed it. Scenario ``block-boundary`` fails it.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 
+import safetensors.torch
 import torch
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1
 from vllm.distributed.kv_transfer.kv_connector.v1.example_connector import (
     ExampleConnector,
     ExampleConnectorMetadata,
     ReqMeta,
+    align_to_block_size,
 )
 from vllm.distributed.kv_transfer.kv_connector.v1.multi_connector import MultiConnector
 
@@ -135,6 +143,100 @@ class WholeBlocksStoreConnector(PrefixTokensConnector):
 
     def _moved_tokens(self, count: int) -> int:
         return count // self._block_size * self._block_size  # the edit: every token is moved
+
+
+@dataclass
+class _FinishedRequest:
+    """What the worker needs to store a finished request's prompt and output: the tokens handed over, in order, the
+    request's blocks (vLLM's block table as ``request_finished`` got it) and its prompt's length."""
+
+    request_id: str
+    tokens: list[int]
+    block_ids: list[int]
+    prompt_tokens: int
+
+
+@dataclass
+class _OutputSaveMetadata(ExampleConnectorMetadata):
+    finished: list[_FinishedRequest] = field(default_factory=list)  # requests finished since the last step
+
+
+class OutputSaveConnector(ExampleConnector):
+    """(correct) ExampleConnector that also stores, once a request finishes, its prompt and output together: every
+    whole block of the tokens it computed, keyed by those tokens as ExampleConnector keys a prompt, so a later turn
+    that sends the conversation back finds them. The scheduler half hands each finished request to the worker in
+    the next step's metadata and keeps its blocks (``request_finished`` returns True) when they hold a whole block
+    past what the prompt's own store holds; the worker copies those blocks in that step's ``get_finished``, a step
+    after the finish, and reports the request in ``finished_sending``. Both halves count whole blocks the same
+    way (``_output_store_tokens``), so the worker copies exactly the requests whose blocks vLLM kept."""
+
+    def __init__(self, vllm_config, role, kv_cache_config=None):
+        super().__init__(vllm_config, role, kv_cache_config)
+        self._finished_requests: list[_FinishedRequest] = []  # scheduler side
+        self._caches: dict[str, torch.Tensor] = {}  # worker side
+
+    # ---- scheduler side ---------------------------------------------------------------------------------------
+
+    def _tokens_with_kv(self, request) -> list[int]:
+        """The tokens of a finished request whose KV its blocks hold: the model computes every token but the last
+        one it sampled."""
+        return list(request.all_token_ids[:request.num_computed_tokens])
+
+    def request_finished(self, request, block_ids):
+        prompt_tokens = len(request.prompt_token_ids or [])
+        self._finished_requests.append(_FinishedRequest(request.request_id, self._tokens_with_kv(request),
+                                                        list(block_ids), prompt_tokens))
+        keeps = self._output_store_tokens(request.num_computed_tokens, len(block_ids), prompt_tokens) > 0
+        return keeps, None
+
+    def build_connector_meta(self, scheduler_output):
+        meta = super().build_connector_meta(scheduler_output)
+        finished, self._finished_requests = self._finished_requests, []
+        return _OutputSaveMetadata(requests=meta.requests, finished=finished)
+
+    # ---- both halves ------------------------------------------------------------------------------------------
+
+    def _output_store_tokens(self, tokens: int, blocks: int, prompt_tokens: int) -> int:
+        """How many of a finished request's first ``tokens`` tokens (in ``blocks`` blocks) its output store copies:
+        their whole blocks, when they reach past the whole blocks its prompt's store holds; else 0."""
+        whole = min(tokens // self._block_size, blocks) * self._block_size
+        return whole if whole > align_to_block_size(prompt_tokens, self._block_size) else 0
+
+    # ---- worker side ------------------------------------------------------------------------------------------
+
+    def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
+        self._caches = kv_caches
+
+    def get_finished(self, finished_req_ids):
+        meta = self._get_connector_metadata() if self.has_connector_metadata() else None
+        stored = set()
+        for done in getattr(meta, "finished", ()):
+            count = self._output_store_tokens(len(done.tokens), len(done.block_ids), done.prompt_tokens)
+            if count:
+                self._store(_entry(done.tokens[:count], count, done.block_ids, self._block_size, is_store=True))
+                stored.add(done.request_id)
+        return stored or None, None
+
+    def _store(self, entry: ReqMeta) -> None:
+        """ExampleConnector's save of one entry, from the registered caches."""
+        for name, layer in self._caches.items():
+            slots = entry.slot_mapping.to(layer.device)
+            kv = layer[slots // self._block_size, :, slots % self._block_size]
+            path = self._generate_filename_debug(name, entry.token_ids, entry.mm_hashes)
+            safetensors.torch.save_file({"kv_cache": kv.detach().cpu()}, path)
+
+
+class SampledTokenSaveConnector(OutputSaveConnector):
+    """Hands the worker every token of a finished request, the last one it sampled included, whose KV the model
+    never computed (as OffloadingConnector counted a finished request's tokens before it clamped them to
+    ``num_tokens - 1``). The scheduler half decides from ``num_computed_tokens`` whether to keep the blocks; the
+    worker counts whole blocks over the tokens handed to it. The two counts differ only when the final length is
+    on a block boundary: the worker then copies one whole block more, the last, whose last slot was never written,
+    and where that block is the first one past the prompt's store, for a request whose blocks vLLM did not keep,
+    freed the step before (and maybe handed to the next arrival), and reports a send nobody waits for."""
+
+    def _tokens_with_kv(self, request) -> list[int]:
+        return list(request.all_token_ids)  # the edit: all_token_ids[:num_computed_tokens]
 
 
 def _entry(key: list[int], moved_tokens: int, block_ids: list[int], block_size: int, is_store: bool) -> ReqMeta:
