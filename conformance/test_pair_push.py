@@ -1,13 +1,13 @@
 """Push pairs whose halves meet in the orders a deployment produces, or that stop mid-WRITE (``PUSH_SITUATIONS`` in
 conformance/checks/pair_push.py), and a push producer whose WRITE fails.
 
-A consumer registered before the producer's prefill finished, request ids each engine suffixed on its own: each
-passes as the pair round-trip does (the consumer's bytes are the producer's when it reports them received, each side
-is released on the other's word, never by lease expiry, no block stays held); a producer shut down with a WRITE in
-flight releases every transfer handle it prepared. A WRITE the producer cannot post (or then release), a
-registration the consumer cannot send, a handshake back the producer cannot make (``PUSH_FAULTS``), is a load that
-failed, judged as a failed read is (``test_pair_load_failure``): the consumer raises or reports it within a bound,
-never reports it received.
+A consumer registered before the producer's prefill finished, request ids each engine suffixed on its own, WRITE
+submissions slower than vLLM's 200 ms mark: each passes as the pair round-trip does (the consumer's bytes are the
+producer's when it reports them received, each side is released on the other's word, never by lease expiry, no block
+stays held); a producer shut down with a WRITE in flight releases every transfer handle it prepared. A WRITE the
+producer cannot post (or then release), a registration the consumer cannot send, a handshake back the producer cannot
+make (``PUSH_FAULTS``), is a load that failed, judged as a failed read is (``test_pair_load_failure``): the consumer
+raises or reports it within a bound, never reports it received.
 """
 
 from __future__ import annotations

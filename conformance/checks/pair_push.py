@@ -10,7 +10,9 @@ router that knows the producer's address may send the decode request at once, so
 8-hex suffix (vLLM's input processor), so the two halves carry different ids for one request
 (``engine-suffixed-ids``). A producer's notifications come from any sender, and its transport may fail a poll:
 neither may cost the consumer's registrations (``stray-notifications``). An engine may stop while a WRITE runs: its
-worker's shutdown must release every transfer handle it prepared (``shutdown-mid-write``).
+worker's shutdown must release every transfer handle it prepared (``shutdown-mid-write``). A backend may take longer
+than vLLM's 200 ms mark to accept a WRITE (vLLM only warns): the WRITE is still the one that completes the request
+(``slow-write-submission``).
 
 The meeting situations pass as the pair round-trip does (``pair.py``): the bytes the consumer reports received are
 the producer's, each side is released on the other's word, never by a lease's expiry, both sides drain and every
@@ -20,6 +22,7 @@ block is back in each side's free pool.
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -303,6 +306,40 @@ def run_stray_notifications(rig: Rig, situation: PushSituation) -> RoundTripResu
     return result
 
 
+# vLLM's push worker warns when submitting a request's WRITEs takes over 200 ms (``_do_start_push_kv``); this backend
+# takes longer to accept each WRITE, which then completes some polls later.
+SLOW_SUBMISSION_S = 0.3
+SLOW_SUBMISSION = PairFault("slow-submission", "each of the producer's WRITE submissions (transfer()) took "
+                            f"{SLOW_SUBMISSION_S * 1000:.0f} ms, and the WRITE then completed some polls later",
+                            delay_polls=4)
+
+
+class SlowSubmission(FaultyTransport):
+    """A producer's transport whose ``transfer()`` blocks ``SLOW_SUBMISSION_S`` before it accepts a WRITE (a backend
+    busy registering memory or queued behind other traffic); the WRITE then runs as its fault says."""
+
+    def transfer(self, handle: object, *args: Any, **kwargs: Any) -> str:
+        time.sleep(SLOW_SUBMISSION_S)
+        return super().transfer(handle, *args, **kwargs)
+
+
+def run_slow_write_submission(rig: Rig, situation: PushSituation) -> RoundTripResult | None:
+    """The round-trip of req-0 and req-1 while each WRITE's submission takes ``SLOW_SUBMISSION_S``: a slow submission
+    is neither a failure nor a completion, so the pair must complete as the round-trip does."""
+    stored = _prompts(rig, 0, (3, 2))
+    name = rig.connector.name
+    with open_pair(rig, stored) as pair:
+        require_mode(pair, situation)
+        witness = CompletionWitness(pair)
+        pair.logs["consumer"].on_received = witness
+        slow = install_transport(pair.producer, SLOW_SUBMISSION, waiting=pair.consumer, transport=SlowSubmission)
+        _hand_over(pair, {rid: rid for rid in stored}, stored)
+        result = _drain_and_check(pair, situation.doc, stored, stored, witness, compare_all=True)
+    assert slow.posted >= len(stored), (f"the harness meant {name}'s producer to submit a WRITE for each of "
+                                        f"{sorted(stored)} through its slow transport, but it submitted {slow.posted}")
+    return result
+
+
 @dataclass(frozen=True)
 class PushSituation:
     doc: str  # what happened, in the words of a failure message
@@ -332,6 +369,11 @@ PUSH_SITUATIONS: dict[str, PushSituation] = {
         "the producer's engine shut down while its WRITE of req-0 into the consumer's blocks was still in flight",
         run_shutdown_mid_write, ("push",), "a pull producer posts no transfer; its consumer's reads are the "
         "consumer's to release"),
+    "slow-write-submission": PushSituation(
+        f"each WRITE submission on the producer took {SLOW_SUBMISSION_S * 1000:.0f} ms (over the 200 ms at which vLLM "
+        f"warns of a slow NIXL submission), and each WRITE then completed some polls later",
+        run_slow_write_submission, ("push",), "a pull producer submits no transfer; a consumer's READs that complete "
+        "late are test_pair_slow_transport's"),
 }
 
 

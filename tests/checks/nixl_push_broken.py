@@ -8,6 +8,8 @@ carries its bug, on top of vLLM's own worker.
 
 from __future__ import annotations
 
+import time
+
 import msgspec
 from vllm.distributed.kv_transfer.kv_connector.v1.nixl.connector import NixlPushConnector
 from vllm.distributed.kv_transfer.kv_connector.v1.nixl.metadata import PUSH_REG_NOTIF_PREFIX
@@ -103,3 +105,31 @@ class BatchLostOnBadRegistrationPushConnector(NixlPushConnector):
                 handle(notif)
 
             worker._handle_push_reg_notif = strict
+
+
+class SlowSubmissionAbandonedPushConnector(NixlPushConnector):
+    """The producer takes a WRITE whose submission took longer than vLLM's 200 ms slow-submission mark for a stuck
+    backend: it gives the WRITE up as failed (records a send failure, releases its handle) where vLLM only warns. The
+    backend had accepted the WRITE, so nothing completes the request: the consumer never hears of it, and the producer
+    holds its pages until the lease runs out."""
+
+    SLOW_MS = 200.0  # vLLM's push worker warns of a slow NIXL submission above this (_do_start_push_kv)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        worker = self.connector_worker
+        if worker is not None:
+            post = worker._xfer_blocks
+
+            def abandoning(*args, **named):
+                start = time.perf_counter()
+                handle = post(*args, **named)
+                if handle is not None and (time.perf_counter() - start) * 1000.0 > self.SLOW_MS:
+                    request_id = named["request_id"]
+                    with worker._sending_transfers_lock:
+                        worker._send_failures.add(request_id)
+                    worker._handle_failed_transfer(request_id, handle)
+                    return None
+                return handle
+
+            worker._xfer_blocks = abandoning

@@ -2,8 +2,9 @@
 
 One subprocess runs the pairs whose halves meet in other orders or stop mid-WRITE (conformance/test_pair_push.py's
 test_pair_orders: a consumer registered before the producer's prefill finished, request ids each engine suffixed, a
-producer shut down with a WRITE in flight, malformed registrations beside the real ones), a WRITE the producer
-cannot post (test_pair_write_failure) and the plain pair round-trip, for the unmodified NixlPushConnector (the
+producer shut down with a WRITE in flight, malformed registrations beside the real ones, WRITE submissions slower
+than vLLM's 200 ms mark), a WRITE the producer cannot post (test_pair_write_failure) and the plain pair round-trip,
+for the unmodified NixlPushConnector (the
 orders and the round-trip pass; its WRITE failure is a pinned finding, checked by the strict suite) and the broken
 copies in tests/checks/nixl_push_broken.py. Each copy fails the situation made for it, with words that name its
 mistake, and passes the others selected for it, the round-trip among them: its edit sits in code only its situation
@@ -27,10 +28,11 @@ SUFFIXED = Case("engine-suffixed-ids", "engine-suffixed-ids]")
 SHUTDOWN = Case("shutdown-mid-write", "shutdown-mid-write]")
 STRAY = Case("stray-notifications", "stray-notifications]")
 WRITE_FAILURE = Case("write-post-error", "write-post-error]")
+SLOW_SUBMISSION = Case("slow-write-submission", "slow-write-submission]")
 NOT_RELEASED = "the consumer did not finish receiving, or the producer did not release its pages"
 
 CASES: dict[str, list[Case]] = {
-    "NixlPushConnector": [EARLY, SUFFIXED, SHUTDOWN, STRAY, ROUNDTRIP],
+    "NixlPushConnector": [EARLY, SUFFIXED, SHUTDOWN, STRAY, SLOW_SUBMISSION, ROUNDTRIP],
     "EarlyRegistrationLostPushConnector": [
         Case(EARLY.select, EARLY.nodeid_part, "failed",
              ["EarlyRegistrationLostPushConnector", "registrations reached the producer before its prefills finished",
@@ -51,6 +53,10 @@ CASES: dict[str, list[Case]] = {
     "BatchLostOnBadRegistrationPushConnector": [
         Case(STRAY.select, STRAY.nodeid_part, "failed",
              ["BatchLostOnBadRegistrationPushConnector", "delivered two malformed registrations", NOT_RELEASED]),
+        EARLY, ROUNDTRIP],
+    "SlowSubmissionAbandonedPushConnector": [
+        Case(SLOW_SUBMISSION.select, SLOW_SUBMISSION.nodeid_part, "failed",
+             ["SlowSubmissionAbandonedPushConnector", "over the 200 ms at which vLLM warns", NOT_RELEASED]),
         EARLY, ROUNDTRIP],
 }
 SELECTION = selection(CASES)
