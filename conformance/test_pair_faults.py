@@ -10,6 +10,12 @@ values, with every slot vLLM keeps as loaded holding the producer's bytes.
 ``test_pair_slow_transport`` is the pair round-trip over a transport whose reads
 complete some polls after posting: the bytes must be in place at the step the
 consumer first reports the request received.
+``test_pair_unreleasable_read`` is a READ that cannot be posted and whose prepared
+handle cannot be released at the first attempt: judged as ``test_pair_load_failure``
+judges a failed read, the consumer must besides report the request exactly once and
+release the handle it kept before it drains. ``test_pair_vanished_producer`` is a
+producer whose NIXL metadata is gone after a failed read: a later request from it
+must be failed within a bound, not left waiting.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from kvconform.conformance.checks.pair_faults import (
     NoTransportHook,
     run_pair_load_failure,
     run_pair_slow_roundtrip,
+    run_pair_unreleasable_read,
+    run_pair_vanished_producer,
 )
 from kvconform.conformance.checks.roundtrip import ROUNDTRIP_SCENARIOS
 from kvconform.conformance.connectors.requirements import refusals_skip, require
@@ -68,3 +76,32 @@ def test_pair_slow_transport(platform: PlatformSpec, attn_backend: str, connecto
             run_pair_slow_roundtrip(make_rig(CacheShape()), ROUNDTRIP_SCENARIOS["multi"])
         except NoTransportHook as exc:
             pytest.skip(str(exc))
+
+
+@pytest.mark.check("load_failure", needs="roundtrip")
+@pytest.mark.parametrize("policy", POLICIES)
+def test_pair_unreleasable_read(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, policy: str,
+                                make_rig: MakeRig, record_property: Callable[[str, object], None]) -> None:
+    _require_pair(connector, platform)
+    with refusals_skip():
+        try:
+            answer = run_pair_unreleasable_read(make_rig(CacheShape()), policy)
+        except NoTransportHook as exc:
+            pytest.skip(str(exc))
+    # run_pair_unreleasable_read raised if the failure went unreported or was reported twice, a kept slot was wrong,
+    # or the handle it had to keep was never released
+    record_property("kvconform.load_failure_answer", answer.describe())
+
+
+@pytest.mark.check("load_failure", needs="roundtrip")
+def test_pair_vanished_producer(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam,
+                                make_rig: MakeRig, record_property: Callable[[str, object], None]) -> None:
+    _require_pair(connector, platform)
+    with refusals_skip():
+        try:
+            # whether the consumer reports at all is the question: one kv_load_failure_policy keeps the wait single
+            answer = run_pair_vanished_producer(make_rig(CacheShape()), "fail")
+        except NoTransportHook as exc:
+            pytest.skip(str(exc))
+    # run_pair_vanished_producer raised if a request waited past the bound, went unreported or kept a wrong slot
+    record_property("kvconform.load_failure_answer", answer.describe())

@@ -10,13 +10,17 @@ posted: the consumer's ``kv_transfer_params`` name a producer it cannot handshak
 serves, an engine id the producer does not have); the same judgement applies, within a bound just above
 vLLM's own handshake timeout, and no transfer may be posted. ``PUSH_FAULTS`` fail a push pair's transfer on
 the side that makes it (the producer's WRITE, the consumer's registration): the consumer's answer is judged
-the same way, within a short bound.
+the same way, within a short bound. ``UNRELEASABLE_READ`` is a read that cannot be posted and whose handle cannot be
+released at the first attempt: besides that judgement, the consumer reports the request once and releases the handle
+it kept before it drains. ``VANISHED_PRODUCER`` is a producer whose NIXL metadata is gone after a failed read: a later
+request from it must be failed within a bound, not left waiting.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
@@ -39,6 +43,8 @@ from .roundtrip import RoundTripResult, RoundTripScenario
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.outputs import KVConnectorOutput
 
 _Wrapper = TypeVar("_Wrapper")  # what wrap_transport puts in a transport's place
 
@@ -418,4 +424,187 @@ def run_pair_write_failure(rig: Rig, push_fault: PushFault, policy: str) -> Load
     if not transport.failed:
         raise LoadFailureViolation(f"{name}'s {push_fault.role} posted nothing the fault could act on "
                                    f"({transport.posted} posted): no transfer failure could be staged")
+    return _judge_failed_load(rig, pair, stored, fault, policy)
+
+
+# ---- a failed READ whose handle cannot be released at once ---------------------------------------------------------
+
+UNRELEASABLE_READ = PairFault(
+    "post-error-unreleasable", "posting the consumer's READ failed after NIXL had prepared its handle, and that handle "
+    "could not be released at the first attempt (the transport raised for both: the backend may still be moving the "
+    "READ's bytes)", post_error=True)
+
+
+@dataclass
+class ReportCountingLog(SideLog):
+    """A ``SideLog`` that also counts, per request, the steps whose output reported it finished receiving or failed
+    (vLLM's scheduler takes each report as a new event: a second one finds the request gone or running)."""
+
+    reports: Counter[str] = field(default_factory=Counter)
+
+    def step(self, scheduler_output: SchedulerOutput) -> KVConnectorOutput:
+        output = super().step(scheduler_output)
+        for request_id in set(output.finished_recving or ()) | set(output.failed_recving or ()):
+            self.reports[request_id] += 1
+        return output
+
+
+class ReleaseLedger(UnreleasableTransport):
+    """An ``UnreleasableTransport`` that also lists the handles released after their first release was refused."""
+
+    def __init__(self, real: Any, fault: PairFault, side: EngineStandIn):
+        super().__init__(real, fault, side)
+        self.released_later: set[int] = set()  # id() of the handles whose later release went through
+
+    def release_xfer_handle(self, handle: Any, *args: Any, **kwargs: Any) -> Any:
+        refused = id(handle) in self._refused
+        result = super().release_xfer_handle(handle, *args, **kwargs)
+        if refused:
+            self.released_later.add(id(handle))
+        return result
+
+    def refused(self) -> int:
+        """How many handles' first release was refused."""
+        return len(self._refused)
+
+    def kept(self) -> int:
+        """How many handles whose first release was refused were never released afterwards."""
+        return len(self._refused - self.released_later)
+
+
+def run_pair_unreleasable_read(rig: Rig, policy: str) -> LoadFailureAnswer:
+    """The consumer's READ cannot be posted, and its prepared handle cannot be released at the first attempt; the
+    consumer's answer is judged as a failed read's is, and besides: it reports the request exactly once (one step's
+    finished_recving or failed_recving), and by the time it drained it has released the handle it had to keep."""
+    rig = PolicyRig.of(rig, policy)
+    stored = {"req-0": request_prompt(0, 4 * rig.block_size + 5)}
+    name, fault = rig.connector.name, UNRELEASABLE_READ
+    with open_pair(rig, stored) as pair:
+        require_read_faults(pair)
+        log = ReportCountingLog(pair.consumer)
+        pair.logs["consumer"] = log
+        ledger = install_transport(pair.consumer, fault, transport=ReleaseLedger)
+        assert isinstance(ledger, ReleaseLedger)
+        _consumer_drains(pair, stored, f"{name}: after {fault.doc}, the consumer neither failed nor finished its "
+                                       f"request")
+        kept = ledger.kept()  # before the consumer's shutdown, which may release what a step forgot
+    if not ledger.failed or not ledger.refused():
+        raise LoadFailureViolation(f"{name} posted no read the fault could act on ({ledger.posted} posted, "
+                                   f"{ledger.refused()} release(s) refused): no unreleasable handle was staged")
+    answer = _judge_failed_load(rig, pair, stored, fault, policy)
+    if answer.raised is not None:
+        return answer
+    repeated = ", ".join(f"{rid} in {log.reports[rid]} steps" for rid in stored if log.reports[rid] > 1)
+    if repeated:
+        raise LoadFailureViolation(
+            f"{name}: {fault.doc}; the consumer reported {repeated} (finished_recving / failed_recving): vLLM's "
+            f"scheduler takes each report as the load's end, so a second one finds the request already failed, freed "
+            f"or running")
+    if kept:
+        raise LoadFailureViolation(
+            f"{name}: {fault.doc}; the consumer drained with {kept} READ handle(s) whose first release was refused "
+            f"never released again (release_xfer_handle): NIXL keeps each handle's descriptors, and a backend still "
+            f"moving the READ's bytes may write them into blocks vLLM has freed and handed to another request")
+    return answer
+
+
+# ---- the producer's NIXL metadata is gone: a later request from it must fail, not wait ------------------------------
+
+# A consumer that knows its producer is gone fails the producer's next request at once (vLLM 0.32 on: the engine is
+# marked invalid and its reads fail fast; before, posting the READ raises): it must have failed within this bound.
+VANISHED_PRODUCER_BOUND_S = 5.0
+VANISHED_PRODUCER = PairFault(
+    "metadata-gone", "the consumer's READ of req-0 ended in the transport's error state while its READ of req-1 was "
+    "still in flight, and from then on the transport reported the producer's NIXL metadata gone (check_remote_metadata "
+    "false, every post raising)")
+
+
+class VanishedProducer(FaultyTransport):
+    """A consumer's transport on which the producer vanishes. No READ really runs: each stays in flight ("PROC").
+    Once ``awaited`` READs are in flight, the one for request ``first`` ends in the error state, and from then on
+    ``check_remote_metadata`` says the producer's metadata is gone and posting a READ raises; the others end in the
+    error state once ``ending`` is set. The consumer's blocks keep what they held (zeros)."""
+
+    def __init__(self, real: Any, fault: PairFault, side: EngineStandIn):
+        super().__init__(real, fault, side)
+        self.first = ""  # the producer request whose READ fails first
+        self.awaited = 1  # READs in flight before it fails
+        self.gone = False
+        self.ending = False
+        self._reads: dict[int, str] = {}  # id(handle) -> the producer request it reads
+
+    def make_prepped_xfer(self, *args: Any, notif_msg: bytes = b"", **kwargs: Any) -> Any:
+        handle = self._real.make_prepped_xfer(*args, notif_msg=notif_msg, **kwargs)
+        self._reads[id(handle)] = notif_msg.decode(errors="replace").rsplit(":", 1)[0]  # "<remote request id>:<tp>"
+        return handle
+
+    def transfer(self, handle: object, *args: Any, **kwargs: Any) -> str:
+        self.posted += 1
+        if self.gone:
+            self.failed += 1
+            raise InjectedTransportError(f"kvconform: {self._fault.doc}")
+        return "PROC"
+
+    def check_xfer_state(self, handle: object) -> str:
+        fails_first = self._reads.get(id(handle)) == self.first and self.posted >= self.awaited
+        if not (fails_first or self.ending):
+            return "PROC"
+        self.failed += 1
+        self.gone = True
+        return "ERR"
+
+    def check_remote_metadata(self, *args: Any, **kwargs: Any) -> bool:
+        return not self.gone and bool(self._real.check_remote_metadata(*args, **kwargs))
+
+
+def waiting_for_remote(side: EngineStandIn, request_id: str) -> bool:
+    """Whether vLLM's scheduler on ``side`` still holds ``request_id`` waiting for remote KV (or not yet scheduled)."""
+    RequestStatus = vllm_api.find("RequestStatus")
+
+    request = side.scheduler.scheduler.requests.get(request_id)
+    return request is not None and request.status in (RequestStatus.WAITING, RequestStatus.WAITING_FOR_REMOTE_KVS)
+
+
+def _until_answered(pair: LivePair, done: Callable[[], bool], what: str, timeout_s: float) -> bool:
+    """Step the pair until ``done``; False where the consumer raised instead (its answer to the fault)."""
+    try:
+        pair.step_until(done, what, timeout_s=timeout_s)
+    except Exception as exc:
+        if exc is not pair.logs["consumer"].raised:
+            raise
+        return False
+    return True
+
+
+def run_pair_vanished_producer(rig: Rig, policy: str) -> LoadFailureAnswer:
+    """req-0's READ fails while req-1's runs, and the transport then says the producer's metadata is gone; the router
+    hands the consumer req-2 from that producer: the consumer must fail it within ``VANISHED_PRODUCER_BOUND_S``, not
+    leave it waiting. Then req-1's READ fails too; all three are judged as failed reads are."""
+    rig = PolicyRig.of(rig, policy)
+    block_size = rig.block_size
+    stored = {f"req-{i}": request_prompt(i, (3 + i) * block_size + 5) for i in range(3)}
+    first, in_flight, later = stored
+    name, fault = rig.connector.name, VANISHED_PRODUCER
+    with open_pair(rig, stored) as pair:
+        require_read_faults(pair)
+        transport = install_transport(pair.consumer, fault, transport=VanishedProducer)
+        assert isinstance(transport, VanishedProducer)
+        transport.first, transport.awaited = first, 2
+        pair.add_consumer_requests({rid: stored[rid] for rid in (first, in_flight)})
+        answered = _until_answered(pair, lambda: not waiting_for_remote(pair.consumer, first),
+                                   f"{name}: after {fault.doc}, the consumer neither failed nor finished {first}",
+                                   VANISHED_PRODUCER_BOUND_S)
+        if answered:
+            assert transport.gone, (f"the harness meant {name}'s READ of {first} to fail with {in_flight}'s in flight, "
+                                    f"but {transport.posted} READ(s) were posted and none failed")
+            pair.add_consumer_requests({later: stored[later]})
+            answered = _until_answered(
+                pair, lambda: not waiting_for_remote(pair.consumer, later),
+                f"{name}: {fault.doc}; the router then handed the consumer {later} from that producer, and the "
+                f"consumer neither failed nor finished it (a request from a producer known gone waits forever)",
+                VANISHED_PRODUCER_BOUND_S)
+        transport.ending = True
+        if answered:
+            _consumer_drains(pair, {}, f"{name}: after {fault.doc} and {in_flight}'s READ failed too, the consumer "
+                                       f"did not drain", timeout_s=VANISHED_PRODUCER_BOUND_S)
     return _judge_failed_load(rig, pair, stored, fault, policy)

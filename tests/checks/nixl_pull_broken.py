@@ -148,3 +148,39 @@ class FailsLostNotificationConnector(NixlConnector):
             results.finished_recving = set(results.finished_recving or ()) | self._lost_notifications
             self._lost_notifications = set()
         return results
+
+
+class UnreleasedReadHandleDroppedConnector(NixlConnector):
+    """A failed READ whose handle the transport refuses to release is treated as released: the consumer forgets the
+    handle (it never retries the release), where vLLM keeps it, and its blocks' failure, until a release succeeds. NIXL
+    keeps the forgotten handle's descriptors, and a backend still moving its bytes may write into freed blocks."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        worker = self.connector_worker
+        if worker is not None:
+            handle_failed = worker._handle_failed_transfer
+
+            def forgetting(request_id, handle, *args, **kwargs):
+                handle_failed(request_id, handle, *args, **kwargs)
+                return True  # "released": the caller drops the handle whatever the release said
+
+            worker._handle_failed_transfer = forgetting
+
+
+class InvalidPeerReadsDroppedConnector(NixlConnector):
+    """A request whose producer the consumer has marked invalid (its NIXL metadata gone) is set aside to re-handshake
+    once the peer is released, but nothing brings it back: it is neither read nor failed, and waits forever."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        worker = self.connector_worker
+        if worker is not None:
+            read = worker._read_blocks_for_req
+
+            def skipping_invalid_peers(request_id, meta):
+                if meta.remote is not None and meta.remote.engine_id in worker._invalid_remote_engines:
+                    return  # left for a re-handshake that never comes
+                read(request_id, meta)
+
+            worker._read_blocks_for_req = skipping_invalid_peers

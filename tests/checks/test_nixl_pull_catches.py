@@ -3,12 +3,13 @@
 One subprocess runs the second turn with bidirectional KV transfer (conformance/test_pair_turns.py), the prefills
 aborted between chunks (conformance/test_pair_prefill_abort.py), the consumer with twice the producer's block size
 (conformance/test_pair_block_ratio.py), the requests waiting in a busy consumer's queue
-(conformance/test_pair_heartbeats.py), the lost notification (conformance/test_pair_lost_notification.py) and the
-plain pair round-trip for the unmodified
-NixlConnector (all pass) and the broken copies in tests/checks/nixl_pull_broken.py. Each copy fails the situation
-made for it, with words that name its mistake, and passes the others selected for it, the round-trip among them: its
-edit sits in code only its situation runs (``kvconform report --uncovered NixlConnector`` listed it as never run
-before the situation existed).
+(conformance/test_pair_heartbeats.py), the lost notification (conformance/test_pair_lost_notification.py), a failed
+READ whose handle cannot be released at once and a producer whose NIXL metadata is gone
+(conformance/test_pair_faults.py's test_pair_unreleasable_read, test_pair_vanished_producer) and the plain pair
+round-trip for the unmodified NixlConnector (all pass) and the broken copies in tests/checks/nixl_pull_broken.py.
+Each copy fails the situation made for it, with words that name its mistake, and passes the others selected for it,
+the round-trip among them: its edit sits in code only its situation runs (``kvconform report --uncovered
+NixlConnector`` listed it as never run before the situation existed).
 """
 
 from __future__ import annotations
@@ -30,9 +31,12 @@ ABORT = Case("test_pair_prefill_abort", "test_pair_prefill_abort[")
 RATIO = Case("test_pair_block_ratio", "test_pair_block_ratio[")
 HEARTBEATS = Case("test_pair_heartbeats", "test_pair_heartbeats[")
 LOST_NOTIFICATION = Case("test_pair_lost_notification", "test_pair_lost_notification[")
+UNRELEASABLE_READ = Case("test_pair_unreleasable_read", "test_pair_unreleasable_read[")
+VANISHED_PRODUCER = Case("test_pair_vanished_producer", "test_pair_vanished_producer[")
 
 CASES: dict[str, list[Case]] = {
-    "NixlConnector": [TURN_READ, TURN_BELOW, TURN_EXPIRING, ABORT, RATIO, HEARTBEATS, LOST_NOTIFICATION],
+    "NixlConnector": [TURN_READ, TURN_BELOW, TURN_EXPIRING, ABORT, RATIO, HEARTBEATS, LOST_NOTIFICATION,
+                      UNRELEASABLE_READ, VANISHED_PRODUCER],
     "ConversationLengthTurnConnector": [
         Case(TURN_READ.select, TURN_READ.nodeid_part, "failed",
              ["ConversationLengthTurnConnector", "the last sampled token has none",
@@ -64,6 +68,16 @@ CASES: dict[str, list[Case]] = {
              ["UnscaledSubBlocksConnector", "does not hold the bytes the producer (block size",
               "were placed or rearranged wrongly"]),
         ROUNDTRIP],
+    "UnreleasedReadHandleDroppedConnector": [
+        Case(UNRELEASABLE_READ.select, UNRELEASABLE_READ.nodeid_part, "failed",
+             ["UnreleasedReadHandleDroppedConnector", "could not be released at the first attempt",
+              "whose first release was refused never released again (release_xfer_handle)"]),
+        ROUNDTRIP],
+    "InvalidPeerReadsDroppedConnector": [
+        Case(VANISHED_PRODUCER.select, VANISHED_PRODUCER.nodeid_part, "failed",
+             ["InvalidPeerReadsDroppedConnector", "reported the producer's NIXL metadata gone",
+              "handed the consumer req-2 from that producer, and the consumer neither failed nor finished it"]),
+        UNRELEASABLE_READ, ROUNDTRIP],
 }
 SELECTION = selection(CASES)
 BROKEN = [name for name in CASES if name != "NixlConnector"]
