@@ -35,7 +35,8 @@ BROKEN_PAIRS = {
 TESTS_PER_CONNECTOR = 5  # test_pair_load_failure: 2 faults x 2 policies; test_pair_slow_transport
 # Each pair test builds two NIXL agents (seconds each on a loaded machine): the unmodified connector runs them
 # all; each broken copy runs its target test(s) and one it must pass (it is broken one way only).
-SELECTION = ("test_pair_faults and (NixlConnector or slow_transport"
+# test_pair_unreleasable_read and test_pair_vanished_producer have their broken copies in test_nixl_pull_catches.py
+SELECTION = ("(test_pair_load_failure or test_pair_slow_transport) and (NixlConnector or slow_transport"
              " or (SwallowedReadErrorConnector and (read-error-fail or post-error-recompute))"
              " or (ExpiryFinishConnector and post-error-recompute))")
 SELECTED = {"SwallowedReadErrorConnector": 3, "DoneOnPostingConnector": 1, "ExpiryFinishConnector": 2}
