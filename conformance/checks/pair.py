@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from ..engine.affinity import restore_harness_affinity
 from ..engine.check_failure import CheckFailure
 from ..engine.distributed import single_rank_parallel_state
+from ..engine.ranks import RankedEngine
 from ..engine.rig import EngineStandIn, Rig
 from ..engine.scheduler import next_token
 from ..engine.side_channel import HOST, HandshakeFailure, PortTaken, reserved_port, serve_handshake
@@ -120,7 +121,7 @@ def _environ(values: dict[str, str]) -> Iterator[None]:
 class TransferParamsLog:
     """The ``kv_transfer_params`` a scheduler returns with each finished request's output."""
 
-    def __init__(self, side: EngineStandIn):
+    def __init__(self, side: EngineStandIn | RankedEngine):
         self.params: dict[str, dict[str, Any]] = {}
         self.finish_reasons: dict[str, str] = {}  # request -> how it finished (FinishReason's name: STOP, LENGTH)
         scheduler = side.scheduler.scheduler
@@ -140,8 +141,8 @@ class TransferParamsLog:
         scheduler.update_from_output = recorded
 
 
-def add_request(side: EngineStandIn, request_id: str, prompt: list[int], kv_transfer_params: dict[str, Any],
-                stops: bool = False, prompt_logprobs: int | None = None) -> None:
+def add_request(side: EngineStandIn | RankedEngine, request_id: str, prompt: list[int],
+                kv_transfer_params: dict[str, Any], stops: bool = False, prompt_logprobs: int | None = None) -> None:
     """A request carrying ``kv_transfer_params`` in its sampling params' ``extra_args``, as vLLM's API server
     passes them through; with ``stops``, the first token it samples is a stop token (two tokens allowed)."""
     if stops:
@@ -214,7 +215,7 @@ class SideLog:
         return output
 
 
-def drained(side: EngineStandIn) -> bool:
+def drained(side: EngineStandIn | RankedEngine) -> bool:
     return not side.scheduler.scheduler.has_requests() and not side.scheduler._pending()
 
 

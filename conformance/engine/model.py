@@ -31,6 +31,24 @@ HEAD_SIZE: int = TINY_LLAMA["hidden_size"] // TINY_LLAMA["num_attention_heads"]
 MAX_MODEL_LEN = 512
 # DeepSeek-style MLA latent: kv_lora_rank 64 + rope dim 32, one "head".
 MLA_HEAD_SIZE = 96
+# The tiny model's fields that make vLLM's ModelConfig an MLA model (use_mla), for connectors that ask the config
+# rather than the cache spec (NIXL: one read per replicated latent); its latent is MLA_HEAD_SIZE wide, its layers and
+# sizes the tiny Llama's.
+TINY_MLA_CHANGES: dict[str, Any] = {
+    "architectures": ["DeepseekV2ForCausalLM"],
+    "model_type": "deepseek_v2",
+    "num_key_value_heads": TINY_LLAMA["num_attention_heads"],
+    "kv_lora_rank": 64,
+    "qk_rope_head_dim": MLA_HEAD_SIZE - 64,
+    "q_lora_rank": None,
+    "qk_nope_head_dim": 32,
+    "v_head_dim": 32,
+    "moe_intermediate_size": 64,
+    "n_routed_experts": 4,
+    "num_experts_per_tok": 2,
+    "n_shared_experts": 1,
+    "first_k_dense_replace": TINY_LLAMA["num_hidden_layers"],
+}
 
 
 def write_tiny_model(directory: Path, **changes: object) -> Path:

@@ -119,6 +119,10 @@ class Rig:
     # every engine built, so that the test's teardown shuts down what a failed check left open, as vLLM's engine
     # does on an error: a connector left to its __del__ would close against a server stopped by then
     engines: list[EngineStandIn] = field(default_factory=list, repr=False)
+    # an engine of several tensor-parallel ranks (engine/ranks.py): its TP size, and the engine id every rank and
+    # its scheduler share (vLLM sets one KVTransferConfig per engine); one rank and a fresh id by default
+    tensor_parallel_size: int = 1
+    engine_id: str | None = None
     # the model runner stand-in to build (the bench swaps in a timed one)
     runner_class: ClassVar[type[ModelRunnerStandIn]] = ModelRunnerStandIn
     # whether vLLM's Scheduler collects stats, as an engine that logs them does (the lifecycle check's reports)
@@ -178,6 +182,7 @@ class Rig:
             DeviceConfig,
             KVTransferConfig,
             ModelConfig,
+            ParallelConfig,
             SchedulerConfig,
             VllmConfig,
         )
@@ -190,6 +195,7 @@ class Rig:
             **({"kv_buffer_device": profile.kv_buffer_device.replace("{device}", self.platform.torch_device_type)}
                if profile.kv_buffer_device else {}),
             **self.connector.transfer_config_fields(),
+            **({"engine_id": self.engine_id} if self.engine_id else {}),
         )
         model = ModelConfig(model=str(self.model_dir), skip_tokenizer_init=True, dtype=self.shape.model_dtype,
                             seed=0, max_model_len=self.max_model_len)
@@ -204,6 +210,8 @@ class Rig:
             cache_config=CacheConfig(block_size=self.block_size, enable_prefix_caching=True,
                                      cache_dtype=self.shape.cache_dtype),
             kv_transfer_config=transfer,
+            **({"parallel_config": ParallelConfig(tensor_parallel_size=self.tensor_parallel_size)}
+               if self.tensor_parallel_size > 1 else {}),
         )
         kvcache.record_layout(config, self.layout())
         return config

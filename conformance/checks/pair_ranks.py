@@ -1,0 +1,200 @@
+"""The P/D pair round-trip when the producer runs more tensor-parallel ranks than the consumer.
+
+A prefill engine of TP ``PRODUCER_TP`` and a decode engine of TP 1, as a deployment sizes them: each producer rank
+holds its share of every layer's KV heads (``engine/ranks.py`` runs each rank in its own process); the consumer
+reads from every producer rank into that rank's slice of each block (NIXL splits the consumer's blocks by the TP
+ratio) and notifies each rank. It passes when every claimed token's slot on the consumer holds the producer ranks'
+bytes, rank 0's heads first, at the step the consumer first reports the request received (vLLM computes on them the
+next step); every producer rank releases the request on the consumer's notification (vLLM's aggregator reports it
+finished only when each rank did); nothing failed and no lease expired.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ..engine.kvcache import CacheShape
+from ..engine.model import TINY_MLA_CHANGES, write_tiny_model
+from ..engine.prompts import request_prompt
+from ..engine.ranks import RankedEngine, ranked_engine
+from ..engine.side_channel import HOST, reserved_port, serve_handshake
+from ..engine.slots import token_slot_bytes
+from .pair import (
+    DRAIN_TIMEOUT_S,
+    PRODUCER_REQUEST_PARAMS,
+    SIDE_CHANNEL_HOST_VAR,
+    SIDE_CHANNEL_PORT_VAR,
+    STEP_PAUSE_S,
+    PairFailure,
+    SideLog,
+    TransferParamsLog,
+    _environ,
+    _serving_side,
+    add_request,
+    drained,
+)
+from .pair_faults import READ_FAULT_MODES, transfer_mode
+
+if TYPE_CHECKING:
+    from ..engine.rig import EngineStandIn, Rig
+
+PRODUCER_TP = 2
+# request -> prompt length: a partial last block, and one of several whole blocks and a partial one
+PROMPT_LENGTHS = {"req-0": 69, "req-1": 100}
+FILL_SEED = 4321
+
+
+@dataclass(frozen=True)
+class RankedModel:
+    """How the model's KV spreads over the producer's ranks."""
+
+    doc: str
+    shape: CacheShape
+    config_changes: dict[str, Any] = field(default_factory=dict)  # the tiny model's config.json fields it changes
+
+
+RANKED_MODELS: dict[str, RankedModel] = {
+    "gqa": RankedModel("grouped-query attention: each rank holds half the KV heads; the consumer reads every rank's "
+                       "half into its slice of each block", CacheShape()),
+    "mla": RankedModel("an MLA model (DeepSeek-style config): every rank holds the whole latent; the consumer reads "
+                       "one rank and notifies the others that it is done", CacheShape(mla=True), TINY_MLA_CHANGES),
+}
+
+
+class ConsumerDoesNotRead(Exception):
+    """The pair's consumer posts no READ (push mode: the producer WRITEs), so there are no per-rank reads to split."""
+
+
+@dataclass
+class RankedPairResult:
+    claims: dict[str, int]  # request -> tokens the consumer claimed and compared
+    received_at: dict[str, int] = field(default_factory=dict)  # request -> consumer step it was reported received
+
+
+def _slot_bytes_now(producer: RankedEngine, consumer: EngineStandIn, request_id: str, block_size: int,
+                    tokens: int, replicated: bool) -> str | None:
+    """Why the consumer's slots of ``request_id`` do not hold the producer ranks' bytes now, or None."""
+    ranks = producer.workers.caches()
+    producer_blocks = producer.scheduler.block_ids[request_id][0]
+    consumer_blocks = consumer.scheduler.scheduler.kv_cache_manager.get_block_ids(request_id)[0]
+    for name, view in consumer.caches.items():
+        shares = [token_slot_bytes(rank[name], producer_blocks, tokens, block_size) for rank in ranks]
+        if replicated:  # every rank holds the whole latent (the harness filled them alike)
+            wanted = shares[0]
+        else:
+            wanted = torch.cat(shares, dim=1)  # heads in rank order
+        now = token_slot_bytes(view.cpu(), consumer_blocks, tokens, block_size)
+        same = (wanted == now).all(dim=1)
+        if not bool(same.all()):
+            first = int((~same).nonzero()[0])
+            wrong = f"({int((~same).sum())} token slot(s) wrong)"
+            if replicated:
+                return f"token {first} of {tokens} (layer {name}) does not hold the producer's latent {wrong}"
+            share = wanted.shape[1] // len(ranks)
+            slices = [slice(r * share, (r + 1) * share) for r in range(len(ranks))]
+            from_rank = [r for r, part in enumerate(slices) if not torch.equal(wanted[first, part], now[first, part])]
+            return (f"token {first} of {tokens} (layer {name}) does not hold the producer's bytes in the heads of "
+                    f"producer rank(s) {from_rank} of {len(ranks)} {wrong}")
+    return None
+
+
+def ranked_model_rig(rig: Rig, model: RankedModel) -> Rig:
+    """``rig`` over ``model``'s config (written beside the rig's storage, in the test's temporary folder)."""
+    if not model.config_changes:
+        return rig
+    model_dir = write_tiny_model(rig.storage.parent / "tiny-model-ranked", **model.config_changes)
+    return replace(rig, model_dir=model_dir, engines=[])
+
+
+def run_pair_ranks(rig: Rig) -> RankedPairResult:
+    """A producer of ``PRODUCER_TP`` ranks prefills; a one-rank consumer pulls from every rank; the bytes compared."""
+    name = rig.connector.name
+    producer_role, consumer_role = rig.roles()
+    stored = {request_id: request_prompt(index, length) for index, (request_id, length) in
+              enumerate(PROMPT_LENGTHS.items())}
+    producer_rig = replace(rig, tensor_parallel_size=PRODUCER_TP, engine_id=f"kvconform-producer-{uuid.uuid4()}",
+                           engines=[])
+    with reserved_port() as port:
+        side_channel = {SIDE_CHANNEL_HOST_VAR: HOST, SIDE_CHANNEL_PORT_VAR: str(port)}
+        with _environ(side_channel), ranked_engine(producer_rig, producer_role, side_channel, FILL_SEED) as producer:
+            serve_handshake(lambda: producer.scheduler.connector.set_xfer_handshake_metadata_pp_aware(
+                producer.workers.handshakes), port)
+            handed_over = TransferParamsLog(producer)
+            for request_id, prompt in stored.items():
+                add_request(producer, request_id, prompt, PRODUCER_REQUEST_PARAMS)
+            _step_until(lambda: set(handed_over.params) >= set(stored),
+                        [lambda: producer.scheduler.step(producer.workers)],
+                        f"{name}'s producer of TP {PRODUCER_TP} did not return kv_transfer_params for every request",
+                        producer, None)
+            consumer = _serving_side(rig, consumer_role)
+            try:
+                if transfer_mode(consumer) not in READ_FAULT_MODES:
+                    raise ConsumerDoesNotRead(
+                        f"{name}'s consumer posts no READ ({transfer_mode(consumer)} mode: the producer writes), so "
+                        f"it has no reads to split across the producer's {PRODUCER_TP} ranks")
+                return _pull(rig, producer, consumer, stored, handed_over)
+            finally:
+                consumer.close()
+
+
+def _pull(rig: Rig, producer: RankedEngine, consumer: EngineStandIn, stored: dict[str, list[int]],
+          handed_over: TransferParamsLog) -> RankedPairResult:
+    name = rig.connector.name
+    result = RankedPairResult(claims={})
+    wrong: list[str] = []
+    consumer_log = SideLog(consumer)
+
+    def witness(request_id: str, step: int) -> None:
+        tokens = consumer.scheduler.external_tokens(request_id)
+        result.received_at[request_id] = step
+        result.claims[request_id] = tokens
+        if tokens <= 0:
+            wrong.append(f"{name}: the consumer reported {request_id} received but claimed no token of it")
+            return
+        why = _slot_bytes_now(producer, consumer, request_id, rig.block_size, tokens, rig.shape.mla)
+        if why:
+            wrong.append(f"{name}: the consumer reported {request_id} received (finished_recving) from a producer "
+                         f"of TP {PRODUCER_TP} at its step {step}, but {why}")
+
+    consumer_log.on_received = witness
+    for request_id, prompt in stored.items():
+        add_request(consumer, request_id, prompt, handed_over.params[request_id])
+    _step_until(lambda: drained(consumer) and drained(producer),
+                [lambda: consumer.scheduler.step(consumer_log), lambda: producer.scheduler.step(producer.workers)],
+                f"{name}: the consumer did not finish receiving from the producer's {PRODUCER_TP} ranks, or a "
+                f"producer rank did not release its pages (finished_sending from every rank)", producer, consumer)
+    if consumer_log.failed_requests or consumer_log.invalid_blocks:
+        raise PairFailure(f"{name}: nothing was injected, yet the consumer of a TP {PRODUCER_TP} producer reported "
+                          f"failed receive(s) {sorted(consumer_log.failed_requests)} and load-error block(s) "
+                          f"{sorted(consumer_log.invalid_blocks)}")
+    expired = {"consumer": consumer_log.expired, "producer": producer.workers.expired}
+    if any(expired.values()):
+        raise PairFailure(f"{name}: requests were released when their lease expired, not on the other side's "
+                          f"notification ({expired}): the transfer finished by a timeout")
+    if wrong:
+        raise PairFailure(wrong[0])
+    missing = sorted(set(stored) - set(result.claims))
+    if missing:
+        raise PairFailure(f"{name}: the consumer never reported {missing} received")
+    return result
+
+
+def _step_until(done: Callable[[], bool], steps: list[Callable[[], object]], what: str, producer: RankedEngine,
+                consumer: EngineStandIn | None) -> None:
+    """Run ``steps`` in turn until ``done()``; a ``PairFailure`` saying ``what`` after the pair's drain bound."""
+    deadline = time.monotonic() + DRAIN_TIMEOUT_S
+    while not done():
+        if time.monotonic() > deadline:
+            held = {"producer": sorted(producer.scheduler.scheduler.requests)}
+            if consumer is not None:
+                held["consumer"] = sorted(consumer.scheduler.scheduler.requests)
+            raise PairFailure(f"{what} within {DRAIN_TIMEOUT_S:.0f} s (still held: {held})")
+        for step in steps:
+            step()
+        time.sleep(STEP_PAUSE_S)

@@ -1,0 +1,241 @@
+"""An engine whose worker side is several tensor-parallel ranks, one process each, as vLLM's executor runs them.
+
+A P/D pair whose producer runs a larger tensor-parallel size than its consumer moves each producer rank's share
+of the KV heads into its slice of the consumer's blocks, reading from every rank. That needs real ranks: each
+connector asks vLLM's parallel state for its rank and world size when it is built, so one process holds one rank.
+The engine core's half stays in the test process (vLLM's real ``Scheduler`` and the connector's scheduler side);
+each rank is a spawned process that builds vLLM's distributed state for its rank (gloo over a file rendezvous, the
+``VLLM_DIST_IDENT`` vLLM's CPU worker sets before it), its share of the caches (``num_kv_heads / tp`` heads; an MLA
+latent is replicated) and the worker-side connector (``ModelRunnerStandIn``), then runs each ``SchedulerOutput``
+the core broadcasts. The ranks' ``KVConnectorOutput``s are combined by vLLM's ``KVOutputAggregator``, as the
+executor combines them: a request is finished only when every rank says so. Every wait has a bound.
+"""
+
+from __future__ import annotations
+
+import copy
+import multiprocessing
+import os
+import pickle
+import shutil
+import tempfile
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from ..vllm_install import api as vllm_api
+from . import closing, kvcache
+from .affinity import restore_harness_affinity
+from .backends import metadata_instance
+from .check_failure import CheckFailure
+from .scheduler import SchedulerDriver
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+
+    from vllm.config import VllmConfig
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.kv_cache_interface import AttentionSpec, KVCacheConfig
+    from vllm.v1.outputs import KVConnectorOutput
+
+    from .rig import Rig
+
+RANK_START_TIMEOUT_S = 180.0  # a spawned rank imports vLLM and builds its connector: slow on a loaded 2-core host
+RANK_REPLY_TIMEOUT_S = 60.0
+RANK_EXIT_TIMEOUT_S = 30.0
+# What vLLM's CPU worker names its shared-memory communicator after (cpu_worker.py, before it initialises the world).
+DIST_IDENT_VAR = "VLLM_DIST_IDENT"
+# Counters in a connector's stats that count requests released on lease expiry (as pair.EXPIRY_COUNTERS).
+EXPIRY_COUNTERS = ("num_kv_expired_reqs",)
+
+
+class RankFailure(CheckFailure):
+    """A rank process failed, or did not answer in time; the message carries its traceback."""
+
+
+def rank_attention_spec(rig: Rig, tensor_parallel_size: int) -> AttentionSpec:
+    """One rank's share of a layer's cache: its heads (vLLM divides KV heads by the TP size), or the whole MLA latent,
+    which every rank holds."""
+    spec = rig.attention_spec()
+    if rig.shape.mla:
+        return spec
+    return replace(spec, num_kv_heads=spec.num_kv_heads // tensor_parallel_size)
+
+
+def rank_kv_cache_config(rig: Rig, vllm_config: VllmConfig, tensor_parallel_size: int) -> KVCacheConfig:
+    spec = rank_attention_spec(rig, tensor_parallel_size)
+    return kvcache.build_kv_cache_config(vllm_config, [(rig.layer_names(), spec)], rig.num_blocks)
+
+
+def _expired(connector: Any) -> int:
+    stats = connector.get_kv_connector_stats() if hasattr(connector, "get_kv_connector_stats") else None
+    data = getattr(stats, "data", None) or {}
+    return sum(len(data.get(counter) or ()) for counter in EXPIRY_COUNTERS)
+
+
+def _serve_rank(conn: Connection, rig: Rig, role: str, rank: int, world: int, rendezvous: str,
+                environ: dict[str, str], fill_seed: int) -> None:
+    """A rank process: vLLM's world of ``world`` at ``rank``, this rank's caches and worker-side connector, then
+    the parent's requests until it says close."""
+    from vllm.config import set_current_vllm_config
+
+    from .runner import ModelRunnerStandIn
+
+    try:
+        os.environ.update(environ)
+        os.environ[DIST_IDENT_VAR] = os.path.basename(rendezvous)
+        config = rig.vllm_config(role)
+        with set_current_vllm_config(config):
+            vllm_api.find("init_distributed_environment")(world_size=world, rank=rank, local_rank=0, backend="gloo",
+                                                          distributed_init_method=f"file://{rendezvous}")
+            vllm_api.find("ensure_model_parallel_initialized")(world, 1)
+        try:
+            kv_cache_config = rank_kv_cache_config(rig, config, world)
+            caches = kvcache.allocate(kv_cache_config, config, rig.device)
+            kvcache.fill_random(caches, fill_seed if rig.shape.mla else fill_seed + rank)  # MLA: replicated latent
+            metadata = {name: metadata_instance(rig.effective_backend) for name in rig.layer_names()}
+            with set_current_vllm_config(config), restore_harness_affinity():
+                runner = ModelRunnerStandIn(config, kv_cache_config, caches, rig.connector.name, rig.device, metadata)
+            conn.send(("ready", runner.connector.get_handshake_metadata()))
+            while True:
+                request, argument = conn.recv()
+                if request == "step":
+                    with set_current_vllm_config(config):
+                        output = runner.step(argument)
+                    conn.send(("output", (output, _expired(runner.connector))))
+                elif request == "caches":
+                    conn.send(("caches", {name: view.cpu().clone() for name, view in caches.items()}))
+                else:  # "close"
+                    runner.shutdown()
+                    conn.send(("closed", None))
+                    return
+        finally:
+            vllm_api.find("destroy_model_parallel")()
+            vllm_api.find("destroy_distributed_environment")()
+    except BaseException:  # noqa: BLE001 - handed to the parent, which fails the check with it
+        conn.send(("error", traceback.format_exc()))
+
+
+@dataclass
+class RankedWorkers:
+    """The worker side of one engine as ``len(conns)`` rank processes: a ``WorkerStep`` for ``SchedulerDriver``."""
+
+    name: str  # what the messages call this engine, e.g. "NixlConnector's producer"
+    conns: list[Connection]
+    aggregator: Any = None  # vLLM's KVOutputAggregator: it counts, across steps, the ranks that finished a transfer
+    expired: int = 0  # requests the ranks released on lease expiry, all steps
+    handshakes: dict[tuple[int, int], Any] = field(default_factory=dict)  # (pp rank, tp rank) -> metadata
+
+    def _ask(self, rank: int, what: str) -> Any:
+        conn = self.conns[rank]
+        if not conn.poll(RANK_REPLY_TIMEOUT_S):
+            raise RankFailure(f"{self.name}: rank {rank} did not answer {what} within {RANK_REPLY_TIMEOUT_S:.0f} s")
+        tag, value = conn.recv()
+        if tag == "error":
+            raise RankFailure(f"{self.name}: rank {rank} failed ({what}):\n{value}")
+        return value
+
+    def step(self, scheduler_output: SchedulerOutput) -> KVConnectorOutput:
+        """Every rank runs the step; their outputs combined as vLLM's executor combines them."""
+        for conn in self.conns:
+            conn.send(("step", scheduler_output))
+        replies = [self._ask(rank, "a step") for rank in range(len(self.conns))]
+        self.expired += sum(expired for _, expired in replies)
+        empty = vllm_api.find("EMPTY_MODEL_RUNNER_OUTPUT")
+        outputs = []
+        for output, _ in replies:
+            runner_output = copy.copy(empty)
+            runner_output.kv_connector_output = output
+            outputs.append(runner_output)
+        combined = self.aggregator.aggregate(outputs)
+        kv_output: KVConnectorOutput = combined.kv_connector_output
+        return kv_output
+
+    def caches(self) -> list[dict[str, Any]]:
+        """Each rank's layer views, copied into this process."""
+        for conn in self.conns:
+            conn.send(("caches", None))
+        return [self._ask(rank, "for its caches") for rank in range(len(self.conns))]
+
+
+@dataclass
+class RankedEngine:
+    """A producer or consumer whose scheduler runs here and whose worker side runs as tensor-parallel ranks."""
+
+    vllm_config: VllmConfig
+    kv_cache_config: KVCacheConfig
+    scheduler: SchedulerDriver
+    workers: RankedWorkers
+
+
+@contextmanager
+def ranked_engine(rig: Rig, role: str, environ: dict[str, str], fill_seed: int) -> Iterator[RankedEngine]:
+    """An engine of ``rig.tensor_parallel_size`` ranks for ``role``, with ``environ`` set in every rank (the side
+    channel the engine serves its handshake on); its ranks closed and their world torn down when the context
+    exits."""
+    world = rig.tensor_parallel_size
+    name = f"{rig.connector.name}'s {role} (TP {world})"
+    context = multiprocessing.get_context("spawn")  # a fresh interpreter per rank, as vLLM's executor starts them
+    folder = tempfile.mkdtemp(prefix="kvconform-ranks-")
+    rendezvous = os.path.join(folder, f"world-{os.path.basename(folder)}")
+    portable = replace(rig, engines=[])
+    pickle.dumps(portable)  # fail here, in the test's process, if a rig field cannot reach the ranks
+    conns, processes = [], []
+    try:
+        for rank in range(world):
+            parent, child = context.Pipe()
+            process = context.Process(target=_serve_rank, name=f"kvconform-rank-{rank}", daemon=True,
+                                      args=(child, portable, role, rank, world, rendezvous, environ, fill_seed))
+            process.start()
+            conns.append(parent)
+            processes.append(process)
+        workers = RankedWorkers(name, conns)
+        for rank, conn in enumerate(conns):
+            if not conn.poll(RANK_START_TIMEOUT_S):
+                raise RankFailure(f"{name}: rank {rank} did not build its connector within "
+                                  f"{RANK_START_TIMEOUT_S:.0f} s")
+            tag, value = conn.recv()
+            if tag == "error":
+                raise RankFailure(f"{name}: rank {rank} could not start:\n{value}")
+            workers.handshakes[(0, rank)] = value
+        from vllm.config import set_current_vllm_config
+
+        config = rig.vllm_config(role)
+        kv_cache_config = rank_kv_cache_config(rig, config, world)
+        with set_current_vllm_config(config):
+            scheduler = SchedulerDriver(config, kv_cache_config)
+        from vllm.distributed.kv_transfer.kv_connector.utils import KVOutputAggregator
+
+        # as vLLM's executor builds it: the connector says how many ranks report each transfer
+        workers.aggregator = KVOutputAggregator.from_connector(scheduler.connector, world)
+        engine = RankedEngine(config, kv_cache_config, scheduler, workers)
+        try:
+            yield engine
+        finally:
+            _close(engine)
+    finally:
+        for conn in conns:
+            conn.close()
+        for process in processes:
+            process.join(RANK_EXIT_TIMEOUT_S)
+            if process.is_alive():
+                process.kill()
+                process.join(RANK_EXIT_TIMEOUT_S)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _close(engine: RankedEngine) -> None:
+    """The ranks' connectors shut down, then the scheduler's (vLLM's engine order)."""
+    workers = engine.workers
+    errors = []
+    for rank, conn in enumerate(workers.conns):
+        try:
+            conn.send(("close", None))
+            workers._ask(rank, "close")
+        except (RankFailure, OSError) as exc:
+            errors.append(str(exc))
+    closing.close(engine.scheduler.scheduler.shutdown, f"{workers.name} scheduler shutdown()")
+    if errors:
+        raise RankFailure("; ".join(errors))

@@ -1,0 +1,47 @@
+"""The P/D pair round-trip from a producer of more tensor-parallel ranks than its consumer.
+
+Each producer rank (its own process) holds its share of the KV heads; the consumer reads every rank's share into its
+slice of each block and notifies every rank. What must hold: ``conformance/checks/pair_ranks.py``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+from kvconform.conformance.checks.pair_ranks import (
+    PRODUCER_TP,
+    RANKED_MODELS,
+    ConsumerDoesNotRead,
+    ranked_model_rig,
+    run_pair_ranks,
+)
+from kvconform.conformance.connectors.requirements import refusals_skip, require
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from kvconform.conformance.connectors.selection import ConnectorParam
+    from kvconform.conformance.engine.rig import MakeRig
+    from kvconform.platforms.spec import PlatformSpec
+
+pytestmark = pytest.mark.check("roundtrip")
+
+
+@pytest.mark.parametrize("model", list(RANKED_MODELS))
+def test_pair_ranks(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, model: str,
+                    make_rig: MakeRig, record_property: Callable[[str, object], None]) -> None:
+    require(connector, platform, "roundtrip")
+    if not connector.profile.is_pair():
+        pytest.skip(f"{connector.name} is not a producer/consumer pair (its profile's roles): no engine reads "
+                    f"another's tensor-parallel ranks")
+    ranked = RANKED_MODELS[model]
+    rig = ranked_model_rig(make_rig(ranked.shape), ranked)
+    try:
+        with refusals_skip():
+            result = run_pair_ranks(rig)
+    except ConsumerDoesNotRead as exc:
+        pytest.skip(str(exc))
+    record_property("kvconform.claim", f"{ranked.doc}: tokens claimed and compared per request from a TP "
+                                       f"{PRODUCER_TP} producer: {result.claims}")

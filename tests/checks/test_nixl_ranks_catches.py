@@ -1,0 +1,48 @@
+"""A producer of more tensor-parallel ranks than its consumer (conformance/test_pair_ranks.py) fails the broken copy
+made for it and passes the real connector.
+
+One subprocess runs the ranked pair over both models (grouped-query heads split across the producer's ranks, an MLA
+latent replicated on each) for the unmodified NixlConnector (both pass) and tests/checks/nixl_ranks_broken.py's
+copies, each failing the model made for it with words that name its mistake and passing the other model and the
+plain pair round-trip: with one rank per side their edits change nothing.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.checks.cases import NEEDS_NIXL, ROUNDTRIP, Case, assert_meets_its_cases, selection
+from tests.suite_run import REPO, run_broken
+
+pytestmark = NEEDS_NIXL
+
+PROFILES = REPO / "tests" / "checks" / "nixl_ranks_broken.yaml"
+GQA = Case("(test_pair_ranks and gqa)", "-gqa]")
+MLA = Case("(test_pair_ranks and mla)", "-mla]")
+
+CASES: dict[str, list[Case]] = {
+    "NixlConnector": [GQA, MLA],
+    "SwappedRankSlicesConnector": [
+        Case(GQA.select, GQA.nodeid_part, "failed",
+             ["SwappedRankSlicesConnector", "from a producer of TP 2", "does not hold the producer's bytes in the "
+              "heads of producer rank(s) [0, 1] of 2"]),
+        MLA, ROUNDTRIP],
+    "UnnotifiedReplicasConnector": [
+        Case(MLA.select, MLA.nodeid_part, "failed",
+             ["UnnotifiedReplicasConnector", "or a producer rank did not release its pages (finished_sending from "
+              "every rank)", "'producer': ['req-0', 'req-1']"]),
+        GQA, ROUNDTRIP],
+}
+
+
+@pytest.fixture(scope="module")
+def ranks_run(tmp_path_factory):
+    return run_broken(tmp_path_factory.mktemp("nixl-ranks"), selection(CASES), "NixlConnector",
+                      "tests.checks.nixl_ranks_broken", [name for name in CASES if name != "NixlConnector"],
+                      ("--profiles", str(PROFILES)))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_each_connector_meets_its_cases(ranks_run, name):
+    _, outcomes, output = ranks_run
+    assert_meets_its_cases(outcomes, output, name, CASES[name])
