@@ -40,7 +40,7 @@ def test_pair_ranks(platform: PlatformSpec, attn_backend: str, connector: Connec
     rig = ranked_model_rig(make_rig(ranked.shape), ranked)
     try:
         with refusals_skip():
-            result = run_pair_ranks(rig)
+            result = run_pair_ranks(rig, ranked)
     except ConsumerDoesNotRead as exc:
         pytest.skip(str(exc))
     record_property("kvconform.claim", f"{ranked.doc}: tokens claimed and compared per request from a TP "

@@ -40,6 +40,7 @@ from .pair import (
     drained,
 )
 from .pair_faults import READ_FAULT_MODES, transfer_mode
+from .pair_lost_notification import install_losing_notifications
 
 if TYPE_CHECKING:
     from ..engine.rig import EngineStandIn, Rig
@@ -57,6 +58,9 @@ class RankedModel:
     doc: str
     shape: CacheShape
     config_changes: dict[str, Any] = field(default_factory=dict)  # the tiny model's config.json fields it changes
+    # the consumer's notifications (all but its reads' own and heartbeats) cannot be sent: the replicas it did not
+    # read from never hear it is done, and keep the blocks until their lease ends, which the check does not wait for
+    lose_notifications: bool = False
 
 
 RANKED_MODELS: dict[str, RankedModel] = {
@@ -64,6 +68,10 @@ RANKED_MODELS: dict[str, RankedModel] = {
                        "half into its slice of each block", CacheShape()),
     "mla": RankedModel("an MLA model (DeepSeek-style config): every rank holds the whole latent; the consumer reads "
                        "one rank and notifies the others that it is done", CacheShape(mla=True), TINY_MLA_CHANGES),
+    "mla-lost-notification": RankedModel("the MLA model, whose consumer cannot notify the replicas it did not read "
+                                         "from (send_notif raises): the request it read must still be received, with "
+                                         "the producer's bytes, not failed", CacheShape(mla=True), TINY_MLA_CHANGES,
+                                         lose_notifications=True),
 }
 
 
@@ -112,7 +120,7 @@ def ranked_model_rig(rig: Rig, model: RankedModel) -> Rig:
     return replace(rig, model_dir=model_dir, engines=[])
 
 
-def run_pair_ranks(rig: Rig) -> RankedPairResult:
+def run_pair_ranks(rig: Rig, model: RankedModel) -> RankedPairResult:
     """A producer of ``PRODUCER_TP`` ranks prefills; a one-rank consumer pulls from every rank; the bytes compared."""
     name = rig.connector.name
     producer_role, consumer_role = rig.roles()
@@ -138,14 +146,15 @@ def run_pair_ranks(rig: Rig) -> RankedPairResult:
                     raise ConsumerDoesNotRead(
                         f"{name}'s consumer posts no READ ({transfer_mode(consumer)} mode: the producer writes), so "
                         f"it has no reads to split across the producer's {PRODUCER_TP} ranks")
-                return _pull(rig, producer, consumer, stored, handed_over)
+                return _pull(rig, model, producer, consumer, stored, handed_over)
             finally:
                 consumer.close()
 
 
-def _pull(rig: Rig, producer: RankedEngine, consumer: EngineStandIn, stored: dict[str, list[int]],
+def _pull(rig: Rig, model: RankedModel, producer: RankedEngine, consumer: EngineStandIn, stored: dict[str, list[int]],
           handed_over: TransferParamsLog) -> RankedPairResult:
     name = rig.connector.name
+    losing = install_losing_notifications(consumer) if model.lose_notifications else None
     result = RankedPairResult(claims={})
     wrong: list[str] = []
     consumer_log = SideLog(consumer)
@@ -165,12 +174,21 @@ def _pull(rig: Rig, producer: RankedEngine, consumer: EngineStandIn, stored: dic
     consumer_log.on_received = witness
     for request_id, prompt in stored.items():
         add_request(consumer, request_id, prompt, handed_over.params[request_id])
-    _step_until(lambda: drained(consumer) and drained(producer),
-                [lambda: consumer.scheduler.step(consumer_log), lambda: producer.scheduler.step(producer.workers)],
-                f"{name}: the consumer did not finish receiving from the producer's {PRODUCER_TP} ranks, or a "
-                f"producer rank did not release its pages (finished_sending from every rank)", producer, consumer)
+    steps = [lambda: consumer.scheduler.step(consumer_log), lambda: producer.scheduler.step(producer.workers)]
+    if losing is None:
+        _step_until(lambda: drained(consumer) and drained(producer), steps,
+                    f"{name}: the consumer did not finish receiving from the producer's {PRODUCER_TP} ranks, or a "
+                    f"producer rank did not release its pages (finished_sending from every rank)", producer, consumer)
+        injected = "nothing was injected"
+    else:
+        _step_until(lambda: drained(consumer) and losing.lost >= len(stored), steps,
+                    f"{name}: with notifications that cannot be sent, the consumer did not finish its requests, or "
+                    f"did not try to notify the producer's replicas it did not read from ({losing.lost} "
+                    f"notification(s) tried for {len(stored)} request(s))", producer, consumer)
+        injected = (f"only the notifications to the replicas it did not read from were lost ({losing.lost}), its reads "
+                    f"completed")
     if consumer_log.failed_requests or consumer_log.invalid_blocks:
-        raise PairFailure(f"{name}: nothing was injected, yet the consumer of a TP {PRODUCER_TP} producer reported "
+        raise PairFailure(f"{name}: {injected}, yet the consumer of a TP {PRODUCER_TP} producer reported "
                           f"failed receive(s) {sorted(consumer_log.failed_requests)} and load-error block(s) "
                           f"{sorted(consumer_log.invalid_blocks)}")
     expired = {"consumer": consumer_log.expired, "producer": producer.workers.expired}

@@ -53,3 +53,21 @@ class UnnotifiedReplicasConnector(NixlConnector):
                 return send(agent_name, *send_args, notif_msg=notif_msg, **send_kwargs)
 
             worker.nixl_wrapper.send_notif = own_rank_only
+
+
+class EscalatedReplicaNotificationConnector(NixlConnector):
+    """Lets a failed notification to an MLA replica it did not read from escape ``start_load_kv`` (where vLLM logs it
+    and counts it): the engine step fails for a request whose KV the consumer already read."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        worker = self.connector_worker
+        if worker is not None:
+            log_failure = worker._log_failure
+
+            def escalating(failure_type, *rest, msg="", **named):
+                log_failure(failure_type, *rest, msg=msg, **named)
+                if failure_type == "notification_failed" and msg.startswith("Remote rank will not update"):
+                    raise RuntimeError(f"EscalatedReplicaNotificationConnector: could not notify a replica: {msg}")
+
+            worker._log_failure = escalating

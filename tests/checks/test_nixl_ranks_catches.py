@@ -1,10 +1,11 @@
-"""A producer of more tensor-parallel ranks than its consumer (conformance/test_pair_ranks.py) fails the broken copy
+"""A producer of more tensor-parallel ranks than its consumer (conformance/test_pair_ranks.py) fails the broken copies
 made for it and passes the real connector.
 
-One subprocess runs the ranked pair over both models (grouped-query heads split across the producer's ranks, an MLA
-latent replicated on each) for the unmodified NixlConnector (both pass) and tests/checks/nixl_ranks_broken.py's
-copies, each failing the model made for it with words that name its mistake and passing the other model and the
-plain pair round-trip: with one rank per side their edits change nothing.
+One subprocess runs the ranked pair over its models (grouped-query heads split across the producer's ranks, an MLA
+latent replicated on each, and that MLA pair with the notifications to the replicas lost) for the unmodified
+NixlConnector (all pass) and tests/checks/nixl_ranks_broken.py's copies, each failing the model made for it with
+words that name its mistake and passing the others and the plain pair round-trip: with one rank per side their
+edits change nothing.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ pytestmark = NEEDS_NIXL
 
 PROFILES = REPO / "tests" / "checks" / "nixl_ranks_broken.yaml"
 GQA = Case("(test_pair_ranks and gqa)", "-gqa]")
-MLA = Case("(test_pair_ranks and mla)", "-mla]")
+MLA = Case("(test_pair_ranks and mla and not lost)", "-mla]")
+MLA_LOST = Case("(test_pair_ranks and mla-lost-notification)", "-mla-lost-notification]")
 
 CASES: dict[str, list[Case]] = {
-    "NixlConnector": [GQA, MLA],
+    "NixlConnector": [GQA, MLA, MLA_LOST],
     "SwappedRankSlicesConnector": [
         Case(GQA.select, GQA.nodeid_part, "failed",
              ["SwappedRankSlicesConnector", "from a producer of TP 2", "does not hold the producer's bytes in the "
@@ -31,7 +33,11 @@ CASES: dict[str, list[Case]] = {
         Case(MLA.select, MLA.nodeid_part, "failed",
              ["UnnotifiedReplicasConnector", "or a producer rank did not release its pages (finished_sending from "
               "every rank)", "'producer': ['req-0', 'req-1']"]),
-        GQA, ROUNDTRIP],
+        GQA, MLA_LOST, ROUNDTRIP],
+    "EscalatedReplicaNotificationConnector": [
+        Case(MLA_LOST.select, MLA_LOST.nodeid_part, "failed",
+             ["EscalatedReplicaNotificationConnector: could not notify a replica"]),
+        GQA, MLA, ROUNDTRIP],
 }
 
 
