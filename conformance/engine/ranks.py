@@ -172,7 +172,7 @@ class RankedEngine:
 
 @contextmanager
 def ranked_engine(rig: Rig, role: str, environ: dict[str, str], fill_seed: int) -> Iterator[RankedEngine]:
-    """An engine of ``rig.tensor_parallel_size`` ranks for ``role``, with ``environ`` set in every rank (the side
+    """An engine of ``Rig.tensor_parallel_size`` ranks for ``role``, with ``environ`` set in every rank (the side
     channel the engine serves its handshake on); its ranks closed and their world torn down when the context
     exits."""
     world = rig.tensor_parallel_size
