@@ -4,10 +4,10 @@ A P/D pair whose producer runs a larger tensor-parallel size than its consumer m
 of the KV heads into its slice of the consumer's blocks, reading from every rank. That needs real ranks: each
 connector asks vLLM's parallel state for its rank and world size when it is built, so one process holds one rank.
 The engine core's half stays in the test process (vLLM's real ``Scheduler`` and the connector's scheduler side);
-each rank is a spawned process that builds vLLM's distributed state for its rank (gloo over a file rendezvous, the
-``VLLM_DIST_IDENT`` vLLM's CPU worker sets before it), its share of the caches (``num_kv_heads / tp`` heads; an MLA
-latent is replicated) and the worker-side connector (``ModelRunnerStandIn``), then runs each ``SchedulerOutput``
-the core broadcasts. The ranks' ``KVConnectorOutput``s are combined by vLLM's ``KVOutputAggregator``, as the
+each rank is a process of its own (forked from a server process that imported vLLM once) that builds vLLM's
+distributed state for its rank (gloo over a file rendezvous, the ``VLLM_DIST_IDENT`` vLLM's CPU worker sets before
+it), its share of the caches (``num_kv_heads / tp`` heads; an MLA latent is replicated) and the worker-side
+connector (``ModelRunnerStandIn``), then runs each ``SchedulerOutput`` the core broadcasts. The ranks' ``KVConnectorOutput``s are combined by vLLM's ``KVOutputAggregator``, as the
 executor combines them: a request is finished only when every rank says so. Every wait has a bound.
 """
 
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 RANK_START_TIMEOUT_S = 180.0  # a spawned rank imports vLLM and builds its connector: slow on a loaded 2-core host
 RANK_REPLY_TIMEOUT_S = 60.0
 RANK_EXIT_TIMEOUT_S = 30.0
+RANK_MODULE = "kvconform.conformance.engine.runner"  # what every rank imports: vLLM and the harness's worker side
 # What vLLM's CPU worker names its shared-memory communicator after (cpu_worker.py, before it initialises the world).
 DIST_IDENT_VAR = "VLLM_DIST_IDENT"
 # Counters in a connector's stats that count requests released on lease expiry (as pair.EXPIRY_COUNTERS).
@@ -170,6 +171,15 @@ class RankedEngine:
     workers: RankedWorkers
 
 
+def rank_context() -> multiprocessing.context.ForkServerContext:
+    """How rank processes start: forked from a server process that imported vLLM and the harness once (not from the
+    test's process, whose threads a fork would copy), so each rank skips the import a spawn would repeat."""
+    context = multiprocessing.get_context("forkserver")
+    assert isinstance(context, multiprocessing.context.ForkServerContext)
+    context.set_forkserver_preload([RANK_MODULE])
+    return context
+
+
 @contextmanager
 def ranked_engine(rig: Rig, role: str, environ: dict[str, str], fill_seed: int) -> Iterator[RankedEngine]:
     """An engine of ``Rig.tensor_parallel_size`` ranks for ``role``, with ``environ`` set in every rank (the side
@@ -177,7 +187,7 @@ def ranked_engine(rig: Rig, role: str, environ: dict[str, str], fill_seed: int) 
     exits."""
     world = rig.tensor_parallel_size
     name = f"{rig.connector.name}'s {role} (TP {world})"
-    context = multiprocessing.get_context("spawn")  # a fresh interpreter per rank, as vLLM's executor starts them
+    context = rank_context()
     folder = tempfile.mkdtemp(prefix="kvconform-ranks-")
     rendezvous = os.path.join(folder, f"world-{os.path.basename(folder)}")
     portable = replace(rig, engines=[])
