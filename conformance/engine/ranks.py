@@ -7,8 +7,9 @@ The engine core's half stays in the test process (vLLM's real ``Scheduler`` and 
 each rank is a process of its own (forked from a server process that imported vLLM once) that builds vLLM's
 distributed state for its rank (gloo over a file rendezvous, the ``VLLM_DIST_IDENT`` vLLM's CPU worker sets before
 it), its share of the caches (``num_kv_heads / tp`` heads; an MLA latent is replicated) and the worker-side
-connector (``ModelRunnerStandIn``), then runs each ``SchedulerOutput`` the core broadcasts. The ranks' ``KVConnectorOutput``s are combined by vLLM's ``KVOutputAggregator``, as the
-executor combines them: a request is finished only when every rank says so. Every wait has a bound.
+connector (``ModelRunnerStandIn``), then runs each ``SchedulerOutput`` the core broadcasts. The ranks'
+``KVConnectorOutput``s are combined by vLLM's ``KVOutputAggregator``, as the executor combines them: a request is
+finished only when every rank says so. Every wait has a bound.
 """
 
 from __future__ import annotations
