@@ -286,23 +286,36 @@ class StrayNotifications(FaultyTransport):
         return notifications
 
 
-def run_stray_notifications(rig: Rig, situation: PushSituation) -> RoundTripResult | None:
-    """The round-trip of req-0 and req-1 while the producer's transport fails a poll and delivers malformed
-    registrations beside the consumer's."""
+def _round_trip_through(rig: Rig, situation: PushSituation, fault: PairFault, transport: type[FaultyTransport],
+                        prepare: Callable[[LivePair, FaultyTransport], None] | None = None,
+                        ) -> tuple[RoundTripResult | None, FaultyTransport]:
+    """The round-trip of req-0 and req-1 over a producer's ``transport`` acting out ``fault`` (``prepare`` sets it up
+    once the pair is open); the result, and the transport for what it counted."""
     stored = _prompts(rig, 0, (3, 2))
-    name = rig.connector.name
     with open_pair(rig, stored) as pair:
         require_mode(pair, situation)
         witness = CompletionWitness(pair)
         pair.logs["consumer"].on_received = witness
-        sent = count_notifications(pair.consumer)
-        stray = install_transport(pair.producer, STRAY_POLL_ERROR, waiting=pair.consumer, transport=StrayNotifications)
-        assert isinstance(stray, StrayNotifications)
-        stray.registrations = sent.messages
+        installed = install_transport(pair.producer, fault, waiting=pair.consumer, transport=transport)
+        if prepare is not None:
+            prepare(pair, installed)
         _hand_over(pair, {rid: rid for rid in stored}, stored)
-        result = _drain_and_check(pair, situation.doc, stored, stored, witness, compare_all=True)
-    assert stray.failed and stray.strays, (f"the harness meant {name}'s producer to fail a poll and take in malformed "
-                                           f"registrations, but it failed {stray.failed} and took {stray.strays}")
+        return _drain_and_check(pair, situation.doc, stored, stored, witness, compare_all=True), installed
+
+
+def run_stray_notifications(rig: Rig, situation: PushSituation) -> RoundTripResult | None:
+    """The round-trip of req-0 and req-1 while the producer's transport fails a poll and delivers malformed
+    registrations beside the consumer's."""
+
+    def forward_registrations(pair: LivePair, stray: FaultyTransport) -> None:
+        assert isinstance(stray, StrayNotifications)
+        stray.registrations = count_notifications(pair.consumer).messages
+
+    result, stray = _round_trip_through(rig, situation, STRAY_POLL_ERROR, StrayNotifications, forward_registrations)
+    assert isinstance(stray, StrayNotifications)
+    assert stray.failed and stray.strays, (f"the harness meant {rig.connector.name}'s producer to fail a poll and "
+                                           f"take in malformed registrations, but it failed {stray.failed} and took "
+                                           f"{stray.strays}")
     return result
 
 
@@ -326,17 +339,9 @@ class SlowSubmission(FaultyTransport):
 def run_slow_write_submission(rig: Rig, situation: PushSituation) -> RoundTripResult | None:
     """The round-trip of req-0 and req-1 while each WRITE's submission takes ``SLOW_SUBMISSION_S``: a slow submission
     is neither a failure nor a completion, so the pair must complete as the round-trip does."""
-    stored = _prompts(rig, 0, (3, 2))
-    name = rig.connector.name
-    with open_pair(rig, stored) as pair:
-        require_mode(pair, situation)
-        witness = CompletionWitness(pair)
-        pair.logs["consumer"].on_received = witness
-        slow = install_transport(pair.producer, SLOW_SUBMISSION, waiting=pair.consumer, transport=SlowSubmission)
-        _hand_over(pair, {rid: rid for rid in stored}, stored)
-        result = _drain_and_check(pair, situation.doc, stored, stored, witness, compare_all=True)
-    assert slow.posted >= len(stored), (f"the harness meant {name}'s producer to submit a WRITE for each of "
-                                        f"{sorted(stored)} through its slow transport, but it submitted {slow.posted}")
+    result, slow = _round_trip_through(rig, situation, SLOW_SUBMISSION, SlowSubmission)
+    assert slow.posted >= 2, (f"the harness meant {rig.connector.name}'s producer to submit a WRITE for each of req-0 "
+                              f"and req-1 through its slow transport, but it submitted {slow.posted}")
     return result
 
 
