@@ -105,9 +105,9 @@ def _floor(path: Path, results: Results, update: bool) -> int:
               f"{len(new.connectors)} connectors, vLLM {new.vllm}")
         return 0
     check = check_floor(results, floor, str(path))
-    for line in [*check.notes, *check.below]:
+    for line in [*check.notes, *check.below, *check.stale]:
         print(f"kvconform coverage: {line}")
-    if not check.below and not check.notes:
+    if not check.below and not check.stale and not check.notes:
         print(f"kvconform coverage: every module at or above its floor ({path})")
     return check.exit_status
 

@@ -6,7 +6,8 @@ with branches, less ``tolerance`` points for the runs' nondeterminism (a backgro
 can land in the next test's connector). Lines no CPU run can reach (CUDA-only branches, GPU kernels) are
 listed in ``unreachable_on_cpu`` with their reason and left out of the count, statements and branches
 from or into them alike; lines a CPU run could reach but the suite does not drive are listed in
-``not_reached`` with why, and counted as missed. ``goal`` names the modules held to a percentage of what a
+``not_reached`` with why, and counted as missed; a listed range a run ran all of fails the check (its
+explanation is out of date). ``goal`` names the modules held to a percentage of what a
 CPU run can reach (a project test checks their floors). A floor is measured on one vLLM release: another
 release's files differ line for line, so there the check says so and passes. ``--update-coverage-floor``
 rewrites FILE's figures from the run, keeping its tolerance, goal and explained lines.
@@ -116,16 +117,25 @@ def counted_percent(module: ModuleCoverage, unreachable: set[int]) -> float:
                    module.statements - len(left_out) + module.branches - len(branches_out))
 
 
+def ran_entirely(module: ModuleCoverage, span: range) -> bool:
+    """Whether ``module``'s run missed nothing in ``span``: no statement there, no branch from or into it."""
+    if module.missing_lines() & set(span):
+        return False
+    return not any(arc[0] in span or arc[1] in span for arc in module.missing_branches)
+
+
 @dataclass
 class FloorCheck:
-    """What a run's coverage says against a floor: one line per module below it, and notes."""
+    """What a run's coverage says against a floor: one line per module below it, one per explained range a
+    connector's tests ran all of (its explanation is out of date), and notes."""
 
     below: list[str] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     @property
     def exit_status(self) -> int:
-        return 1 if self.below else 0
+        return 1 if self.below or self.stale else 0
 
 
 def _on_platform(results: Results, platform: str) -> dict[str, ConnectorCoverage]:
@@ -162,7 +172,23 @@ def check_floor(results: Results, floor: Floor, source: str = "the floor") -> Fl
             if now < lowest - floor.tolerance:
                 check.below.append(f"{connector}: {path}: {now:.1f}%, below its floor {lowest:.1f}% "
                                    f"(tolerance {floor.tolerance:g} points; {source})")
+    check.stale = _stale_explanations(measured, floor, source)
     return check
+
+
+def _stale_explanations(measured: dict[str, ConnectorCoverage], floor: Floor, source: str) -> list[str]:
+    """One line per explained range that some connector's tests ran all of: an explanation of lines the suite
+    does reach, which would hide a fall there (``unreachable_on_cpu``) or mislead a reader (``not_reached``)."""
+    stale = []
+    for path in sorted(set(floor.unreachable_on_cpu) | set(floor.not_reached)):
+        runs = {name: m for name, entry in sorted(measured.items()) for m in entry.modules if m.path == path}
+        for kind, entry in floor.explanations(path):
+            ran = [name for name, module in runs.items() if ran_entirely(module, entry.span())]
+            if ran:
+                what = f"lines {entry.lines} are" if "-" in entry.lines else f"line {entry.lines} is"
+                stale.append(f"{path}: {what} listed as {kind}, but {ran[0]}'s tests ran all of it (statements "
+                             f"and branches): correct or remove the entry ({source})")
+    return stale
 
 
 FLOOR_HEADER = """\

@@ -122,3 +122,21 @@ def test_the_rewritten_floor_leaves_out_connectors_whose_only_tests_that_ran_wer
     only_lint = build([run], [lint, skipped], [nixl()])
     assert updated_floor(only_lint, _floor(10.0)).connectors == {}
     assert updated_floor(results(nixl()), _floor(10.0)).connectors != {}  # its contract test ran
+
+
+def test_an_explained_range_the_run_ran_all_of_fails_the_check_and_one_it_missed_any_of_does_not():
+    # worker_module() misses statements 30-32 and 90, and the branches 29->30 and 89->exit
+    explained = {"not_reached": {WORKER: [{"lines": "40-45", "reason": "needs two ranks"},
+                                          {"lines": "29", "reason": "its branch into 30 only"}]},
+                 "unreachable_on_cpu": {WORKER: [{"lines": "60", "reason": "CUDA only"},
+                                                 {"lines": "31", "reason": "GPU kernel"}]}}
+    check = check_floor(results(nixl()), _floor(10.0, **explained), "floor.yaml")
+    assert check.exit_status == 1 and check.below == []
+    assert check.stale == [
+        f"{WORKER}: lines 40-45 are listed as not reached, but NixlConnector's tests ran all of it (statements and "
+        "branches): correct or remove the entry (floor.yaml)",
+        f"{WORKER}: line 60 is listed as unreachable on cpu, but NixlConnector's tests ran all of it (statements "
+        "and branches): correct or remove the entry (floor.yaml)"]
+    still_missed = {"not_reached": {WORKER: [{"lines": "29", "reason": "its branch into 30 only"}]},
+                    "unreachable_on_cpu": {WORKER: [{"lines": "88-90", "reason": "CUDA only"}]}}
+    assert check_floor(results(nixl()), _floor(10.0, **still_missed)).exit_status == 0
