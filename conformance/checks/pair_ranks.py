@@ -1,12 +1,13 @@
 """The P/D pair round-trip when the producer runs more tensor-parallel ranks than the consumer.
 
 A prefill engine of TP ``PRODUCER_TP`` and a decode engine of TP 1, as a deployment sizes them: each producer rank
-holds its share of every layer's KV heads (``engine/ranks.py`` runs each rank in its own process); the consumer
-reads from every producer rank into that rank's slice of each block (NIXL splits the consumer's blocks by the TP
-ratio) and notifies each rank. It passes when every claimed token's slot on the consumer holds the producer ranks'
-bytes, rank 0's heads first, at the step the consumer first reports the request received (vLLM computes on them the
-next step); every producer rank releases the request on the consumer's notification (vLLM's aggregator reports it
-finished only when each rank did); nothing failed and no lease expired.
+holds its share of every layer's KV heads (``engine/ranks.py`` runs each rank in its own process); the consumer reads
+from every producer rank into that rank's slice of each block (NIXL splits the consumer's blocks by the TP ratio) and
+notifies each rank; an MLA latent is replicated on every rank, so it reads one and notifies the others. It passes when
+every claimed token's slot on the consumer holds the producer ranks' bytes, rank 0's heads first, at the step the
+consumer first reports the request received (vLLM computes on them the next step); every producer rank releases the
+request on the consumer's notification (vLLM's aggregator reports it finished only when each rank did); nothing failed
+and no lease expired.
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
     from .rig import Rig
 
-RANK_START_TIMEOUT_S = 180.0  # a spawned rank imports vLLM and builds its connector: slow on a loaded 2-core host
+RANK_START_TIMEOUT_S = 180.0  # the first rank waits for the forkserver's vLLM import, then builds its connector
 RANK_REPLY_TIMEOUT_S = 60.0
 RANK_EXIT_TIMEOUT_S = 30.0
 RANK_MODULE = "kvconform.conformance.engine.runner"  # what every rank imports: vLLM and the harness's worker side
