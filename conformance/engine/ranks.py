@@ -15,6 +15,7 @@ finished only when every rank says so. Every wait has a bound.
 from __future__ import annotations
 
 import copy
+import glob
 import multiprocessing
 import os
 import pickle
@@ -24,6 +25,7 @@ import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..vllm_install import api as vllm_api
@@ -49,6 +51,8 @@ RANK_EXIT_TIMEOUT_S = 30.0
 RANK_MODULE = "kvconform.conformance.engine.runner"  # what every rank imports: vLLM and the harness's worker side
 # What vLLM's CPU worker names its shared-memory communicator after (cpu_worker.py, before it initialises the world).
 DIST_IDENT_VAR = "VLLM_DIST_IDENT"
+# Where Linux keeps POSIX shared memory: the communicator's segments, "<VLLM_DIST_IDENT>-<group>-cpushm_<rank>".
+SHARED_MEMORY = Path("/dev/shm")
 # Counters in a connector's stats that count requests released on lease expiry (as pair.EXPIRY_COUNTERS).
 EXPIRY_COUNTERS = ("num_kv_expired_reqs",)
 
@@ -75,6 +79,14 @@ def _expired(connector: Any) -> int:
     stats = connector.get_kv_connector_stats() if hasattr(connector, "get_kv_connector_stats") else None
     data = getattr(stats, "data", None) or {}
     return sum(len(data.get(counter) or ()) for counter in EXPIRY_COUNTERS)
+
+
+def remove_shared_memory(ident: str) -> None:
+    """The shared-memory segments of the world named ``ident`` (vLLM's CPU communicator makes one per rank and
+    group): its C++ manager unlinks them only when its process ends normally, and a multiprocessing rank ends with
+    ``os._exit``. ``ident`` is unique to one engine's world, so nothing else's segments match."""
+    for path in SHARED_MEMORY.glob(f"{glob.escape(ident)}-*"):
+        path.unlink(missing_ok=True)
 
 
 def _serve_rank(conn: Connection, rig: Rig, role: str, rank: int, world: int, rendezvous: str,
@@ -234,6 +246,7 @@ def ranked_engine(rig: Rig, role: str, environ: dict[str, str], fill_seed: int) 
             if process.is_alive():
                 process.kill()
                 process.join(RANK_EXIT_TIMEOUT_S)
+        remove_shared_memory(os.path.basename(rendezvous))
         shutil.rmtree(folder, ignore_errors=True)
 
 

@@ -10,8 +10,11 @@ edits change nothing.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from kvconform.conformance.engine.ranks import SHARED_MEMORY
 from tests.checks.cases import NEEDS_NIXL, ROUNDTRIP, Case, assert_meets_its_cases, selection
 from tests.suite_run import REPO, run_broken
 
@@ -41,14 +44,30 @@ CASES: dict[str, list[Case]] = {
 }
 
 
+def _ranks_shared_memory() -> set[Path]:
+    return set(SHARED_MEMORY.glob("world-kvconform-ranks-*"))
+
+
 @pytest.fixture(scope="module")
 def ranks_run(tmp_path_factory):
-    return run_broken(tmp_path_factory.mktemp("nixl-ranks"), selection(CASES), "NixlConnector",
-                      "tests.checks.nixl_ranks_broken", [name for name in CASES if name != "NixlConnector"],
-                      ("--profiles", str(PROFILES)))
+    """The run's status, outcomes and output, and the ranks' shared-memory segments it left behind."""
+    before = _ranks_shared_memory()
+    status, outcomes, output = run_broken(
+        tmp_path_factory.mktemp("nixl-ranks"), selection(CASES), "NixlConnector", "tests.checks.nixl_ranks_broken",
+        [name for name in CASES if name != "NixlConnector"], ("--profiles", str(PROFILES)))
+    return status, outcomes, output, _ranks_shared_memory() - before
 
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_each_connector_meets_its_cases(ranks_run, name):
-    _, outcomes, output = ranks_run
+    _, outcomes, output, _ = ranks_run
     assert_meets_its_cases(outcomes, output, name, CASES[name])
+
+
+@pytest.mark.skipif(not SHARED_MEMORY.is_dir(), reason=f"no {SHARED_MEMORY} on this system")
+def test_the_ranks_leave_no_shared_memory_behind(ranks_run):
+    """vLLM's CPU communicator gives each rank a shared-memory segment (8 MB) that only a normal process end
+    unlinks; rank processes end with os._exit, so the harness removes them: a run must leave none."""
+    _, outcomes, _, left = ranks_run
+    assert any("test_pair_ranks" in outcome.nodeid for outcome in outcomes)
+    assert not left, f"the ranked pairs left {len(left)} shared-memory segment(s): {sorted(map(str, left))[:4]}"
