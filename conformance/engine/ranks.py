@@ -48,7 +48,10 @@ if TYPE_CHECKING:
 RANK_START_TIMEOUT_S = 180.0  # the first rank waits for the forkserver's vLLM import, then builds its connector
 RANK_REPLY_TIMEOUT_S = 60.0
 RANK_EXIT_TIMEOUT_S = 30.0
-RANK_MODULE = "kvconform.conformance.engine.runner"  # what every rank imports: vLLM and the harness's worker side
+# What the rank server imports once, so that no rank repeats it: the harness's worker side, this module and what
+# unpickling a Rig needs, and vLLM's config (the harness imports vLLM lazily; without it each rank took 7 s more).
+RANK_PRELOAD = ["kvconform.conformance.engine.runner", "kvconform.conformance.engine.ranks",
+                "kvconform.conformance.connectors.selection", "vllm.config"]
 # What vLLM's CPU worker names its shared-memory communicator after (cpu_worker.py, before it initialises the world).
 DIST_IDENT_VAR = "VLLM_DIST_IDENT"
 # Where Linux keeps POSIX shared memory: the communicator's segments, "<VLLM_DIST_IDENT>-<group>-cpushm_<rank>".
@@ -189,7 +192,7 @@ def rank_context() -> multiprocessing.context.ForkServerContext:
     test's process, whose threads a fork would copy), so each rank skips the import a spawn would repeat."""
     context = multiprocessing.get_context("forkserver")
     assert isinstance(context, multiprocessing.context.ForkServerContext)
-    context.set_forkserver_preload([RANK_MODULE])
+    context.set_forkserver_preload(RANK_PRELOAD)
     return context
 
 
