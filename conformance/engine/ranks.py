@@ -61,7 +61,8 @@ EXPIRY_COUNTERS = ("num_kv_expired_reqs",)
 
 
 class RankFailure(CheckFailure):
-    """A rank process failed, or did not answer in time; the message carries its traceback."""
+    """A rank process did not answer in time, or failed with what cannot be raised here; or, as the cause of what a
+    rank raised, that rank's traceback."""
 
 
 def rank_attention_spec(rig: Rig, tensor_parallel_size: int) -> AttentionSpec:
@@ -131,8 +132,30 @@ def _serve_rank(conn: Connection, rig: Rig, role: str, rank: int, world: int, re
         finally:
             vllm_api.find("destroy_model_parallel")()
             vllm_api.find("destroy_distributed_environment")()
-    except BaseException:  # noqa: BLE001 - handed to the parent, which fails the check with it
-        conn.send(("error", traceback.format_exc()))
+    except BaseException as exc:  # noqa: BLE001 - handed to the parent, which raises it in the test
+        conn.send(("error", (traceback.format_exc(), _portable(exc))))
+
+
+def _portable(exc: BaseException) -> bytes | None:
+    """``exc`` pickled for the parent, or None where it cannot cross (an exception whose arguments do not pickle,
+    or whose class cannot be rebuilt from them)."""
+    try:
+        data = pickle.dumps(exc)
+        pickle.loads(data)
+    except Exception:  # noqa: BLE001 - the parent falls back to the traceback's text
+        return None
+    return data
+
+
+def _raise_rank_error(where: str, value: tuple[str, bytes | None]) -> None:
+    """Raise in the test's process what a rank raised: the connector's own exception, so a cell and its expectations
+    see the same type and message as from an engine in one process, with the rank's traceback as its cause (as
+    ``concurrent.futures`` carries a worker's). An exception that cannot cross is a ``RankFailure`` with the text."""
+    text, data = value
+    failure = RankFailure(f"{where}:\n{text}")
+    if data is None:
+        raise failure
+    raise pickle.loads(data) from failure
 
 
 @dataclass
@@ -151,7 +174,7 @@ class RankedWorkers:
             raise RankFailure(f"{self.name}: rank {rank} did not answer {what} within {RANK_REPLY_TIMEOUT_S:.0f} s")
         tag, value = conn.recv()
         if tag == "error":
-            raise RankFailure(f"{self.name}: rank {rank} failed ({what}):\n{value}")
+            _raise_rank_error(f"{self.name}: rank {rank} failed ({what})", value)
         return value
 
     def step(self, scheduler_output: SchedulerOutput) -> KVConnectorOutput:
@@ -224,7 +247,7 @@ def ranked_engine(rig: Rig, role: str, environ: dict[str, str], fill_seed: int) 
                                   f"{RANK_START_TIMEOUT_S:.0f} s")
             tag, value = conn.recv()
             if tag == "error":
-                raise RankFailure(f"{name}: rank {rank} could not start:\n{value}")
+                _raise_rank_error(f"{name}: rank {rank} could not start", value)
             workers.handshakes[(0, rank)] = value
         from vllm.config import set_current_vllm_config
 
@@ -261,8 +284,8 @@ def _close(engine: RankedEngine) -> None:
         try:
             conn.send(("close", None))
             workers._ask(rank, "close")
-        except (RankFailure, OSError) as exc:
-            errors.append(str(exc))
+        except Exception as exc:  # noqa: BLE001 - every rank is asked to close; all their failures reported
+            errors.append(str(exc.__cause__ if isinstance(exc.__cause__, RankFailure) else exc))
     closing.close(engine.scheduler.scheduler.shutdown, f"{workers.name} scheduler shutdown()")
     if errors:
         raise RankFailure("; ".join(errors))
