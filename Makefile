@@ -61,7 +61,9 @@ lint-self: venv
 # with vLLM made unimportable (tests/no_vllm on PYTHONPATH: such a test that reaches vLLM fails); those that need
 # it ($(VLLM_TESTS)) run here, and on the newest release too where they check vLLM's behaviour, not kvconform's own
 # machinery ($(RELEASE_TESTS)); the other releases run the strict suite.
-UNIT_FLAGS  := -q -n 2 -o tmp_path_retention_policy=failed
+# loadscope: a module's tests go to one worker, so a module-scoped fixture (a self-test's suite run) runs once,
+# not once per worker (loadgroup's marks are ignored on pytest 9.2: pytest-xdist#1386)
+UNIT_FLAGS  := -q -n 2 --dist loadscope -o tmp_path_retention_policy=failed
 UNIT_PYTEST := -m pytest tests $(UNIT_FLAGS)
 NO_VLLM_TESTS := -m 'not needs_vllm'
 VLLM_TESTS  := -m needs_vllm
