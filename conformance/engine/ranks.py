@@ -137,8 +137,11 @@ def _serve_rank(conn: Connection, rig: Rig, role: str, rank: int, world: int, re
 
 
 def _portable(exc: BaseException) -> bytes | None:
-    """``exc`` pickled for the parent, or None where it cannot cross (an exception whose arguments do not pickle,
-    or whose class cannot be rebuilt from them)."""
+    """``exc`` pickled for the parent, or None where it cannot cross: an exception whose arguments do not pickle,
+    or whose class cannot be rebuilt from them, and a ``SystemExit`` or ``KeyboardInterrupt``, which raised in the
+    test's process would stop the run rather than fail the test."""
+    if not isinstance(exc, Exception):
+        return None
     try:
         data = pickle.dumps(exc)
         pickle.loads(data)

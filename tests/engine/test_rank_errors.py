@@ -24,6 +24,7 @@ def test_a_rank_exception_is_raised_as_itself_with_the_rank_traceback_as_its_cau
 
 def test_an_exception_that_cannot_cross_is_a_rank_failure_with_the_traceback_text():
     assert _portable(_Unrebuildable("a", "b")) is None
+    assert _portable(SystemExit(3)) is None  # raised here, it would end the test run
     with pytest.raises(RankFailure, match="rank 1 failed \\(a step\\):\nTraceback ...") as raised:
         _raise_rank_error("X's kv_consumer (TP 2): rank 1 failed (a step)", ("Traceback ...", None))
     assert raised.value.__cause__ is None
