@@ -1,7 +1,8 @@
 """A misbehaving connector must not take the suite down, hang it, or litter the machine.
 
 Registered from ``conformance.plugin`` (``pytest_plugins``), each part a small plugin watching every
-conformance test: ``timeouts`` (a per-test timeout naming the connector), ``crashes`` (under xdist a
+conformance test: ``timeouts`` (a per-test timeout naming the connector), ``watchdog`` (a hard bound,
+kept by another process, for a test stuck where that timeout cannot end it), ``crashes`` (under xdist a
 dead worker's test fails naming the connector; its other tests of that check are not run),
 ``threads`` (leaked threads are an error, and never keep pytest alive), ``storage`` (new entries in a
 connector's default storage are an error), ``cleanup`` (a passed test's folder goes at once),
@@ -20,6 +21,7 @@ from ..vllm_install.window import TESTED_VLLM, VllmStatus, VllmVersionError, vll
 pytest_plugins = [
     "kvconform.conformance.reliability.timeouts",
     "kvconform.conformance.reliability.crashes",
+    "kvconform.conformance.reliability.watchdog",
     "kvconform.conformance.reliability.threads",
     "kvconform.conformance.reliability.storage",
     "kvconform.conformance.reliability.cleanup",

@@ -89,6 +89,22 @@ def pytest_report_header(config: pytest.Config) -> str:
     return "kvconform: crash isolation off: a connector that crashes the process ends the run (run with -n 1)"
 
 
+def ended_by_watchdog_file(folder: Path, worker: str) -> Path:
+    """Where the watchdog of worker ``worker`` (``watchdog.py``) records the test it ended, for the controller."""
+    return folder / f"watchdog-{worker}.json"
+
+
+def _ended_by_watchdog(folder: Path, worker: str) -> dict[str, Any] | None:
+    """What worker ``worker``'s watchdog recorded of the test it ended, once (the record is consumed)."""
+    path = ended_by_watchdog_file(folder, worker)
+    try:
+        record: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    path.unlink(missing_ok=True)
+    return record
+
+
 def _held_file(folder: Path, worker: str) -> Path:
     return folder / f"held-{worker}.json"
 
@@ -217,12 +233,27 @@ class CrashReporter:
         unsent = self._report_unsent(worker, crashitem)
         also = (f"; its earlier test(s) {', '.join(unsent)} were still shutting their connectors down in the "
                 f"background" if unsent else "")
+        report.when = "call"  # the crash is this test's failure, not an error in some other phase
+        ended = _ended_by_watchdog(self.config.stash[_LEDGER_KEY].share(self.config).parent, worker)
+        if ended is not None and ended.get("nodeid") == crashitem:
+            report.longrepr = watchdog_timeout(ended, worker, also)
+            self.config.stash[_LEDGER_KEY].add(crashitem, connector, "timed out")
+            return
         report.longrepr = (f"{connector or 'the code under test'} crashed the test process: pytest worker {worker} "
                            f"died while running {crashitem} ({ending}){also}; the run goes on in a fresh worker")
-        report.when = "call"  # the crash is this test's failure, not an error in some other phase
         self.config.stash[_LEDGER_KEY].add(crashitem, connector, "crashed the test process")
 
     @pytest.hookimpl(tryfirst=True)  # before the results and the summary are written
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         for worker in list(self.unsent):  # a worker that died between tests
             self._report_unsent(worker)
+
+
+def watchdog_timeout(ended: dict[str, Any], worker: str, also: str = "") -> str:
+    """The failure of a test the watchdog ended: a timeout, as ``timeouts.py`` words one, then why and where."""
+    stacks = ended.get("stacks") or "(no stacks were written)"
+    return (f"{ended.get('connector')} did not finish the test within {float(ended['arm']):g} s (per-test timeout "
+            f"{float(ended['limit']):g} s, then a grace; change it with --kvconform-timeout), and pytest-timeout "
+            f"could not end it: it was stuck where no Python handler runs (native code holding the interpreter "
+            f"lock, or signals ignored), so kvconform's watchdog killed pytest worker {worker}{also}; the run goes "
+            f"on in a fresh worker. Where its threads were:\n{stacks}")

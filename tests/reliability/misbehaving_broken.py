@@ -1,7 +1,8 @@
 """ExampleConnector subclasses that misbehave as processes, not as KV code.
 
 The suite must survive each of them and name it: one kills the process, one
-hangs, one leaves a thread running, one writes outside its storage folder.
+hangs, one deadlocks in native code where no Python handler runs, one leaves
+a thread running, one writes outside its storage folder.
 Others answer a load failure (stored data gone or damaged after the scheduler
 counted on it) well or badly. tests/reliability proves what the suite does
 with every one; ``TidyThreadConnector`` and ``ReportingLoadConnector`` are the
@@ -47,6 +48,19 @@ class ExitLoadConnector(ExampleConnector):
     def start_load_kv(self, forward_context, **kwargs) -> None:
         if _loads_anything(self):
             os._exit(3)
+        super().start_load_kv(forward_context, **kwargs)
+
+
+class NativeDeadlockLoadConnector(ExampleConnector):
+    """A native load path that waits on a lock it already holds, holding the interpreter lock, as a pyo3 core's
+    futex wait does: no Python handler runs again in its process (pytest-timeout's SIGALRM, Ctrl-C)."""
+
+    def start_load_kv(self, forward_context, **kwargs) -> None:
+        if _loads_anything(self):
+            libc = ctypes.PyDLL(None)  # PyDLL: the call keeps the interpreter lock
+            mutex = ctypes.create_string_buffer(64)  # all zeros: glibc's PTHREAD_MUTEX_INITIALIZER, a normal mutex
+            libc.pthread_mutex_lock(mutex)
+            libc.pthread_mutex_lock(mutex)  # a normal mutex locked twice by its owner: waits forever
         super().start_load_kv(forward_context, **kwargs)
 
 

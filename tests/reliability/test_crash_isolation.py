@@ -1,8 +1,10 @@
-"""Under xdist (-n 1), connectors that kill the process, leak threads or litter cannot take the run down.
+"""Under xdist (-n 1), connectors that kill the process, deadlock, leak threads or litter cannot take the run down.
 
 One suite run, two round-trip tests per connector: a segfault and an ``os._exit``
 in ``start_load_kv`` (each crashes one worker; its other test is reported as not
-run), a leaked non-daemon thread (an error naming it; the worker still exits), a
+run), a deadlock in native code that holds the interpreter lock (the watchdog ends
+the worker: a timeout with the stacks; its other test not run), a leaked
+non-daemon thread (an error naming it; the worker still exits), a
 well-behaved thread (no error), writes outside the storage folder (an error naming
 them), and the unmodified ExampleConnector, which must pass throughout.
 """
@@ -13,21 +15,28 @@ import os
 
 import pytest
 
+from kvconform.conformance.reliability.watchdog import hard_bound
 from kvconform.reports.identity import connector_in_nodeid
+from tests.load import stretched
 from tests.reliability.suite import misbehaving, shared_run
 
-CONNECTORS = ["ExampleConnector", "SegfaultLoadConnector", "ExitLoadConnector", "LeakyThreadConnector",
-              "TidyThreadConnector", "LitteringConnector"]
+CONNECTORS = ["ExampleConnector", "SegfaultLoadConnector", "ExitLoadConnector", "NativeDeadlockLoadConnector",
+              "LeakyThreadConnector", "TidyThreadConnector", "LitteringConnector"]
 TESTS = "test_roundtrip and not mla and not layout and not scenario and not other and (float32 or fp8)"
 CRASHES = {"SegfaultLoadConnector": "killed by SIGSEGV", "ExitLoadConnector": "exit status 3"}
 WELL_BEHAVED = ["ExampleConnector", "TidyThreadConnector"]
+TIMEOUT_S = 20  # per test on a quiet machine, stretched by the load as the run starts (tests/load.py)
 
 
 def _plan(folder):
     """ExampleConnector first, the crashers next, the rest after them: later tests show the run went on."""
     litter = folder / "litter"
     litter.mkdir()
-    args = ["-n", "1", "-k", TESTS, "-o", f"kvconform_default_storage=LitteringConnector {litter} [0-9a-f]{{32}}",
+    # a limit that bounds the deadlock's cost: pytest-timeout cannot end it, so the watchdog does, after a grace
+    timeout = stretched(TIMEOUT_S)
+    (folder / "timeout_s").write_text(str(timeout))
+    args = ["-n", "1", "-k", TESTS, f"--kvconform-timeout={timeout}",
+            "-o", f"kvconform_default_storage=LitteringConnector {litter} [0-9a-f]{{32}}",
             "--connector", "ExampleConnector", *misbehaving(*CONNECTORS[1:])]
     return args, {"KVCONFORM_LITTER_DIR": str(litter)}
 
@@ -45,6 +54,11 @@ def crash_run(shared):
 @pytest.fixture
 def litter(shared):
     return shared[1] / "litter"
+
+
+@pytest.fixture
+def timeout_s(shared):
+    return float((shared[1] / "timeout_s").read_text())
 
 
 def test_the_run_finishes_and_fails(crash_run):
@@ -94,3 +108,15 @@ def test_writes_outside_the_storage_folder_are_errors_naming_them(crash_run, lit
         assert os.path.join(str(litter), name) in named
     assert all(c.outcome == "error" for c in flagged)
 
+
+def test_a_native_deadlock_is_a_timeout_with_its_stacks_and_the_rest_not_run(crash_run, timeout_s):
+    name = "NativeDeadlockLoadConnector"
+    ended, not_run = sorted(crash_run.of(name), key=lambda c: "not run" in c.message)
+    assert ended.outcome == "failed", (ended.nodeid, ended.message)
+    assert f"{name} did not finish the test within {hard_bound(timeout_s):g} s (per-test timeout {timeout_s:g} s" \
+        in ended.message, ended.message[:1500]
+    assert "pytest-timeout could not end it" in ended.message and "watchdog killed pytest worker" in ended.message
+    assert "start_load_kv" in ended.message, ended.message  # the stacks: the deadlocked frame is named
+    assert "crashed" not in ended.message
+    assert not_run.outcome == "error"
+    assert f"not run: {name} timed out earlier in " in not_run.message
