@@ -5,8 +5,9 @@ optional packages: a connector written for CUDA is checked on a CPU runner. It
 reads every file of vLLM that loading the connector executes (its own module or
 package, and the helpers it imports: ``conformance/lint/closure.py``), because a
 connector's device assumption often sits in a helper (SimpleCPUOffload's CUDA
-stream call is in ``vllm/v1/simple_kv_offload/worker.py``). A third-party
-connector outside vLLM is read as its own module or package.
+stream call is in ``vllm/v1/simple_kv_offload/worker.py``). A connector named by
+module path is read the same way within its own top-level package: its module and
+every module of that package it reaches by import (``conformance/lint/connector_package.py``).
 Error-severity findings fail the test, each named by file and line for the reader;
 warnings and info are listed only when it fails. The failure also carries each
 error's rule, file, enclosing function and call, without its line (``lint_failure``):
@@ -24,7 +25,8 @@ import pytest
 import yaml
 
 from kvconform.conformance.lint import python_files
-from kvconform.conformance.lint.closure import Closure, connector_closure
+from kvconform.conformance.lint.closure import Closure
+from kvconform.conformance.lint.connector_package import closure_words, module_closure
 from kvconform.conformance.lint.findings import Finding
 
 if TYPE_CHECKING:
@@ -61,13 +63,14 @@ def lint_target(source: Path) -> Path:
 
 
 def connector_findings(connector: ConnectorParam) -> tuple[str, Closure]:
-    """(what was read, in words; the code read) for a connector: its closure in vLLM, else its own source."""
-    if not connector.is_third_party:
-        from kvconform.conformance.connectors.selection import registry_modules
+    """(what was read, in words; the code read) for a connector: what its module runs in vLLM (a registered
+    connector) or in its own package (one named by module path), else its own source."""
+    from kvconform.conformance.connectors.selection import registry_modules
 
-        closure = connector_closure(registry_modules()[connector.name][0])
-        if closure is not None:
-            return f"the {len(closure.files)} file(s) of vLLM it runs", closure
+    module = connector.module_path or registry_modules()[connector.name][0]
+    closure = module_closure(module)
+    if closure is not None:
+        return closure_words(module, closure), closure
     source = connector.source_file()
     if source is None:
         pytest.fail(f"{connector.name}: the source of its module cannot be found, so it cannot be linted")
