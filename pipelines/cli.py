@@ -1,19 +1,22 @@
 """``kvconform pipeline``: write the Buildkite pipeline that runs the conformance suite on a platform.
 
-Print it to stdout for ``| buildkite-agent pipeline upload``, or write it with ``-o``.
+Print it to stdout for ``| buildkite-agent pipeline upload``, or write it with ``-o``; on
+stderr, one line per value that is still a lanes-file default to check (``placeholders``).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from kvconform.errors import UserError
 from kvconform.platforms import PLATFORMS
 
-from .generate import ALL, build_pipeline, render_yaml
-from .lanes import LANES_FILE, LanesError
+from .generate import ALL, pipeline_from, render_yaml
+from .lanes import LANES_FILE, LanesError, load_lanes
+from .placeholders import placeholders
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -38,7 +41,8 @@ def _write(path: Path, text: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        pipeline = build_pipeline([args.platform], args.connector, args.config)
+        config = load_lanes(args.config)
+        pipeline = pipeline_from(config, [args.platform], args.connector, str(args.config or LANES_FILE))
     except LanesError as exc:
         raise UserError(str(exc)) from None
     text = render_yaml(pipeline)
@@ -46,4 +50,6 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
     else:
         _write(args.output, text)
+    for placeholder in placeholders(pipeline, config, os.environ):
+        print(f"kvconform pipeline: {placeholder.line()}", file=sys.stderr)
     return 0

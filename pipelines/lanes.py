@@ -23,7 +23,7 @@ from kvconform.conformance.connectors.profiles import ProfileError, load_profile
 from kvconform.conformance.session.yaml_models import load_yaml_model
 from kvconform.platforms import PLATFORMS
 
-from . import policy
+from . import image_builds, policy
 from .policy import KeyPath, Problem
 
 LANES_FILE = Path(__file__).with_name("lanes.yaml")
@@ -32,6 +32,9 @@ LANES_FILE = Path(__file__).with_name("lanes.yaml")
 Name = Annotated[str, StringConstraints(pattern=r"^[a-z0-9]+(?:[-_][a-z0-9]+)*$", max_length=40)]
 EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 StepKey = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_:-]+$", max_length=100)]
+# A step key, or one that pipeline upload fills in: ``${KVCONFORM_CPU_IMAGE_BUILD_STEP:-image-build-cpu}``.
+StepKeyRef = Annotated[str, StringConstraints(
+    pattern=r"^(?:[A-Za-z0-9_:-]{1,100}|\$\{[A-Za-z_][A-Za-z0-9_]*:-[A-Za-z0-9_:-]{1,100}\})$")]
 if TYPE_CHECKING:
     PlatformName = str  # a name from the platform table, which only exists at run time
 else:
@@ -99,6 +102,9 @@ class RunSpec(_Strict):
     wrapper: Wrapper | None = None
     container: Container | None = None
     timeout_in_minutes: int | None = Field(default=None, ge=1)
+    # The step of the same build that makes this step's image, when the image is this build's own
+    # (``pipelines/image_builds.py``); unset, ``defaults.image_build_step``; null, nothing to wait for.
+    image_build_step: StepKeyRef | None = None
 
     @model_validator(mode="after")
     def _one_way_to_run(self) -> RunSpec:
@@ -134,6 +140,8 @@ class Lane(RunSpec):
 class Defaults(_Strict):
     timeout_in_minutes: int = Field(default=60, ge=1)
     retry: list[RetryRule] = Field(default_factory=list)
+    # platform -> step key; null: that platform's image exists before the build starts
+    image_build_step: dict[PlatformName, StepKeyRef | None] = Field(default_factory=dict)
 
 
 class LanesConfig(_Strict):
@@ -229,7 +237,7 @@ def _platform_problems(config: LanesConfig) -> Iterator[Problem]:
                                                         f"but the lane says devices: {lane.devices}")
 
 
-RULES = (_connector_problems, _group_problems, _platform_problems, *policy.RULES)
+RULES = (_connector_problems, _group_problems, _platform_problems, *policy.RULES, *image_builds.RULES)
 
 
 def _line_of(text: str, location: KeyPath) -> int | None:

@@ -4,7 +4,8 @@ The vocabulary is vLLM CI's: label with the platform's emoji, key, depends_on,
 agents, env, plugins, timeout_in_minutes, retry, soft_fail, parallelism,
 artifact_paths. Each step starts in a stock vLLM CI image: it fetches and, where the
 image lacks it, installs the kvconform that generated it (``pipelines/install.py``)
-before it runs the suite. Each test step writes one JUnit file per job into
+before it runs the suite, after the step that makes that image when the build makes
+it (``pipelines/image_builds.py``). Each test step writes one JUnit file per job into
 ``reports/out/junit/<platform>/`` (beside the report, in the folder git ignores)
 and uploads exactly that file, so the report step can fetch one platform's
 results without another platform's or a stale run's.
@@ -20,6 +21,7 @@ from kvconform.platforms import PLATFORMS
 from kvconform.platforms.spec import PlatformSpec
 
 from . import install
+from .image_builds import build_step_of
 from .lanes import Lane, LanesConfig, RetryRule, RunSpec
 from .shell import Raw, Word, for_upload, join, wrap
 
@@ -48,11 +50,13 @@ class LaneRun:
     spec: PlatformSpec
     timeout_in_minutes: int
     retry: list[RetryRule]
+    image_build_step: str | None = None  # the step that makes the lane's image, when this build makes it
 
     @classmethod
     def of(cls, config: LanesConfig, name: str) -> LaneRun:
         lane = config.lanes[name]
-        return cls(name, lane, PLATFORMS[lane.platform], config.timeout_of(lane), config.retry_of(lane))
+        return cls(name, lane, PLATFORMS[lane.platform], config.timeout_of(lane), config.retry_of(lane),
+                   build_step_of(config, lane, lane.platform))
 
     def junit_dir(self) -> str:
         return f"{JUNIT_ROOT}/{self.spec.name}"
@@ -137,8 +141,9 @@ def pytest_words(run: LaneRun, connectors: list[str], junit: str) -> list[Word]:
 
 def _test_step(run: LaneRun, key: str, label: str) -> dict[str, Any]:
     step: dict[str, Any] = {"label": label, "key": key}
-    if run.lane.depends_on:
-        step["depends_on"] = list(run.lane.depends_on)
+    depends_on = list(dict.fromkeys([*filter(None, [run.image_build_step]), *run.lane.depends_on]))
+    if depends_on:
+        step["depends_on"] = depends_on
     step.update(_placement(run.lane, run.timeout_in_minutes, run.retry, run.spec.visibility_vars))
     soft_fail = run.lane.soft_fail
     if soft_fail is True:
@@ -207,7 +212,9 @@ def report_step(config: LanesConfig, platforms: list[str], test_keys: list[str])
     if any failed or never finished (a crash that wrote no JUnit counts too), warning
     if one soft-failed, else success. A platform whose steps uploaded no JUnit file
     is named in the annotation (and makes it an error) instead of stopping the step
-    before it annotates. The step fails only if the report does.
+    before it annotates. The step fails only if the report does. When the build makes its
+    image, it depends on that image's step and on every test step (failed or not): Buildkite
+    starts a step with ``depends_on`` without waiting for the ``wait`` before it.
     """
     suffix = "-".join(platforms)
     report = in_test_env(["python3", "-P", "-m", "kvconform", "report", Raw(f"{JUNIT_ROOT}/*/*.xml"),
@@ -242,6 +249,10 @@ def report_step(config: LanesConfig, platforms: list[str], test_keys: list[str])
         f"{annotate} < {summary}",
     ]
     step: dict[str, Any] = {"label": ":memo: kvconform report", "key": f"{KEY_PREFIX}-report-{suffix}"}
+    image_build_step = build_step_of(config, config.report, None)
+    if image_build_step is not None:
+        # A step with depends_on no longer waits for the `wait` before it: name the test steps too, failed or not.
+        step["depends_on"] = [image_build_step, *({"step": key, "allow_failure": True} for key in test_keys)]
     step.update(_placement(config.report, config.timeout_of(config.report), config.retry_of(None)))
     step["commands"] = [for_upload(line) for line in lines]
     return step

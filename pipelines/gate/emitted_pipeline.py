@@ -8,6 +8,7 @@ on which platform.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,8 @@ from kvconform import platforms
 from kvconform.errors import UserError
 
 from ..generate import render_yaml, selected_pipeline
-from ..lanes import LanesError
+from ..lanes import LanesError, load_lanes
+from ..placeholders import placeholders
 from .selection import Selection, claimed_platforms
 
 
@@ -31,7 +33,7 @@ def pipeline_for(selection: Selection, platform: str | None, config: Path | None
 
 
 def emit_pipeline(selection: Selection, args: argparse.Namespace) -> int:
-    """Write the pipeline to ``-o FILE`` or stdout; an empty one is said on stderr."""
+    """Write the pipeline to ``-o FILE`` or stdout; an empty one, or defaults it relies on, are said on stderr."""
     pipeline = pipeline_for(selection, args.platform, args.config)
     text = render_yaml(pipeline)
     if args.output is None:
@@ -44,4 +46,7 @@ def emit_pipeline(selection: Selection, args: argparse.Namespace) -> int:
     if not pipeline["steps"]:
         where = f" on {args.platform}" if args.platform not in (None, "auto") else ""
         print(f"kvconform gate: no selected connector runs{where}: the pipeline has no steps", file=sys.stderr)
+        return 0
+    for placeholder in placeholders(pipeline, load_lanes(args.config), os.environ):
+        print(f"kvconform gate: {placeholder.line()}", file=sys.stderr)
     return 0

@@ -212,7 +212,7 @@ def test_retry_and_soft_fail_follow_the_lanes(write_lanes):
     hard_steps = ("kvconform-test-xpu-r", "kvconform-test-cuda")
     assert all("soft_fail" not in s for k, s in steps.items() if k.startswith(hard_steps))
     cuda = steps["kvconform-test-cuda-reference"]
-    assert cuda["depends_on"] == ["image-build"]
+    assert cuda["depends_on"] == ["${KVCONFORM_CUDA_IMAGE_BUILD_STEP:-image-build}", "image-build"]  # lane's kept
     assert " -n 2 " in cuda["commands"][-1] and "--attn-backend=FLASH_ATTN" in cuda["commands"][-1]
 
 
@@ -298,7 +298,8 @@ def test_a_connector_whose_group_no_lane_runs_names_the_key_to_add(write_lanes):
 
 
 def test_queues_images_and_plugin_versions_are_variables_set_once(shipped_lanes):
-    """Every queue, image and plugin name in the output is a `${KVCONFORM_...:-default}` from `variables:`."""
+    """Every queue, image, image build step and plugin name in the output is a `${KVCONFORM_...:-default}`
+    from `variables:`."""
     values = set(shipped_lanes["variables"].values())
     assert all(re.fullmatch(r"\$\{KVCONFORM_[A-Z0-9_]+:-[^}$]+(\$\{BUILDKITE_COMMIT\}[^}$]*)?\}", v) for v in values)
     pipeline = generated("all")
@@ -307,4 +308,5 @@ def test_queues_images_and_plugin_versions_are_variables_set_once(shipped_lanes)
     used |= {name for step in steps for plugin in step.get("plugins", []) for name in plugin}
     used |= {settings["image"] for step in steps for plugin in step.get("plugins", []) for settings in plugin.values()}
     used |= {step["env"]["KVCONFORM_IMAGE"] for step in steps if "KVCONFORM_IMAGE" in step.get("env", {})}
+    used |= {key for step in steps for key in step.get("depends_on", []) if isinstance(key, str)}
     assert used == values  # each one used, none written out elsewhere
