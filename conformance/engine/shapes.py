@@ -1,12 +1,14 @@
-"""What the harness relies on of the vLLM internals it drives, beyond their names: one table, ``SHAPES``.
+"""What the harness relies on of the vLLM internals it drives: their names, and one table, ``SHAPES``.
 
-``vllm_install/api.py`` says where each internal lives; a release can keep a name and still change what
-the harness relies on (vLLM 0.34's ``ModelRunnerOutput`` lost ``req_id_to_index``). Each reliance is an
-entry: a ``Call`` (an internal kvconform calls, with the arguments it passes, checked with
-``inspect.signature(...).bind``) or a ``StandIn`` (a vLLM function handed a kvconform stand-in, which must
-provide every ``self.<attribute>`` the function reads). ``mismatches()`` checks them once at session start;
-a mismatch is "kvconform cannot drive this vLLM": named once in the header and verdict with the line that
-relies on it, and the tests that need it are not run for that reason, never failed as the connector's.
+``vllm_install/api.py`` says where each internal lives; a release can move a name to a place the table does
+not know, or keep it and still change what the harness relies on (vLLM 0.34's ``ModelRunnerOutput`` lost
+``req_id_to_index``). Each reliance is an entry: a ``Call`` (an internal kvconform calls, with the arguments
+it passes, checked with ``inspect.signature(...).bind``) or a ``StandIn`` (a vLLM function handed a kvconform
+stand-in, which must provide every ``self.<attribute>`` the function reads). ``mismatches()`` looks every name
+of ``api.PLACES`` up, then checks each entry whose names this vLLM has, once at session start; a mismatch is
+"kvconform cannot drive this vLLM": named once in the header and verdict with the kvconform line that relies
+on it (for a name, its first lookup: ``vllm_install/lookups.py``), and the tests that need it are not run for
+that reason, never failed as the connector's.
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from ..vllm_install import api
+from ..vllm_install.lookups import checkout_path, lookup_location
 
 # conformance test modules that drive vLLM's internals (all but the lint, which reads source only)
 DRIVING = None
-CONFORMANCE_ROOT = Path(__file__).resolve().parents[1]  # conformance/, whose parent names its files
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,11 @@ class Call:
     # keywords passed only where vLLM declares the field (an ``api.PLACES`` field entry "name.field" says so)
     where_declared: tuple[str, ...] = ()
     modules: tuple[str, ...] | None = DRIVING  # the conformance test modules that need it (None: all that drive vLLM)
+
+    @property
+    def needs(self) -> tuple[str, ...]:
+        """The entries of ``api.PLACES`` this check looks up."""
+        return (self.name, *(f"{self.name}.{k}" for k in self.where_declared))
 
     def problem(self) -> str | None:
         target = api.find(self.name)
@@ -61,6 +68,10 @@ class StandIn:
     stand_in: Callable[[], type]  # the stand-in class, imported when checked (it may import torch)
     used_at: str
     modules: tuple[str, ...] | None = DRIVING
+
+    @property
+    def needs(self) -> tuple[str, ...]:
+        return (self.owner,)
 
     def problem(self) -> str | None:
         function = getattr(api.find(self.owner), self.method)
@@ -108,6 +119,7 @@ class Mismatch:
     what: str  # "ModelRunnerOutput no longer takes req_id_to_index"
     where: str  # "conformance/engine/scheduler.py:113"
     modules: tuple[str, ...] | None  # the conformance test modules that cannot run (None: all that drive vLLM)
+    name: str = ""  # the ``api.PLACES`` entry no known place holds, where that is the mismatch
 
     def line(self) -> str:
         return f"{self.what} ({self.where})"
@@ -118,9 +130,13 @@ class Mismatch:
 
 
 def mismatches(shapes: tuple[Call | StandIn, ...] = SHAPES) -> list[Mismatch]:
-    """Every entry the installed vLLM no longer fits (a name no place holds is one too: ``VllmApiError``)."""
-    found = []
+    """Every name of ``api.PLACES`` the installed vLLM keeps in none of its places, then every entry of ``shapes``
+    it no longer fits; an entry that needs a missing name is not checked (that name is its mismatch)."""
+    found = missing_names()
+    missing = {m.name for m in found}
     for shape in shapes:
+        if missing.intersection(shape.needs):
+            continue
         try:
             problem = shape.problem()
         except api.VllmApiError as exc:
@@ -128,6 +144,21 @@ def mismatches(shapes: tuple[Call | StandIn, ...] = SHAPES) -> list[Mismatch]:
         if problem:
             found.append(Mismatch(problem, _location(shape), shape.modules))
     return found
+
+
+def missing_names() -> list[Mismatch]:
+    """A mismatch per entry of ``api.PLACES`` the installed vLLM keeps in none of its places, at kvconform's first
+    lookup of it; a field or attribute of a class that is itself missing is that class's mismatch, not its own."""
+    failed: dict[str, str] = {}
+    for name in api.PLACES:
+        try:
+            api.look_up(name)
+        except api.VllmApiError as exc:
+            failed[name] = str(exc)
+        except Exception:  # vLLM's module raised on import: not a moved name, so not this question's answer;
+            continue  # the check that imports it meets the error and reports it as its own
+    return [Mismatch(what, lookup_location(name), None, name) for name, what in failed.items()
+            if name.rpartition(".")[0] not in failed]
 
 
 def _reworded(bind_error: str) -> str:
@@ -150,11 +181,7 @@ def _location(shape: Call | StandIn) -> str:
     lines, first = inspect.getsourcelines(target)
     short = shape.name if isinstance(shape, Call) else shape.method
     offset = next((i for i, text in enumerate(lines) if f"{short}(" in text or f".{short}" in text), 0)
-    path = Path(inspect.getsourcefile(target) or module_name)
-    shown = path.relative_to(CONFORMANCE_ROOT.parent) if path.is_relative_to(CONFORMANCE_ROOT.parent) else path
-    if shown.parts and shown.parts[0] == "kvconform":  # a wheel's layout: name the checkout's folder
-        shown = Path(*shown.parts[1:])
-    return f"{shown.as_posix()}:{first + offset}"
+    return f"{checkout_path(Path(inspect.getsourcefile(target) or module_name))}:{first + offset}"
 
 
 def _self_reads(function: Any) -> set[str]:

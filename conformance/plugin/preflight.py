@@ -2,11 +2,12 @@
 
 Neither is a connector's question, so neither answer may be a connector's red cell. Where vLLM refuses to
 build the first test's ``VllmConfig`` for the platform, the run stops in one line with status 4, naming the
-vLLM, the platform and vLLM's message. Where kvconform no longer fits vLLM's internals
-(``engine/shapes.py``), each mismatch is named once in the header and the verdict, and the tests that need it
-are reported as not run for that reason. Both are asked where tests run (the only process, or each xdist
-worker); a controller imports no vLLM, and ends the run with the line its workers send. A waiver the
-environment applies (``KVCONFORM_WAIVERS``) is printed in the header and carried into every report.
+vLLM, the platform and vLLM's message. Where kvconform no longer fits vLLM's internals (``engine/shapes.py``:
+a name of ``vllm_install/api.py``'s table this vLLM keeps in none of its places, or a shape), each mismatch is
+named once in the header and the verdict, and the tests that need it are reported as not run for that reason.
+Both are asked where tests run (the only process, or each xdist worker); a controller imports no vLLM, and ends
+the run with the line its workers send. A waiver the environment applies (``KVCONFORM_WAIVERS``) is printed in
+the header and carried into every report.
 """
 
 from __future__ import annotations

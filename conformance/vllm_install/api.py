@@ -3,10 +3,11 @@
 The harness plays vLLM's engine core and model runner, so it drives internals vLLM moves, adds and drops
 between releases (0.33 moved ``get_kv_cache_groups`` to ``vllm.v1.core.kv_cache_planning``; 0.34 dropped
 ``ModelRunnerOutput.req_id_to_index``). Every such name is looked up here (``find``, ``optional``,
-``has_field``): a release that moves one is one edit to ``PLACES``, and a name no known place holds fails
-the check that needs it with one line (``VllmApiError``) that the reports class as "kvconform cannot drive
-this vLLM", never as the connector's failure, a skip or a bare ImportError. What the harness relies on
-beyond where a name lives is ``engine/shapes.py``'s table. Tests import from vLLM directly only the
+``has_field``): a release that moves one is one edit to ``PLACES``, and a name no known place holds is one
+line (``VllmApiError``) that the reports class as "kvconform cannot drive this vLLM", never as the connector's
+failure, a skip or a bare ImportError. The session looks every entry up before any test (``look_up``, from
+``engine/shapes.py``), so such a name is named once and the checks that need it are not run. What the harness
+relies on beyond where a name lives is ``engine/shapes.py``'s table. Tests import from vLLM directly only the
 connectors' public surface, ``CONNECTOR_API`` (tests/vllm_install/test_vllm_imports.py checks). Lookups are
 lazy: importing this module imports no vLLM.
 """
@@ -127,6 +128,8 @@ PLACES: dict[str, Place] = {
                  "MambaStateDtypeCalculator.append_kda_recoverssm_record", absent=_KDA_RECORD_DROPPED),
     **_same_name(("vllm.model_executor.layers.mamba.abstract",), "MambaBase"),
     **_same_name(("vllm.model_executor.models.config",), "MambaModelConfig"),
+    # the general plugins vLLM's engine core and workers load before building a connector (plugin-registered ones)
+    **_same_name(("vllm.plugins",), "load_general_plugins"),
     # vLLM's warning_once memo, cleared so each check sees its own warnings
     **_same_name(("vllm.logger",), "_print_warning_once", absent="a vLLM without the memo has none to clear"),
 }
@@ -208,6 +211,17 @@ def optional(name: str) -> Any:
     if found is None and not place.absent:
         raise _missing(place)
     return found
+
+
+def look_up(name: str) -> None:
+    """Look ``name`` up as its entry says: ``has_field`` for a field, ``optional`` for a name a vLLM may lack by
+    design, ``find`` for any other; a VllmApiError where the installed vLLM keeps it in none of its places.
+
+    The session's check (``engine/shapes.py``) asks this of every entry before any test runs.
+    """
+    place = _place(name)
+    lookup = has_field if place.field else optional if place.absent else find
+    lookup(name)
 
 
 def has_field(name: str) -> bool:

@@ -133,7 +133,8 @@ def run_tests(selection: Selection, args: argparse.Namespace) -> int:
                       "says why: vLLM cannot run here, or the run's input is wrong); no connector was tested")
                 return EXIT_BUILD_NEEDED
             print_connectors(run.results or [], here, spec.name)
-            outcome = replace(judge(run.results, here, run.status), elsewhere=elsewhere)
+            outcome = replace(judge(run.results, here, run.status), elsewhere=elsewhere,
+                              cannot_drive=tuple(run.cannot_drive))
         if source == "checkout" and outcome.problems:
             outcome = _against_base(outcome, selection, spec.name, here, args)
     except CannotTest as exc:

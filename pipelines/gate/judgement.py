@@ -7,7 +7,9 @@ passed or failed as expected (what a runtime check is and what ran means are the
 reports' one definition, ``reports.exercised``): lint alone, or only skips, is not
 exercised, which is neither a pass nor a failure. What fails over the change's base too is set apart
 (``base_comparison``): it says the checkout does not run over the installed build,
-not that the change broke it.
+not that the change broke it. Where kvconform cannot drive the tested vLLM (a name or shape of its internals
+moved: the suite's session names it and does not run the checks that need it), a failure of what did run still
+fails the change; otherwise there is no verdict, since kvconform, not the connectors, is what must change.
 """
 
 from __future__ import annotations
@@ -27,13 +29,15 @@ EXIT_NO_VERDICT = 2  # bad input, or a test process imported another vLLM than t
 EXIT_NOT_EXERCISED = 3  # nothing failed, but a selected connector ran no runtime check here
 EXIT_BUILD_NEEDED = 4  # the change cannot be tested with the installed build (compiled sources, import error),
 # or what fails on head fails over the change's base too: the checkout does not run over the installed build;
-# or vLLM cannot run here at all (pytest's status 4 before any test: conformance/plugin/preflight.py)
+# or vLLM cannot run here at all (pytest's status 4 before any test: conformance/plugin/preflight.py),
+# or kvconform cannot drive it (the session's findings: conformance/engine/shapes.py)
 PYTEST_USAGE_ERROR = 4  # pytest's status for a run stopped before any test
 
 PASS = Verdict("PASS", EXIT_PASS)
 FAIL = Verdict("FAIL", EXIT_FAIL)
 NOT_EXERCISED = Verdict("NOT EXERCISED", EXIT_NOT_EXERCISED)
 FAILS_ON_BASE_TOO = Verdict("NO VERDICT: what fails here fails over the change's base too", EXIT_BUILD_NEEDED)
+CANNOT_DRIVE = Verdict("NO VERDICT: kvconform cannot drive this vLLM", EXIT_BUILD_NEEDED)
 
 # The runtime checks a connector's profile may list, and what each does (``printing.where_it_runs`` says which of them
 # a connector would run elsewhere); whether a test's check is one is ``is_runtime_check``. ``lint`` reads the source.
@@ -60,6 +64,7 @@ class GateOutcome:
     on_base_too: list[Problem] = field(default_factory=list)  # failing over the change's base too: not counted
     base: Base | None = None  # the base they were compared with (None: it is the installed build, or not run)
     elsewhere: tuple[str, ...] = ()  # selected connectors that claim other platforms only: not exercised here
+    cannot_drive: tuple[str, ...] = ()  # what of the tested vLLM kvconform cannot drive: its checks did not run
 
     @property
     def failures(self) -> list[str]:
@@ -67,9 +72,12 @@ class GateOutcome:
 
     @property
     def verdict(self) -> Verdict:
-        """The change's problems first, then failures the base shares, then anything not exercised."""
+        """The change's problems first, then what kvconform cannot drive, failures the base shares, anything not
+        exercised."""
         if self.problems:
             return FAIL
+        if self.cannot_drive:
+            return CANNOT_DRIVE
         if self.on_base_too:
             return FAILS_ON_BASE_TOO
         if self.not_exercised or self.elsewhere:

@@ -14,6 +14,7 @@ so a variant's id holding a dash (``NixlConnector@device-buffer``) is read whole
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +66,19 @@ def connector_of(name: str, result: CaseResult, ids: dict[str, str]) -> str | No
     if in_id is not None:
         return ids[in_id]
     return result.connector if result.connector in ids.values() else None
+
+
+def read_cannot_drive(results_json: Path) -> list[str]:
+    """What of the tested vLLM kvconform cannot drive, a line each, as the suite's session found it before any test
+    (its results.json's ``runs[].vllm_mismatches``; empty when it has none or cannot be read)."""
+    try:
+        data = json.loads(results_json.read_text())
+    except (OSError, ValueError):
+        return []
+    runs = data.get("runs", []) if isinstance(data, dict) else []
+    lines = [line for run in runs if isinstance(run, dict) for line in run.get("vllm_mismatches", [])
+             if isinstance(line, str)]
+    return list(dict.fromkeys(lines))
 
 
 def read_results(path: Path, connectors: Sequence[str], platform: str) -> list[GateCase] | None:

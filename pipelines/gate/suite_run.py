@@ -31,14 +31,14 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvconform.conformance.session.suite_command import NO_CACHE, SuiteCommand
 from kvconform.errors import UserError
 
 from .held_run import HeldRun
-from .results import GateCase, read_results
+from .results import GateCase, read_cannot_drive, read_results
 from .tested_vllm import TestedVllm, read_imports
 
 JUNIT_FILE = "junit.xml"  # the verdict is read from here
@@ -65,11 +65,14 @@ def pytest_command(platform: str, connectors: list[str], results: Path, python: 
 
 @dataclass(frozen=True)
 class SuiteRun:
-    """What a run gave: each test's result (None: no readable JUnit file), pytest's exit status, and its log."""
+    """What a run gave: each test's result (None: no readable JUnit file), pytest's exit status, its log, and what
+    of the tested vLLM kvconform cannot drive (the session's findings, a line each: the checks that need it did not
+    run)."""
 
     results: list[GateCase] | None
     status: int
     log: Path
+    cannot_drive: list[str] = field(default_factory=list)
 
 
 @contextmanager
@@ -123,4 +126,5 @@ def run_suite(vllm: TestedVllm, platform: str, connectors: list[str], kept: Path
         results = read_results(folder / JUNIT_FILE, connectors, platform)
         if results:  # a failure from another vLLM would mislead as much as a pass
             vllm.verify(read_imports(folder / JSON_FILE), probe)
-    return SuiteRun(results, status, log)
+        cannot_drive = read_cannot_drive(folder / JSON_FILE)
+    return SuiteRun(results, status, log, cannot_drive)

@@ -81,8 +81,11 @@ RECORDER = textwrap.dedent('''
         record = {"process": "controller", "file": os.environ.get("GATE_SUITE_VLLM_FILE")
                   or importlib.util.find_spec("vllm").origin,
                   "commit": os.environ.get("KVCONFORM_VLLM_COMMIT"), "build_commit": None}
+        # what the suite's session found it cannot drive of this vLLM, as its results plugin records it
+        mismatches = [line for line in os.environ.get("GATE_SUITE_CANNOT_DRIVE", "").split("|") if line]
         junit = Path(session.config.option.xmlpath)
-        junit.with_name("results.json").write_text(json.dumps({"runs": [{"vllm_imports": [record]}]}))
+        junit.with_name("results.json").write_text(json.dumps({"runs": [{"vllm_imports": [record],
+                                                                        "vllm_mismatches": mismatches}]}))
 ''')
 
 # The gate's import probe, minus the import (seconds of torch): where ``import vllm`` resolves.

@@ -117,6 +117,21 @@ def test_fields_and_values_are_asked_for_with_their_own_function(homes):
         has_field("plan")
 
 
+def test_look_up_asks_each_entry_as_its_kind_says(homes):
+    """What the session's check asks of every entry: a field is probed, a name lacked by design may be missing,
+    any other missing name or field is a VllmApiError."""
+    homes[0].Config = _Config
+    homes[1].plan = "old"
+    for name in ("plan", "Calc.record", "Config.kept", "Config.added"):
+        vllm_api.look_up(name)  # found, or absent by design: no error
+    del homes[1].plan
+    with pytest.raises(VllmApiError, match=rf"^vLLM .* has no plan in {NEW} or {OLD}; update "):
+        vllm_api.look_up("plan")
+    del homes[0].Config
+    with pytest.raises(VllmApiError, match=rf"^vLLM .* has no Config in {NEW}; update "):
+        vllm_api.look_up("Config.added")  # absent by design is the field, never its class
+
+
 def test_the_connector_api_is_its_packages_and_the_root_package_alone():
     assert vllm_api.in_connector_api("vllm")
     assert vllm_api.in_connector_api("vllm.distributed.kv_transfer.kv_connector.v1.base")
