@@ -9,6 +9,11 @@ check that builds it reads ``not run: the connector could not be constructed her
 inputs are its own (fresh storage, the tiny model, the first backend vLLM loads, its preferred block
 size), so its outcome does not depend on which test asked first. A connector with a profile is never
 gated here (its profile says what it needs), nor is the lint. docs/connectors.md shows the output.
+
+Whatever the build raises is the connector's failure, ``BaseException`` included: a native core behind pyo3
+panics with ``pyo3_runtime.PanicException``, which is no ``Exception``, and an outcome that escaped here would
+be tried again, and fail, in every test. Only the run's own stops pass (``PASSED_THROUGH``). The failure names
+the exception, its message and the line of the connector's own code that raised it (``raised_at.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import pytest
 
 from kvconform.errors import one_line
 
@@ -28,6 +35,7 @@ from ..engine.kvcache import CacheShape
 from ..engine.model import write_tiny_model
 from ..engine.rig import ConnectorRefused, Rig, refusal_as
 from ..vllm_install.api import VllmApiError
+from .raised_at import raised_at, top_package
 
 if TYPE_CHECKING:
     from kvconform.platforms.spec import PlatformSpec
@@ -36,7 +44,16 @@ if TYPE_CHECKING:
 
 NOT_RUN = "not run: the connector could not be constructed here"
 MESSAGE_LIMIT = 240  # the connector's error, in one line: it is quoted in every not-run reason
-SIDES = ("scheduler", "worker")
+# The order vLLM's engine builds them in: EngineCore.__init__ (vllm/v1/engine/core.py) creates the executor, then
+# _initialize_kv_caches calls its initialize_from_config, where each worker builds the WORKER half
+# (Worker.initialize_from_config -> ensure_kv_transfer_initialized, vllm/v1/worker/gpu_worker.py); only then it
+# creates the Scheduler, which builds the SCHEDULER half (vllm/v1/core/sched/scheduler.py). A connector whose
+# halves both fail thus fails here as in a deployment: with its worker half's error.
+SIDES = ("worker", "scheduler")
+# What the build may raise that is not the connector's failure: the run's own stops (Ctrl-C, sys.exit, pytest.exit)
+# and pytest's outcomes (skip, fail, xfail: pytest's control flow, whoever raised it, is the asking test's result).
+PASSED_THROUGH: tuple[type[BaseException], ...] = (KeyboardInterrupt, SystemExit, pytest.exit.Exception,
+                                                   pytest.skip.Exception, pytest.fail.Exception)
 
 
 @dataclass(frozen=True)
@@ -46,10 +63,12 @@ class ConstructionFailure:
     connector: str
     where: str  # "kv_both, worker side, in vLLM's KVConnectorFactory"
     error: str  # "RuntimeError: Embedded UMBP requires MORI built with BUILD_UMBP=ON"
+    raised_at: str = ""  # "my_pkg/core.py:42", in the connector's own code where a frame is (raised_at.py)
 
     def failure(self) -> str:
-        """The construction test's failure: the connector's error first, then what it means for the run."""
-        return (f"{self.connector} could not be constructed here ({self.where}): {self.error}; no profile names "
+        """The construction test's failure: the connector's error and where it raised, then what it means."""
+        at = f" (raised at {self.raised_at})" if self.raised_at else ""
+        return (f"{self.connector} could not be constructed here ({self.where}): {self.error}{at}; no profile names "
                 f"it, so its other checks are not run (a profile, --profiles FILE, says what it needs: "
                 f"requires.packages, requires.platforms, refusal)")
 
@@ -58,16 +77,24 @@ class ConstructionFailure:
         return f"{NOT_RUN} ({self.error})"
 
 
-def _error(exc: BaseException) -> str:
+def describe(exc: BaseException, connector_module: str) -> tuple[str, str]:
+    """(``Type: message``, where it raised) of a construction's exception. A bare ``assert`` has no message, so
+    its line's source is quoted with the place: ``my_pkg/core.py:42: assert lib.ready()``."""
     said = one_line(str(exc), MESSAGE_LIMIT)
-    return f"{type(exc).__name__}: {said}" if said else type(exc).__name__
+    error = f"{type(exc).__name__}: {said}" if said else type(exc).__name__
+    frame = raised_at(exc, top_package(connector_module))
+    if frame is None:
+        return error, ""
+    source = f": {one_line(frame.source, MESSAGE_LIMIT)}" if frame.source and not said else ""
+    return error, f"{frame}{source}"
 
 
 def first_failure(rig: Rig) -> ConstructionFailure | None:
-    """Build the scheduler and the worker half of the rig's connector for each kv_role its profile lists, each
-    from a fresh ``VllmConfig`` and ``KVCacheConfig`` through vLLM's ``KVConnectorFactory``, and shut each down;
-    the first that raised, or None. A refusal its profile words (``ConnectorRefused``) and kvconform's own
-    misfit with this vLLM (``VllmApiError``) are raised, never counted as the connector's failure."""
+    """Build the worker and the scheduler half of the rig's connector (``SIDES``' order) for each kv_role its
+    profile lists, each from a fresh ``VllmConfig`` and ``KVCacheConfig`` through vLLM's ``KVConnectorFactory``,
+    and shut each down; the first that raised, or None. A refusal its profile words (``ConnectorRefused``),
+    kvconform's own misfit with this vLLM (``VllmApiError``) and ``PASSED_THROUGH`` are raised, never counted as
+    the connector's failure."""
     from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
     from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
 
@@ -84,8 +111,11 @@ def first_failure(rig: Rig) -> ConstructionFailure | None:
                                                                 kv_cache_config)
             except (ConnectorRefused, VllmApiError):
                 raise
-            except Exception as exc:
-                return ConstructionFailure(rig.connector.name, f"{kv_role}, {side} side, {stage}", _error(exc))
+            except PASSED_THROUGH:
+                raise
+            except BaseException as exc:  # noqa: BLE001 - a pyo3 panic is the connector's failure too
+                error, where = describe(exc, rig.connector.load_class().__module__)
+                return ConstructionFailure(rig.connector.name, f"{kv_role}, {side} side, {stage}", error, where)
             _shut_down(built)
     return None
 
@@ -94,7 +124,9 @@ def _shut_down(connector: object) -> None:
     """End what building it started; how it shuts down is judged by the checks that drive it, not here."""
     try:
         connector.shutdown()  # type: ignore[attr-defined]
-    except Exception:  # noqa: BLE001 - the checks' own shutdowns judge this; the attempt only frees what it built
+    except PASSED_THROUGH:
+        raise
+    except BaseException:  # noqa: BLE001 - the checks' own shutdowns judge this; the attempt only frees what it built
         pass
 
 
@@ -107,7 +139,8 @@ def _backend(platform: PlatformSpec) -> str:
 
 
 def _attempt(connector: ConnectorParam, platform: PlatformSpec) -> ConstructionFailure | None:
-    """``first_failure`` on a rig of its own: the same inputs whichever test asks first."""
+    """``first_failure`` on a rig of its own: the same inputs whichever test asks first. The one place the probe
+    builds connectors: what must hold around every construction (a lock across test processes) wraps this."""
     from vllm.config import VllmConfig
 
     from kvconform.platforms import probe

@@ -20,7 +20,7 @@ from collections import Counter
 from pathlib import Path
 
 from kvconform.errors import one_line
-from kvconform.reports.exercised import is_runtime_check, ran
+from kvconform.reports.exercised import UNCONSTRUCTED, is_construction_failure, ran_runtime_check
 from kvconform.reports.outcomes import ORDER
 
 from .judgement import RUNTIME_CHECKS, GateOutcome
@@ -69,12 +69,15 @@ def print_run_selection(selection: Selection) -> None:
 
 
 def connector_line(name: str, platform: str, cases: list[GateCase]) -> str:
-    """``ExampleConnector on cpu: 2 failed, 40 passed, 30 skipped; runtime checks ran: roundtrip, contract``."""
+    """``ExampleConnector on cpu: 2 failed, 40 passed, 30 skipped; runtime checks ran: roundtrip, contract``; a
+    connector that could not be built ran none of its checks: ``...; not run: could not be constructed``."""
     counts = Counter(case.outcome for case in cases)
     outcomes = ", ".join(f"{counts[o]} {o}" for o in ORDER if counts[o]) or "no tests"
-    checks = sorted({case.check for case in cases if ran(case.result) and is_runtime_check(case.check)})
+    checks = sorted({case.check for case in cases if ran_runtime_check(case.result)})
+    unconstructed = any(is_construction_failure(case.result) for case in cases)
+    none_ran = UNCONSTRUCTED if unconstructed else "no runtime check ran"
     return (f"kvconform gate: {name} on {platform}: {outcomes}; "
-            + (f"runtime checks ran: {', '.join(checks)}" if checks else "no runtime check ran"))
+            + (f"runtime checks ran: {', '.join(checks)}" if checks else none_ran))
 
 
 def print_connectors(results: list[GateCase], connectors: list[str], platform: str) -> None:
@@ -147,6 +150,13 @@ def print_outcome(outcome: GateOutcome, here: list[str], platform: str, label: s
             print(f"kvconform gate: {base.does_not_run()}; {both} selected test(s) fail on the base too"
                   f"{base.why_broken()}")
         _list([problem.line for problem in outcome.on_base_too], log)
+    if outcome.cannot_drive:
+        lead = "" if outcome.failures else f"NO VERDICT on {platform}: "
+        print(f"kvconform gate: {lead}kvconform cannot drive this vLLM ({label}); the checks that need what it "
+              "lacks were not run (kvconform must be updated for this vLLM):")
+        _list([one_line(line) for line in outcome.cannot_drive], log)
+        if not outcome.failures:
+            return  # every connector is not exercised for that one reason, said above
     for name, why in outcome.not_exercised.items():
         report_not_exercised(name, platform, why, args)
     passed = [n for n in here if n not in outcome.not_exercised]

@@ -6,6 +6,11 @@ check that built it failed with that one error. These copies of ExampleConnector
 with no profile: the suite must report one failure naming the error, and its other checks not run
 (tests/connectors/test_construction_catches.py proves it). Each construction is counted in the file
 ``$KVCONFORM_CONSTRUCTIONS`` names, one line per attempt, so the self-test sees how often it was tried.
+
+Two fail as out-of-tree connectors do: a native core behind pyo3 panics with ``pyo3_runtime.PanicException``,
+a ``BaseException`` that ``except Exception`` lets pass (``PanicException`` here is defined as pyo3 defines it),
+and a bare ``assert`` in a helper of the connector's own code leaves a message-less ``AssertionError``: the
+failure must still name the type, the message and the line that raised.
 """
 
 from __future__ import annotations
@@ -41,4 +46,42 @@ class WorkerUnconstructibleConnector(ExampleConnector):
         _count(type(self), role)
         if role == KVConnectorRole.WORKER:
             raise RuntimeError(MISSING_LIBRARY)
+        super().__init__(vllm_config, role, kv_cache_config)
+
+
+PANIC_MESSAGE = "called `Option::unwrap()` on a `None` value"
+
+
+class PanicException(BaseException):
+    """pyo3_runtime.PanicException: what a Rust panic in a pyo3 core raises into Python (not an ``Exception``)."""
+
+
+def _native_core_new(role: KVConnectorRole) -> None:
+    """The connector's native core, as a pyo3 binding that panics when its config lacks a key."""
+    raise PanicException(PANIC_MESSAGE)
+
+
+class PanickingConnector(ExampleConnector):
+    """Its native core panics for either role."""
+
+    def __init__(self, vllm_config, role, kv_cache_config):
+        _count(type(self), role)
+        _native_core_new(role)
+        super().__init__(vllm_config, role, kv_cache_config)
+
+
+def _check_store_reachable(role: KVConnectorRole) -> None:
+    """A helper of the connector's own code with a bare assert: an AssertionError without a message."""
+    reachable = False
+    assert reachable
+
+
+class AssertingConnector(ExampleConnector):
+    """Its worker half builds; its scheduler half, built after it as vLLM's engine does, fails an ``assert`` in a
+    helper function."""
+
+    def __init__(self, vllm_config, role, kv_cache_config):
+        _count(type(self), role)
+        if role == KVConnectorRole.SCHEDULER:
+            _check_store_reachable(role)
         super().__init__(vllm_config, role, kv_cache_config)
