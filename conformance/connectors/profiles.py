@@ -7,6 +7,7 @@ not a silently ignored setting.
 from __future__ import annotations
 
 import copy
+import re
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal
@@ -20,6 +21,13 @@ PROFILES_FILE = Path(__file__).resolve().parents[1] / "connectors.yaml"
 
 Check = Literal["roundtrip", "fill", "contract", "lint", "engine", "workload", "lifecycle"]
 Role = Literal["kv_both", "kv_producer", "kv_consumer"]
+# "exclusive": the connector may bind fixed resources of the host (ports, shared-memory names), so under -n N its
+# tests never run on two workers at once (reliability/host_lock.py); "shared": any number of instances side by side
+Host = Literal["shared", "exclusive"]
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# what extra_config expands; env is set before a test's folders and servers exist, so none of it applies there
+PLACEHOLDER = re.compile(r"\{(storage|device|[\w-]+\.(port:[\w-]+|dir))\}")
 
 
 class ProfileError(Exception):
@@ -60,6 +68,8 @@ class ConnectorProfile(BaseModel):
     scheduler_half: bool = False
     promised_hit: str | None = None  # a name from checks/claims.py's PROMISED_HITS: the range of hits it promises
     services: dict[str, ServiceSpec] = Field(default_factory=dict)  # servers it needs (connectors/services.py)
+    host: Host = "shared"  # "exclusive" for a connector no profile names (``profile_for``)
+    env: dict[str, str] = Field(default_factory=dict)  # set around each of its tests (connectors/connector_env.py)
     # False only for the defaults ``profile_for`` gives a connector that no profile names (never read from a file)
     _named: bool = PrivateAttr(default=True)
 
@@ -73,6 +83,23 @@ class ConnectorProfile(BaseModel):
         """This profile with variant ``name``'s settings (and no variants of its own)."""
         changes = self.variants[name].model_dump(exclude={"platforms"}, exclude_none=True)
         return self.model_copy(update={**changes, "variants": {}})
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _literal_strings(cls, env: Any) -> Any:
+        """Names a shell accepts, and string values: YAML reads ``1`` and ``yes`` as a number and a boolean."""
+        if not isinstance(env, dict):
+            return env  # pydantic's own message: a mapping is expected
+        for name, value in env.items():
+            if not isinstance(name, str) or not ENV_NAME.fullmatch(name):
+                raise ValueError(f"{name!r} is not an environment variable name (letters, digits, _)")
+            if not isinstance(value, str):
+                raise ValueError(f"{name}: {value!r} is a {type(value).__name__}; env values are strings "
+                                 f"(quote it: {name}: \"{value}\")")
+            if PLACEHOLDER.search(value):
+                raise ValueError(f"{name}: {value!r}: env values are set as written (no placeholders: they are "
+                                 f"set before the test's storage folder and servers exist)")
+        return env
 
     @field_validator("promised_hit")
     @classmethod
@@ -161,13 +188,15 @@ def profile_for(name: str, extra_files: tuple[Path, ...] = ()) -> ConnectorProfi
     """The profile of ``name``: from a user's ``--profiles`` file first, then kvconform's own.
 
     A connector without a row gets the defaults plus the checks that need no profile, with a
-    ``shared_storage_path`` of its own (the usual shape of a third-party storage connector).
+    ``shared_storage_path`` of its own (the usual shape of a third-party storage connector), and the host to
+    itself (``host: exclusive``): it may bind fixed ports from its own defaults.
     """
     row = _row(name, extra_files)
     if row is not None:
         return row
     defaults = load_profiles(PROFILES_FILE).defaults
     unnamed = ConnectorProfile(roles=list(defaults.roles), checks=[*NO_PROFILE_CHECKS, *defaults.checks],
-                               extra_config={"shared_storage_path": "{storage}"}, reason=NO_PROFILE_REASON)
+                               extra_config={"shared_storage_path": "{storage}"}, reason=NO_PROFILE_REASON,
+                               host="exclusive")
     unnamed._named = False
     return unnamed

@@ -21,6 +21,8 @@ HOOK_MODULES = (
     "kvconform.conformance.reliability",
     "kvconform.conformance.plugin.workload_options",
     "kvconform.conformance.connectors.services",
+    "kvconform.conformance.reliability.host_lock",
+    "kvconform.conformance.connectors.connector_env",
     "kvconform.conformance.reliability.gc_per_test",
     "kvconform.conformance.plugin.console",
 )
