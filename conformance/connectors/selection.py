@@ -1,7 +1,8 @@
 """Which connectors a run covers, and how each is loaded.
 
-Names come from the installed vLLM's ``KVConnectorFactory`` registry; a
-``package.module:ClassName`` spec is a third-party connector, loaded the way vLLM
+Names come from the installed vLLM's ``KVConnectorFactory`` registry: the names its
+factory registers, then those the installed vLLM plugins register (``vllm_install/plugins.py``);
+a ``package.module:ClassName`` spec is a third-party connector, loaded the way vLLM
 loads one (``KVTransferConfig.kv_connector_module_path``).
 """
 
@@ -18,6 +19,7 @@ import pytest
 
 from ..session.target import run_target
 from ..vllm_install.factory import FactorySourceError, installed_factory_file, parse_registrations
+from ..vllm_install.plugins import PluginConnector, PluginRegistry, discover, register_in_vllm
 from .profiles import ConnectorProfile, has_profile, profile_for
 
 if TYPE_CHECKING:
@@ -39,6 +41,7 @@ class ConnectorParam:
     variant: str | None = None  # a profile variant (``variants`` in connectors.yaml), shown in the test id
     # False: kvconform profiles it (a connector new in a later vLLM) but the installed vLLM does not register it
     registered: bool = True
+    plugin: PluginConnector | None = None  # set for a connector a vLLM plugin registers
 
     @property
     def id(self) -> str:
@@ -46,7 +49,8 @@ class ConnectorParam:
 
     @property
     def is_third_party(self) -> bool:
-        return self.module_path is not None
+        """Out of vLLM's tree: a ``module:Class`` spec, or a connector a vLLM plugin registers."""
+        return self.module_path is not None or self.plugin is not None
 
     def last_child(self) -> ConnectorParam:
         """A wrapper's last child (MultiConnector's ``connectors`` in its extra config), as the wrapper would build
@@ -62,19 +66,22 @@ class ConnectorParam:
 
     def transfer_config_fields(self) -> dict[str, Any]:
         """The KVTransferConfig fields that select this connector."""
-        fields = {"kv_connector": self.class_name if self.is_third_party else self.name}
+        fields = {"kv_connector": self.class_name if self.module_path else self.name}
         if self.module_path:
             fields["kv_connector_module_path"] = self.module_path
         return fields
 
     def load_class(self) -> type[KVConnectorBase_V1]:
-        """The connector class, loaded through vLLM's factory (third-party: its module path)."""
+        """The connector class, loaded through vLLM's factory (third-party: its module path; a plugin's: once
+        vLLM has loaded its plugins, as its workers do before building a connector)."""
         from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
 
         cls: type[KVConnectorBase_V1]
         if self.module_path:
             cls = getattr(importlib.import_module(self.module_path), self.class_name)
         else:
+            if self.plugin is not None:
+                register_in_vllm(self.plugin)
             cls = KVConnectorFactory.get_connector_class_by_name(self.name)
         return cls
 
@@ -88,6 +95,18 @@ class ConnectorParam:
 
 
 def registry_modules() -> dict[str, tuple[str, str]]:
+    """name -> (module, class) for every connector the installed vLLM registers: its factory's, then its plugins'."""
+    in_tree = factory_registry()
+    return {**in_tree, **{name: (plugin.module_path, plugin.class_name)
+                          for name, plugin in discover(in_tree).connectors.items()}}
+
+
+def plugin_registry() -> PluginRegistry:
+    """What the installed vLLM plugins register beside the factory's connectors (``vllm_install/plugins.py``)."""
+    return discover(factory_registry())
+
+
+def factory_registry() -> dict[str, tuple[str, str]]:
     """name -> (module, class) for every connector the installed vLLM's factory registers.
 
     Read from the factory's source (``vllm_install/factory.py``), not by importing
@@ -146,20 +165,27 @@ def _third_party(spec: str, extra_profiles: tuple[Path, ...]) -> ConnectorParam:
     return ConnectorParam(class_name, class_name, module, profile_for(class_name, extra_profiles))
 
 
+def _registered(name: str, plugin: PluginConnector | None, extra_profiles: tuple[Path, ...]) -> ConnectorParam:
+    """A connector the installed vLLM registers by name: its factory's, or a plugin's (which loads its plugin)."""
+    class_name = plugin.class_name if plugin else name
+    return ConnectorParam(name, class_name, None, profile_for(name, extra_profiles), plugin=plugin)
+
+
 def resolve_connectors(requested: tuple[str, ...] | list[str],
                        extra_profiles: tuple[Path, ...] = ()) -> list[ConnectorParam]:
     """The connectors to test: every registered one, or those requested, validated."""
     if requested and all(":" in spec for spec in requested):  # third-party only: no registry needed
         return [_third_party(spec, extra_profiles) for spec in requested]
     known = registered_names()
+    plugins = plugin_registry().connectors
     if not requested:
-        return [ConnectorParam(n, n, None, profile_for(n, extra_profiles)) for n in known]
+        return [_registered(n, plugins.get(n), extra_profiles) for n in known]
     params = []
     for spec in requested:
         if ":" in spec:
             params.append(_third_party(spec, extra_profiles))
         elif spec in known:
-            params.append(ConnectorParam(spec, spec, None, profile_for(spec, extra_profiles)))
+            params.append(_registered(spec, plugins.get(spec), extra_profiles))
         elif has_profile(spec, extra_profiles):  # a pipeline of one vLLM's lanes, run on another vLLM
             params.append(ConnectorParam(spec, spec, None, profile_for(spec, extra_profiles), registered=False))
         else:

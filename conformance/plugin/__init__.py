@@ -182,10 +182,21 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         f"kvconform: torch {_installed_version('torch')}, vLLM {_installed_version(*VLLM_DISTRIBUTIONS)}",
         *([f"kvconform: {status.note} (results are labelled so)"] if status and status.note else []),
         vllm_source.header_line(),
+        *_plugin_lines(),
         *header_lines(config),
         f"kvconform: attention backends {', '.join(target.backends)}; MLA {', '.join(target.mla_backends) or 'none'}",
         *_no_profile_lines(target),
     ]
+
+
+def _plugin_lines() -> list[str]:
+    """Which vLLM plugin registers each connector beyond vLLM's factory, and what of them could not be read."""
+    from ..connectors.selection import ConnectorSpecError, plugin_registry
+
+    try:
+        return plugin_registry().header_lines()
+    except (ConnectorSpecError, ImportError):  # no vLLM factory to read: the run stops elsewhere, in its own words
+        return []
 
 
 def _no_profile_lines(target: RunTarget) -> list[str]:
@@ -197,11 +208,13 @@ def _no_profile_lines(target: RunTarget) -> list[str]:
     names = [spec.rpartition(":")[2] for spec in target.connectors if ":" in spec]
     unprofiled = unprofiled_registered(target.profiles)
     return [*(f"kvconform: {name} has no profile: it runs {', '.join(profile_for(name).checks or [])} with its own "
-              f"storage folder as shared_storage_path; a profile (--profiles FILE) names its checks, extra config "
-              f"and promised hit (docs/testing-your-connector.md)"
+              f"storage folder as shared_storage_path, and never on two workers at once (it may bind fixed ports); "
+              f"a profile (--profiles FILE) names its checks, extra config, promised hit and host: shared "
+              f"(docs/testing-your-connector.md)"
               for name in names if not has_profile(name, target.profiles)),
             *([f"kvconform: registered by this vLLM with no profile: {', '.join(unprofiled)} (each is built once "
-               f"before its checks; where that fails, one failure and its other checks not run; "
+               f"before its checks; where that fails, one failure and its other checks not run; each runs on "
+               f"one worker at a time; "
                f"docs/connectors.md#a-connector-with-no-profile)"] if unprofiled else [])]
 
 

@@ -5,7 +5,8 @@
 the calls instead of importing the factory costs milliseconds, not vLLM's import
 (seconds), and never runs code: the PR gate reads a pull request's factory this way,
 and the pytest plugin validates ``--connector`` names this way in the xdist
-controller, which never needs vLLM itself.
+controller, which never needs vLLM itself. The connectors vLLM plugins register
+are read the same way (``plugins.py``).
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ from typing import TypeGuard
 
 FACTORY_MODULE = "vllm.distributed.kv_transfer.kv_connector.factory"
 FACTORY_FILE = FACTORY_MODULE.replace(".", "/") + ".py"
+REGISTRATION_ARGS = ("name", "module_path", "class_name")  # KVConnectorFactory.register_connector's parameters
 
 
 class FactorySourceError(Exception):
     """The factory source cannot be read as a registry; the message says where and why."""
 
 
-def _string_args(call: ast.Call, names: tuple[str, ...]) -> tuple[str, ...] | None:
+def string_args(call: ast.Call, names: tuple[str, ...]) -> tuple[str, ...] | None:
     values = dict(zip(names, call.args, strict=False))  # a call may pass fewer positionally
     values.update({kw.arg: kw.value for kw in call.keywords if kw.arg in names})
     values_of = [getattr(values.get(n), "value", None) for n in names]
@@ -31,7 +33,7 @@ def _string_args(call: ast.Call, names: tuple[str, ...]) -> tuple[str, ...] | No
     return strings if len(strings) == len(values_of) else None
 
 
-def _is_registration(node: ast.AST) -> TypeGuard[ast.Call]:
+def is_registration(node: ast.AST) -> TypeGuard[ast.Call]:
     return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
             and node.func.attr == "register_connector")
 
@@ -42,10 +44,10 @@ def parse_registrations(source: str, where: str = FACTORY_FILE) -> dict[str, tup
         tree = ast.parse(source, filename=where)
     except SyntaxError as exc:
         raise FactorySourceError(f"{where}:{exc.lineno}: cannot parse the connector factory: {exc.msg}") from None
-    calls = sorted((n for n in ast.walk(tree) if _is_registration(n)), key=lambda n: (n.lineno, n.col_offset))
+    calls = sorted((n for n in ast.walk(tree) if is_registration(n)), key=lambda n: (n.lineno, n.col_offset))
     registry: dict[str, tuple[str, str]] = {}
     for call in calls:
-        args = _string_args(call, ("name", "module_path", "class_name"))
+        args = string_args(call, REGISTRATION_ARGS)
         if args:
             registry[args[0]] = (args[1], args[2])
     if not registry:
