@@ -186,7 +186,8 @@ $(STAMP033): pyproject.toml Makefile $(CONSTRAINTS) .ci/vllm_requirements.py
 
 # The full CPU suite, strict, on vLLM 0.33.0 (.ci/run runs it); the project tests run on 0.32.0 and 0.34.0.
 test-vllm033: venv-vllm033
-	$(RUN033) $(BIN033)/python $(STRICT_SUITE) --junitxml=$(OUT)/test-cpu-vllm033/junit.xml $(PYTEST_ARGS)
+	$(RUN033) $(BIN033)/python $(STRICT_SUITE) --junitxml=$(OUT)/test-cpu-vllm033/junit.xml \
+		--kvconform-json=$(OUT)/test-cpu-vllm033/results.json $(PYTEST_ARGS)
 
 # vLLM 0.34.0, the newest release, built as 0.33's environment is (it pins torch 2.14.0). On x86 its CPU platform
 # refuses to configure without triton-cpu, which no registry this CI reaches serves: this environment, and no
@@ -219,7 +220,8 @@ $(STAMP034): pyproject.toml Makefile $(CONSTRAINTS) .ci/vllm_requirements.py $(W
 # The project tests that check vLLM's behaviour, then the full CPU suite, strict, on vLLM 0.34.0 (.ci/run runs it).
 test-vllm034: venv-vllm034
 	$(RUN034) $(BIN034)/python $(UNIT_PYTEST) $(RELEASE_TESTS) $(PYTEST_ARGS)
-	$(RUN034) $(BIN034)/python $(STRICT_SUITE) --junitxml=$(OUT)/test-cpu-vllm034/junit.xml $(PYTEST_ARGS)
+	$(RUN034) $(BIN034)/python $(STRICT_SUITE) --junitxml=$(OUT)/test-cpu-vllm034/junit.xml \
+		--kvconform-json=$(OUT)/test-cpu-vllm034/results.json $(PYTEST_ARGS)
 
 # The next release coming (docs/vllm-versions.md): the newest vLLM the registry serves, in an environment built as
 # 0.34's is (its torch read from its own requirements, the Triton waiver on), the whole CPU suite there, then its
@@ -268,7 +270,25 @@ $(STAMP031): pyproject.toml Makefile $(CONSTRAINTS)
 # The full CPU suite on vLLM 0.31.0, engine tier included, strict (.ci/run runs it). The project's own tests run on
 # 0.32.0 and 0.34.0; on the oldest release the suite's outcomes are what the window promises.
 test-vllm031: venv-vllm031
-	$(RUN031) $(BIN031)/python $(STRICT_SUITE) --junitxml=$(OUT)/test-cpu-vllm031/junit.xml $(PYTEST_ARGS)
+	$(RUN031) $(BIN031)/python $(STRICT_SUITE) --junitxml=$(OUT)/test-cpu-vllm031/junit.xml \
+		--kvconform-json=$(OUT)/test-cpu-vllm031/results.json $(PYTEST_ARGS)
+
+# The four releases' strict runs side by side (.ci/run's last step): per platform a row per connector x check, a
+# column per vLLM, each row whose outcome differs between releases marked (docs/reports.md). A release whose run
+# wrote no results is named in one line and left out; only unreadable results fail the step.
+RELEASE_RUNS := test-vllm031:$(OUT)/test-cpu-vllm031/results.json test:$(OUT)/test-cpu/results.json \
+	test-vllm033:$(OUT)/test-cpu-vllm033/results.json test-vllm034:$(OUT)/test-cpu-vllm034/results.json
+RELEASES_OUT ?= $(OUT)/releases
+
+.PHONY: report-releases
+
+report-releases:
+	@test -x $(BIN)/kvconform || { echo "kvconform: no $(BIN)/kvconform for the release report: make venv"; exit 2; }
+	@found=""; for run in $(RELEASE_RUNS); do target=$${run%%:*} file=$${run#*:}; \
+		if [ -f "$$file" ]; then found="$$found $$file"; \
+		else echo "kvconform: release report without make $$target's run: no $$file"; fi; done; \
+	if [ -z "$$found" ]; then echo "kvconform: no release report: no release's run wrote its results"; exit 0; fi; \
+	$(BIN)/kvconform report --releases $$found --out $(RELEASES_OUT)
 
 # The other end of each range: the oldest pytest, xdist, pytest-timeout, PyYAML, pydantic and hypothesis kvconform
 # requires (.ci/oldest.txt), installed with --no-deps into a folder that goes first on PYTHONPATH over .venv, so vLLM

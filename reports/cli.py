@@ -2,7 +2,8 @@
 
 With ``--uncovered CONNECTOR`` it prints what of a connector's code no test ran (and, given a floor, why);
 with ``--coverage-floor FILE`` it checks the run's connector coverage against a floor (exit 1 below it);
-``--out`` is then optional.
+``--out`` is then optional. With ``--releases`` it writes the release report instead (``release_report.py``):
+one run per vLLM release, side by side.
 
 RESULTS are JUnit XML files (from any pytest run, e.g. one per platform) and/or
 the suite's own ``--kvconform-json`` files; they are merged into one matrix.
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from kvconform.errors import UserError
 
-from . import render_html, render_markdown, render_terminal
+from . import release_report, render_html, render_markdown, render_terminal
 from .coverage import CoverageLookupError, uncovered_text
 from .coverage_floor import Floor, FloorError, check_floor, floor_text, load_floor, updated_floor
 from .model import Results
@@ -39,7 +40,8 @@ OUTPUTS = {
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("results", nargs="+", metavar="RESULTS",
-                        help="JUnit XML or kvconform JSON (--kvconform-json) files; several are merged")
+                        help="JUnit XML or kvconform JSON (--kvconform-json) files; several are merged "
+                             "(with --releases: one run per vLLM release, each [LABEL=]FILE)")
     parser.add_argument("--out", type=Path, metavar="DIR",
                         help="folder to write results.json, summary.md and index.html into (created if missing); "
                              "required unless --uncovered or --coverage-floor is given")
@@ -48,6 +50,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "rests on (known findings and skip reasons as counts)")
     parser.add_argument("--details", action="store_true",
                         help="--print-matrix, with each known finding and every skip reason listed, not counted")
+    parser.add_argument("--releases", action="store_true",
+                        help="a release report: each RESULTS is one run of the suite on one vLLM release, keyed by "
+                             "the vLLM it recorded (LABEL=FILE names a file's release); writes releases.json, "
+                             "summary.md and index.html with a column per release, each row whose outcome differs "
+                             "between releases marked; exit 0 once written, 2 on bad input")
     parser.add_argument("--exit-zero", action="store_true",
                         help="exit 0 even when tests failed or expectations matched nothing (still 2 on bad input)")
     coverage = parser.add_argument_group("connector coverage (results of a --kvconform-coverage run; "
@@ -64,6 +71,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.releases:
+        return release_report.run(args)
     if args.update_coverage_floor and not args.coverage_floor:
         raise UserError("--update-coverage-floor rewrites the file --coverage-floor FILE names: give both")
     if args.out is None and not (args.uncovered or args.coverage_floor):

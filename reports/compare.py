@@ -4,7 +4,8 @@ Two runs of the same suite that should agree (the suite installed from the wheel
 checkout; a vLLM release and the next) are compared by test id, the node id without the folder
 it was collected from (``test_roundtrip.py::test_roundtrip[cpu-...]``), since one run may collect
 the suite from site-packages and the other from a checkout. Every id whose outcomes differ is a
-line, ``did not run`` where one run lacks it. Exit status: 0 when the runs agree, 1 when they
+line, ``did not run`` where one run lacks it; the release report (``releases.py``) lists a changed cell's tests
+with the same lines across several runs. Exit status: 0 when the runs agree, 1 when they
 differ, 2 when an input cannot be read.
 """
 
@@ -12,11 +13,12 @@ from __future__ import annotations
 
 import argparse
 from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from kvconform.errors import UserError
 
-from .model import Results
+from .model import CaseResult, Results
 from .readers import ReportInputError, read_all
 
 ABSENT = "did not run"
@@ -28,24 +30,34 @@ def suite_id(nodeid: str) -> str:
     return Path(file).name + sep + rest
 
 
-def outcomes(results: Results) -> dict[str, list[str]]:
+def outcomes_of(tests: Iterable[CaseResult]) -> dict[str, list[str]]:
     """test id -> its outcomes, sorted (a test that fails and then errors in teardown has two)."""
     found: dict[str, list[str]] = defaultdict(list)
-    for test in results.tests:
+    for test in tests:
         found[suite_id(test.nodeid)].append(test.outcome)
     return {key: sorted(value) for key, value in found.items()}
+
+
+def outcomes(results: Results) -> dict[str, list[str]]:
+    return outcomes_of(results.tests)
+
+
+def changed_ids(runs: Sequence[dict[str, list[str]]]) -> list[str]:
+    """The test ids whose outcomes differ between any two of ``runs`` (absent from one included), sorted."""
+    keys = set().union(*(run.keys() for run in runs))
+    return sorted(key for key in keys if len({tuple(run.get(key, ())) for run in runs}) > 1)
+
+
+def outcome_line(key: str, labelled: Sequence[tuple[str, list[str] | None]], absent: str = ABSENT) -> str:
+    """``id: before passed, after failed``: a test id's outcomes in each labelled run, ``absent`` where it has none."""
+    return f"{key}: " + ", ".join(f"{label} {'/'.join(found) if found else absent}" for label, found in labelled)
 
 
 def differences(before: dict[str, list[str]], after: dict[str, list[str]],
                 labels: tuple[str, str] = ("before", "after")) -> list[str]:
     """One line per test id whose outcomes differ: ``id: before passed, after failed``."""
-    lines = []
-    for key in sorted(before.keys() | after.keys()):
-        old, new = before.get(key), after.get(key)
-        if old != new:
-            lines.append(f"{key}: {labels[0]} {'/'.join(old) if old else ABSENT}, "
-                         f"{labels[1]} {'/'.join(new) if new else ABSENT}")
-    return lines
+    return [outcome_line(key, [(labels[0], before.get(key)), (labels[1], after.get(key))])
+            for key in changed_ids([before, after])]
 
 
 def read_outcomes(path: Path) -> dict[str, list[str]]:

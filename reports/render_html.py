@@ -108,7 +108,7 @@ _SCRIPT = """
 """
 
 
-def _css() -> str:
+def page_css() -> str:
     return _CSS + "".join(f".o-{o.name} {{ background: {o.colour}; }}\n" for o in OUTCOMES.values())
 
 
@@ -176,11 +176,11 @@ def _cell(matrix: Matrix, platform: str, connector: str, check: str) -> str:
     mark = NOT_RUN_MARK if all_not_run(matrix, cell) else OUTCOMES[cell.status].mark
     return (f'<td class="cell o-{escape(cell.status)}" {where} data-outcomes="{escape(" ".join(cell.counts))}">'
             f'<details><summary><span class="badge o-{escape(cell.status)}">{mark}</span> '
-            f'{_counts(cell_count_parts(cell, matrix.not_run(cell)))}</summary><ul class="tests">{items}</ul>'
+            f'{counts_html(cell_count_parts(cell, matrix.not_run(cell)))}</summary><ul class="tests">{items}</ul>'
             "</details></td>")
 
 
-def _counts(parts: list[str], separator: str = " · ") -> str:
+def counts_html(parts: list[str], separator: str = " · ") -> str:
     """``4 xfailed · 22 passed`` with each count kept on one line with its word: a narrow cell breaks between the
     parts, never inside one (``4`` / ``xfailed``)."""
     return separator.join(f'<span class="count">{escape(part)}</span>' for part in parts)
@@ -241,7 +241,7 @@ def _folded(text: str) -> str:
 
 def _finding_row(f: Finding) -> str:
     cells = (escape(f.finding_class), escape(f.expect), escape(", ".join(f.connector_names())),
-             _counts(f.check_parts(), ", "), _counts(f.outcome_parts()),
+             counts_html(f.check_parts(), ", "), counts_html(f.outcome_parts()),
              _folded(f.reason))
     link = _link(f.link) if is_web_link(f.link) else escape(f.link)
     return ("<tr>" + "".join(f"<td>{cell}</td>" for cell in cells) + f'<td class="link">{link}</td>'
@@ -292,11 +292,11 @@ def render(results: Results) -> str:
                + _select("f-outcome", "outcome", [o for o in ORDER if o in results.totals]))
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">
-<title>kvconform results</title><style>{_css()}</style></head>
+<title>kvconform results</title><style>{page_css()}</style></head>
 <body>
 <h1>kvconform conformance results: {escape(verdict(results).stated)}</h1>
 <p id="exercised">{escape(exercised(results).text())}</p>
-<p id="totals">{_counts(totals_parts(results), ", ") or "no tests"}</p>
+<p id="totals">{counts_html(totals_parts(results), ", ") or "no tests"}</p>
 {"".join(f'<p class="caveat"><strong>{escape(c)}</strong></p>' for c in caveats(results))}
 <h2>Matrix</h2>
 <p id="filters">{filters}</p>

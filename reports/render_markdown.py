@@ -38,7 +38,7 @@ def _link(url: str) -> str:
     return text(url) if url else "–"
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(r) + " |" for r in rows)]
 
 
@@ -49,7 +49,7 @@ def _failures(results: Results) -> list[str]:
     lines = [f"### Failures ({len(failing)})", ""]
     rows = [[f"**{OUTCOMES[t.outcome].mark}**", text(t.platform), text(t.connector), text(t.check),
              text(t.nodeid), text(t.shown_message)] for t in failing[:FAILURES_SHOWN]]
-    lines += _table(["outcome", "platform", "connector", "check", "test", "message"], rows)
+    lines += markdown_table(["outcome", "platform", "connector", "check", "test", "message"], rows)
     if len(failing) > FAILURES_SHOWN:
         lines.append(f"\n… and {len(failing) - FAILURES_SHOWN} more: see index.html")
     return lines + [""]
@@ -63,7 +63,8 @@ def _findings(results: Results) -> list[str]:
              "Each finding once, with the tests its expectation entries decided.", ""]
     rows = [[text(f.finding_class), f.expect, text(", ".join(f.connector_names())), text(f.checks_with_counts()),
              text(f.outcome_counts()), text(f.reason), _link(f.link), text(where_text(f.wheres))] for f in found]
-    lines += _table(["class", "expect", "connector", "checks (tests)", "outcome", "reason", "link", "entries"], rows)
+    lines += markdown_table(["class", "expect", "connector", "checks (tests)", "outcome", "reason", "link", "entries"],
+                            rows)
     return lines + [""]
 
 
@@ -76,8 +77,8 @@ def _matrices(results: Results) -> list[str]:
         for connector in matrix.connectors_on(platform):
             cells = [matrix.cell(platform, connector, k) for k in checks]
             rows.append([text(connector), *(cell_counts(c, matrix.not_run(c)) if c else "–" for c in cells)])
-        lines += [f"### {text(run_line(platform, results.runs))}", "", *_table(["connector", *map(text, checks)], rows),
-                  ""]
+        lines += [f"### {text(run_line(platform, results.runs))}", "",
+                  *markdown_table(["connector", *map(text, checks)], rows), ""]
     return lines
 
 
@@ -89,7 +90,7 @@ def _not_run(results: Results) -> list[str]:
     rows = [[text(g.platform), text(g.connector), text(g.check), str(g.tests), text(g.reason)] for g in groups]
     return [f"### Not run ({sum(g.tests for g in groups)})", "",
             "Checks not run because an earlier step of the connector failed (see Failures).", "",
-            *_table(["platform", "connector", "check", "tests", "reason"], rows), ""]
+            *markdown_table(["platform", "connector", "check", "tests", "reason"], rows), ""]
 
 
 def _skips(results: Results) -> list[str]:
@@ -99,7 +100,7 @@ def _skips(results: Results) -> list[str]:
     total = sum(g.tests for g in groups)
     rows = [[text(g.platform), text(g.connector), text(g.check), str(g.tests), text(g.reason)] for g in groups]
     return [f"<details><summary>Skipped: {total} tests, why, by connector x check</summary>", "",
-            *_table(["platform", "connector", "check", "tests", "reason"], rows), "", "</details>", ""]
+            *markdown_table(["platform", "connector", "check", "tests", "reason"], rows), "", "</details>", ""]
 
 
 def _stale(results: Results) -> list[str]:

@@ -37,7 +37,7 @@ def run_line(platform: str, runs: list[RunInfo]) -> str:
     return f"{platform}: {', '.join(known)}" if known else platform
 
 
-def _table(rows: list[list[str]]) -> list[str]:
+def text_table(rows: list[list[str]]) -> list[str]:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
 
@@ -57,7 +57,7 @@ def _matrix(results: Results) -> list[str]:
         for connector in matrix.connectors_on(platform):
             cells = [matrix.cell(platform, connector, k) for k in checks]
             rows += _stacked(connector, [cell_count_parts(c, matrix.not_run(c)) if c else ["-"] for c in cells])
-        lines += [run_line(platform, results.runs), *("  " + row for row in _table(rows)), ""]
+        lines += [run_line(platform, results.runs), *("  " + row for row in text_table(rows)), ""]
     return lines
 
 
@@ -103,7 +103,7 @@ def _grouped(groups: list[SkipGroup], header: str) -> list[str]:
         return []
     several = len({g.platform for g in groups}) > 1
     rows = [[*([g.platform] if several else []), g.connector, g.check, str(g.tests), g.reason] for g in groups]
-    return [header.format(total=sum(g.tests for g in groups)), *("  " + row for row in _table(rows)), ""]
+    return [header.format(total=sum(g.tests for g in groups)), *("  " + row for row in text_table(rows)), ""]
 
 
 NOT_RUN_HEADER = "not run ({total} tests: an earlier step of the connector failed)"

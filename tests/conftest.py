@@ -63,6 +63,7 @@ NO_VLLM = (
     "reliability/test_reliability_parts.py",
     "reliability/test_vllm_window.py",
     "reports/test_compare.py",
+    "reports/test_releases.py",
     "reports/test_junit.py",
     "reports/test_report_browser.py",
     "reports/test_report_cli.py",
