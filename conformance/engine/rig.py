@@ -48,6 +48,23 @@ class ConnectorUnderTest(Protocol):
     def last_child(self) -> ConnectorUnderTest: ...
 
 
+@contextmanager
+def _shut_down_if_raised(runner: ModelRunnerStandIn) -> Iterator[None]:
+    """The worker half shut down when building the scheduler half raises (NixlPushConnector's scheduler refuses
+    bidirectional transfer after its worker started its NIXL agent): in vLLM the engine process ends then, and with
+    it the worker's threads; here they would poll on through every later test. What the shutdown raises is noted on
+    the construction error, which stays the test's outcome."""
+    try:
+        yield
+    except BaseException as exc:
+        try:
+            runner.shutdown()
+        except Exception as shutdown_error:  # noqa: BLE001 - reported on the construction error, not lost
+            exc.add_note(f"kvconform: shutting down the worker half after this also failed: "
+                         f"{type(shutdown_error).__name__}: {shutdown_error}")
+        raise
+
+
 P_D_ROLES = ("kv_producer", "kv_consumer")  # the two servers of a disaggregated pair, which stop independently
 VLLM_DEFAULT_BLOCK_SIZE = 16  # CacheConfig's default, which backends adjust through get_preferred_block_size
 
@@ -228,7 +245,8 @@ class Rig:
         metadata = {name: metadata_instance(self.effective_backend) for name in layers}
         with refusal_as(ConnectorRefused, self.connector):
             runner = self.runner_class(config, kv_cache_config, caches, self.connector.name, self.device, metadata)
-            scheduler = SchedulerDriver(config, kv_cache_config, log_stats=self.log_stats)
+            with _shut_down_if_raised(runner):
+                scheduler = SchedulerDriver(config, kv_cache_config, log_stats=self.log_stats)
         engine = EngineStandIn(config, kv_cache_config, caches, scheduler, runner)
         self.engines.append(engine)
         return engine
