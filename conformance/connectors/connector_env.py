@@ -17,8 +17,6 @@ import pytest
 
 from kvconform.reports.identity import connector_of
 
-from ..session.target import TARGET_KEY
-
 
 def connector_env(item: pytest.Item) -> dict[str, str]:
     """The variables ``item``'s connector's profile sets: none for a test with no connector."""
@@ -42,13 +40,7 @@ def header_line(name: str, env: dict[str, str]) -> str:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    if TARGET_KEY not in config.stash:
-        return []
-    from .selection import ConnectorSpecError, connector_params
+    from .selection import header_params
 
-    try:
-        params = connector_params(config)
-    except (ConnectorSpecError, ImportError):
-        return []  # the run stops elsewhere, in its own words
-    lines = dict.fromkeys(header_line(p.name, p.profile.env) for p in params if p.profile.env)
+    lines = dict.fromkeys(header_line(p.name, p.profile.env) for p in header_params(config) if p.profile.env)
     return list(lines)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..session.target import run_target
+from ..session.target import TARGET_KEY, run_target
 from ..vllm_install.factory import FactorySourceError, installed_factory_file, parse_registrations
 from ..vllm_install.plugins import PluginConnector, PluginRegistry, discover, register_in_vllm
 from .profiles import ConnectorProfile, has_profile, profile_for
@@ -213,3 +213,14 @@ def connector_params(config: pytest.Config, definition: pytest.Item | None = Non
         config.stash[_CACHE_KEY] = with_variants(resolve_connectors(target.connectors, target.profiles),
                                                  target.platform.name)
     return config.stash[_CACHE_KEY]
+
+
+def header_params(config: pytest.Config) -> list[ConnectorParam]:
+    """The run's connectors, for its header's lines: none where the run has no target or its connectors do not
+    resolve (the run stops elsewhere, in its own words)."""
+    if TARGET_KEY not in config.stash:
+        return []
+    try:
+        return connector_params(config)
+    except (ConnectorSpecError, ImportError):
+        return []

@@ -218,14 +218,8 @@ def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, objec
 def pytest_report_header(config: pytest.Config) -> list[str]:
     """A line for each connector a profile marks ``host: exclusive`` (the header's no-profile lines say it for
     the connectors no profile names)."""
-    if TARGET_KEY not in config.stash:
-        return []
-    from ..connectors.selection import ConnectorSpecError, connector_params
+    from ..connectors.selection import header_params
 
-    try:
-        params = connector_params(config)
-    except (ConnectorSpecError, ImportError):
-        return []  # the run stops elsewhere, in its own words
-    names = dict.fromkeys(p.name for p in params if p.profile.named and p.profile.host == "exclusive")
+    names = dict.fromkeys(p.name for p in header_params(config) if p.profile.named and p.profile.host == "exclusive")
     return [f"kvconform: {name} keeps the host to itself (host: exclusive): under -n N its tests that build it "
             f"never run on two workers at once" for name in names]
