@@ -4,8 +4,8 @@ A connector may bind fixed resources of the host from its own defaults (a ZeroMQ
 name): two workers that build it at once collide (``Address already in use``), and the harness's
 collision would read as the connector's failure. So each test of a connector whose profile says
 ``host: exclusive`` (the default for a connector no profile names, whose needs nobody has written down)
-holds an ``fcntl.flock`` on a file of its own, in a folder the xdist controller shares with its workers
-(``workerinput``, as the crash ledger is shared), from before its setup to after its teardown, which
+holds an ``fcntl.flock`` on a file of its own, in the folder the xdist controller shares with its workers
+(the crash ledger's, ``crashes.py``), from before its setup to after its teardown, which
 covers the construction probe (``construction.py``: it runs inside the first test that builds the
 connector). The lock is kept until the shutdowns the test left running in the background
 (``engine/closing.py``) have ended, or have been judged not returned (``held_reports.CLOSE_WAIT_S``).
@@ -19,13 +19,11 @@ from __future__ import annotations
 
 import fcntl
 import re
-import shutil
-import tempfile
 import time
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import pytest
 
@@ -33,16 +31,15 @@ from kvconform.reports.identity import connector_of, needed_check
 
 from ..connectors.requirements import STATIC_CHECKS
 from ..engine.closing import BackgroundClose
-from ..session.options import effective_timeout
 from ..session.target import TARGET_KEY
+from .crashes import LEDGER_INPUT_KEY
 from .held_reports import CLOSE_WAIT_S
 from .left_behind import CLOSES_KEY
+from .timeouts import limit_of
 
-LOCKS_INPUT_KEY = "kvconform_host_locks"  # xdist workerinput: the folder of the lock files
 POLL_S = 0.05
 
 _LOCKS_KEY = pytest.StashKey["HostLocks"]()
-_FOLDER_KEY = pytest.StashKey[Path]()  # the controller's folder, made for the first worker
 _WAIT_FAILED_KEY = pytest.StashKey[str]()  # why a test did not get its connector's lock
 
 
@@ -143,38 +140,16 @@ def exclusive_connector(item: pytest.Item) -> str | None:
     return name
 
 
-def _limit(item: pytest.Item) -> float | None:
-    """The test's timeout: its ``timeout`` marker's (``reliability/timeouts.py`` sets it), else the run's."""
-    marker = item.get_closest_marker("timeout")
-    if marker is not None:
-        limit = marker.args[0] if marker.args else marker.kwargs.get("timeout")
-        return float(limit) if isinstance(limit, (int, float)) else None
-    return effective_timeout(item.config)
-
-
-# --- the xdist controller ---------------------------------------------------------------------
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_configure_node(node: Any) -> None:  # node: xdist's WorkerController (no types)
-    """Each worker of a kvconform run gets the folder of the lock files, made for the first and removed at the end."""
-    config = node.config
-    if TARGET_KEY not in config.stash:
-        return
-    if _FOLDER_KEY not in config.stash:
-        folder = Path(tempfile.mkdtemp(prefix="kvconform-host-locks-"))
-        config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
-        config.stash[_FOLDER_KEY] = folder
-    node.workerinput[LOCKS_INPUT_KEY] = str(config.stash[_FOLDER_KEY])
-
-
 # --- an xdist worker ----------------------------------------------------------------------------
 
 
+@pytest.hookimpl(trylast=True)  # after the plugin resolved the run's target
 def pytest_configure(config: pytest.Config) -> None:
+    """An xdist worker of a kvconform run keeps its locks in the folder the controller shares with its workers (the
+    crash ledger's, ``crashes.py``); a serial run has no other worker, and no locks."""
     workerinput = getattr(config, "workerinput", {})
-    if LOCKS_INPUT_KEY in workerinput:
-        config.stash[_LOCKS_KEY] = HostLocks(Path(workerinput[LOCKS_INPUT_KEY]), workerinput["workerid"])
+    if TARGET_KEY in config.stash and LEDGER_INPUT_KEY in workerinput:
+        config.stash[_LOCKS_KEY] = HostLocks(Path(workerinput[LEDGER_INPUT_KEY]).parent, workerinput["workerid"])
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -186,7 +161,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return (yield)
     connector = exclusive_connector(item)
     locks.release_ended(keep=connector)
-    failure = locks.acquire(connector, item.nodeid, _limit(item)) if connector is not None else None
+    failure = locks.acquire(connector, item.nodeid, limit_of(item)) if connector is not None else None
     if failure is not None:
         item.stash[_WAIT_FAILED_KEY] = failure
     try:

@@ -9,6 +9,7 @@ its ini/env setting) when the user set one, else ``DEFAULT_TIMEOUT_S``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Generator
 
 import pytest
@@ -17,6 +18,26 @@ from kvconform.reports.identity import connector_of
 
 from ..session.options import effective_timeout
 from .crashes import record_stop
+
+
+def run_limit(config: pytest.Config) -> float | None:
+    """The per-test limit of a test without a timeout marker: kvconform's, else pytest-timeout's own; None: none."""
+    limit = effective_timeout(config)
+    if limit is None and config.pluginmanager.hasplugin("timeout"):
+        try:
+            limit = float(config.getoption("timeout", None) or os.environ.get("PYTEST_TIMEOUT")
+                          or config.getini("timeout") or 0)
+        except ValueError:
+            return None
+    return limit or None
+
+
+def limit_of(item: pytest.Item) -> float | None:
+    """``item``'s per-test limit: its ``timeout`` marker's (set below for conformance tests), else the run's."""
+    marker = item.get_closest_marker("timeout")
+    value = (marker.args[0] if marker.args else marker.kwargs.get("timeout")) if marker is not None \
+        else run_limit(item.config)
+    return float(value) if isinstance(value, int | float) and value > 0 else None
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -29,6 +29,7 @@ import pytest
 from kvconform.reports.identity import connector_of
 
 from .crashes import LEDGER_INPUT_KEY, ended_by_watchdog_file
+from .timeouts import limit_of, run_limit
 from .watchdog_process import INTERRUPT_GRACE_S
 
 SCRIPT = Path(__file__).with_name("watchdog_process.py")
@@ -76,26 +77,6 @@ class Watchdog:
 _WATCHDOG_KEY = pytest.StashKey[Watchdog]()
 
 
-def run_limit(config: pytest.Config) -> float | None:
-    """The per-test limit of a test without a timeout marker: kvconform's, else pytest-timeout's own."""
-    from ..session.options import effective_timeout
-
-    limit = effective_timeout(config)
-    if limit is None and config.pluginmanager.hasplugin("timeout"):
-        try:
-            limit = float(config.getoption("timeout", None) or os.environ.get("PYTEST_TIMEOUT")
-                          or config.getini("timeout") or 0)
-        except ValueError:
-            return None
-    return limit or None
-
-
-def _limit(item: pytest.Item) -> float | None:
-    marker = item.get_closest_marker("timeout")
-    value = marker.args[0] if marker is not None and marker.args else run_limit(item.config)
-    return float(value) if isinstance(value, int | float) and value > 0 else None
-
-
 def _folder(config: pytest.Config) -> tuple[Path, str]:
     """Where the stacks and the record go, and this process's name: an xdist worker's in the run's shared
     ledger folder (``crashes.py``), a serial run's in a folder of its own."""
@@ -139,7 +120,7 @@ def pytest_report_header(config: pytest.Config) -> str | None:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
     watchdog = item.config.stash.get(_WATCHDOG_KEY, None)
-    limit = _limit(item)
+    limit = limit_of(item)
     connector = connector_of(item)
     if watchdog is None or limit is None or connector is None:
         return (yield)
