@@ -89,6 +89,23 @@ def off_current_device(platform: PlatformSpec, worker_rank: int, worker_process:
 
 
 @pytest.fixture
+def subject(request: pytest.FixtureRequest, platform: PlatformSpec, connector: ConnectorParam) -> ConnectorParam:
+    """The connector this test checks, once it may check it here: the profile key the test's check needs (the check
+    table's, ``identity.needed_check``) met on this platform, else a skip naming what is not; and the test's
+    ``pair`` marker kept, else a skip saying why the test is for producer/consumer pairs only, or never for them."""
+    from kvconform.conformance.connectors.requirements import pair_mismatch, require
+    from kvconform.reports.identity import needed_check
+
+    check = needed_check(request.node)
+    if check is None:
+        raise TypeError(f"{request.node.nodeid} asks for the checked subject but carries no check marker")
+    require(connector, platform, check)
+    if reason := pair_mismatch(connector, request.node.get_closest_marker("pair")):
+        pytest.skip(reason)
+    return connector
+
+
+@pytest.fixture
 def make_rig(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, tiny_model: Path, storage: Path,
              device: str, worker_process: None, connector_services: UseServices) -> Iterator[MakeRig]:
     from kvconform.conformance.engine.rig import Rig

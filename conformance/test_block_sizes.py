@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from kvconform.conformance.checks.fill import FillFailure, run_fill
-from kvconform.conformance.connectors.requirements import refusals_skip, require
+from kvconform.conformance.connectors.requirements import refusals_skip
 from kvconform.conformance.engine.kvcache import CacheShape
 
 if TYPE_CHECKING:
@@ -34,17 +34,16 @@ SCENARIOS = {"two-requests": False, "prefix-hit-block-sizes": True}  # scenario 
 
 @pytest.mark.parametrize("registration", REGISTRATIONS)
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
-def test_block_sizes_fill(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, scenario: str,
+def test_block_sizes_fill(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, scenario: str,
                           registration: str, make_rig: MakeRig) -> None:
     """Constant fill, exactly the request's blocks in each group, groups of different block sizes."""
-    require(connector, platform, "fill")
-    if not connector.profile.hybrid:
-        pytest.skip(f"{connector.name}: its profile does not claim hybrid models (hybrid: false), and vLLM gives "
+    if not subject.profile.hybrid:
+        pytest.skip(f"{subject.name}: its profile does not claim hybrid models (hybrid: false), and vLLM gives "
                     f"groups of different block sizes only to hybrid models")
     with refusals_skip():
         result = run_fill(make_rig(CacheShape()), BLOCK_SIZE_KINDS, registration, scenario=scenario)
     if len(set(result.block_sizes)) < 2:
-        raise FillFailure(f"{connector.name}: vLLM planned the cache groups with block sizes {result.block_sizes}: "
+        raise FillFailure(f"{subject.name}: vLLM planned the cache groups with block sizes {result.block_sizes}: "
                           f"all equal, so per-group block arithmetic was not exercised (harness: the layer kinds "
                           f"{BLOCK_SIZE_KINDS} no longer give pages of different sizes)")
     assert result.regions > 0

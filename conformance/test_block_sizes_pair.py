@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from kvconform.conformance.connectors.requirements import refusals_skip, require
+from kvconform.conformance.connectors.requirements import refusals_skip
 from kvconform.conformance.engine.kvcache import CacheShape
 
 if TYPE_CHECKING:
@@ -26,22 +26,20 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.check("roundtrip")
 
 
-def test_block_sizes_pair(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, make_rig: MakeRig,
+@pytest.mark.pair(required=True, because="kvconform drives the round-trip on groups of different block sizes "
+                  "for producer/consumer pairs only (not yet for store-then-load ones)")
+def test_block_sizes_pair(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, make_rig: MakeRig,
                           record_property: Callable[[str, object], None]) -> None:
-    require(connector, platform, "roundtrip")
     from vllm.distributed.kv_transfer.kv_connector.v1.base import supports_hma
 
-    if not supports_hma(connector.load_class()):
-        pytest.skip(f"{connector.name}: does not implement SupportsHMA, so vLLM turns the hybrid KV cache manager "
+    if not supports_hma(subject.load_class()):
+        pytest.skip(f"{subject.name}: does not implement SupportsHMA, so vLLM turns the hybrid KV cache manager "
                     f"off and its cache groups never differ in block size")
-    if not connector.profile.is_pair():
-        pytest.skip(f"{connector.name}: a store-then-load connector; kvconform drives the round-trip on groups of "
-                    f"different block sizes for producer/consumer pairs only (not yet for store-then-load ones)")
     from kvconform.conformance.checks.hybrid_pair import HybridPairRig, run_hybrid_pair_roundtrip
 
     with refusals_skip():
         result = run_hybrid_pair_roundtrip(make_rig(CacheShape(), HybridPairRig))
     assert len(set(result.block_sizes)) >= 2, (
-        f"{connector.name}: vLLM planned the cache groups with block sizes {result.block_sizes}: all equal, so "
+        f"{subject.name}: vLLM planned the cache groups with block sizes {result.block_sizes}: all equal, so "
         f"per-group block arithmetic was not exercised")
     record_property("kvconform.claim", f"claims {result.claims}; token slots compared per group {result.compared}")

@@ -52,10 +52,10 @@ def _prompt(block_size: int, index: int = 0) -> list[int]:
     return request_prompt(index, 3 * block_size + 5)
 
 
-def _subject(connector: ConnectorParam, platform: PlatformSpec, make_rig: MakeRig,
-             reports_construction: bool = False) -> ContractRig:
-    """The connector under test, or a skip naming why the contract check cannot run it here."""
-    return ContractRig(make_rig(SHAPE), require(connector, platform, "contract", reports_construction))
+@pytest.fixture
+def contract(subject: ConnectorParam, make_rig: MakeRig) -> ContractRig:
+    """The connector under test in the contract check's rig."""
+    return ContractRig(make_rig(SHAPE), subject.load_class())
 
 
 def test_contract_scheduler(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam,
@@ -65,7 +65,7 @@ def test_contract_scheduler(platform: PlatformSpec, attn_backend: str, connector
     For a connector that no profile names it is the construction test too: both halves of it, built through
     vLLM's factory once per process (connectors/construction.py); where one raises, this test fails with
     the connector's error and its other checks are not run."""
-    subject = _subject(connector, platform, make_rig, reports_construction=True)
+    subject = ContractRig(make_rig(SHAPE), require(connector, platform, "contract", reports_construction=True))
     with refusals_skip():
         for kv_role in subject.kv_roles():
             with subject.scheduler(kv_role) as half:
@@ -81,31 +81,27 @@ def test_contract_scheduler(platform: PlatformSpec, attn_backend: str, connector
                 half.ask("take_events", shown_args="")
 
 
-def test_contract_worker(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam,
-                         make_rig: MakeRig) -> None:
+def test_contract_worker(platform: PlatformSpec, attn_backend: str, contract: ContractRig) -> None:
     """Constructible with the WORKER role; registers vLLM's caches; a step's reports are typed."""
-    subject = _subject(connector, platform, make_rig)
     with refusals_skip():
-        for kv_role in subject.kv_roles():
-            with subject.scheduler(kv_role) as scheduler, subject.worker(kv_role) as worker:
+        for kv_role in contract.kv_roles():
+            with contract.scheduler(kv_role) as scheduler, contract.worker(kv_role) as worker:
                 metadata = scheduler.ask("build_connector_meta", scheduler_output(),
                                          shown_args="an empty SchedulerOutput")
                 worker.idle_step(metadata)
 
 
-def test_contract_driven(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam,
-                         make_rig: MakeRig) -> None:
+def test_contract_driven(platform: PlatformSpec, attn_backend: str, contract: ContractRig) -> None:
     """Answers given to vLLM's own Scheduler and to the runner's call order, end to end.
 
     A producer side runs a request, then a fresh consumer side over the same storage
     runs the same prompt, so a storing connector answers on its save path and its load path.
     """
-    subject = _subject(connector, platform, make_rig)
     with refusals_skip():
-        for index, kv_role in enumerate(subject.rig.roles()):
-            side = subject.rig.engine(kv_role)
+        for index, kv_role in enumerate(contract.rig.roles()):
+            side = contract.rig.engine(kv_role)
             try:
-                _drive_one_request(subject, side, f"{kv_role}, {('producer', 'consumer')[index]}", index)
+                _drive_one_request(contract, side, f"{kv_role}, {('producer', 'consumer')[index]}", index)
             finally:
                 side.close()
 
@@ -137,13 +133,11 @@ def _drive_one_request(subject: ContractRig, side: EngineStandIn, role: str, ind
     assert side.scheduler.claims.get(request_id), f"{label}: no claim was recorded for {request_id}"
 
 
-def test_contract_no_load(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam,
-                          make_rig: MakeRig) -> None:
+def test_contract_no_load(platform: PlatformSpec, attn_backend: str, contract: ContractRig) -> None:
     """A request with nothing to load: the claim, an allocation of 0 external tokens and no blocks, a step."""
-    subject = _subject(connector, platform, make_rig)
     with refusals_skip():
-        for kv_role in subject.kv_roles():
-            with subject.scheduler(kv_role) as scheduler, subject.worker(kv_role) as worker:
+        for kv_role in contract.kv_roles():
+            with contract.scheduler(kv_role) as scheduler, contract.worker(kv_role) as worker:
                 # One token: vLLM always computes the last token itself, so there is nothing to load.
                 request = scheduler.new_request("contract-no-load", request_prompt(0, 1))
                 scheduler.ask("get_num_new_matched_tokens", request, 0, shown_args="a 1-token request, 0")
@@ -161,13 +155,11 @@ def _step_finishing(scheduler: ContractConnector, worker: ContractWorker, reques
     return worker.idle_step(metadata, [request_id])
 
 
-def test_contract_finished_before_load(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam,
-                                       make_rig: MakeRig) -> None:
+def test_contract_finished_before_load(platform: PlatformSpec, attn_backend: str, contract: ContractRig) -> None:
     """A request aborted while waiting: claimed, finished with no blocks, never reported as loaded."""
-    subject = _subject(connector, platform, make_rig)
     with refusals_skip():
-        for kv_role in subject.kv_roles():
-            with subject.scheduler(kv_role) as scheduler, subject.worker(kv_role) as worker:
+        for kv_role in contract.kv_roles():
+            with contract.scheduler(kv_role) as scheduler, contract.worker(kv_role) as worker:
                 request_id = "contract-aborted"
                 request = scheduler.new_request(request_id, _prompt(PROMPT_UNIT))
                 scheduler.ask("get_num_new_matched_tokens", request, 0, shown_args="request, 0")
@@ -183,13 +175,11 @@ def test_contract_finished_before_load(platform: PlatformSpec, attn_backend: str
                         f"it (its scheduler asserts every reported id is a request it holds)")
 
 
-def test_contract_unknown_requests(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam,
-                                   make_rig: MakeRig) -> None:
+def test_contract_unknown_requests(platform: PlatformSpec, attn_backend: str, contract: ContractRig) -> None:
     """Ids a connector never saw: a finish hook for an unseen request, finished ids it never handled."""
-    subject = _subject(connector, platform, make_rig)
     with refusals_skip():
-        for kv_role in subject.kv_roles():
-            with subject.scheduler(kv_role) as scheduler, subject.worker(kv_role) as worker:
+        for kv_role in contract.kv_roles():
+            with contract.scheduler(kv_role) as scheduler, contract.worker(kv_role) as worker:
                 unseen = make_request(scheduler.vllm_config, "contract-unseen", _prompt(PROMPT_UNIT))
                 scheduler.finish(unseen, scheduler.no_block_ids(), "a request it never saw")
                 reported = _step_finishing(scheduler, worker, UNKNOWN_ID)
@@ -201,15 +191,13 @@ def test_contract_unknown_requests(platform: PlatformSpec, attn_backend: str, co
                             f"id is a request it holds)")
 
 
-def test_contract_empty_registration(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam,
-                                     make_rig: MakeRig) -> None:
+def test_contract_empty_registration(platform: PlatformSpec, attn_backend: str, contract: ContractRig) -> None:
     """``register_kv_caches({})`` on a fresh worker returns, or refuses with a ValueError that says why."""
-    subject = _subject(connector, platform, make_rig)
     with refusals_skip():
-        for kv_role in subject.kv_roles():
-            with subject.worker(kv_role, register=False) as worker:
+        for kv_role in contract.kv_roles():
+            with contract.worker(kv_role, register=False) as worker:
                 try:
-                    with refusal_as(ConnectorRefused, subject.rig.connector):
+                    with refusal_as(ConnectorRefused, contract.rig.connector):
                         worker.connector.register_kv_caches({})
                 except ConnectorRefused:
                     raise

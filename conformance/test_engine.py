@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from kvconform.conformance.connectors.requirements import require
 from kvconform.conformance.engine.engine_run import CANNOT_RUN, GO, HELD_ENV
 
 if TYPE_CHECKING:
@@ -84,22 +83,21 @@ def _engine_result(proc: subprocess.Popen[str], name: str, told: str | None = No
 # take all of it on 2 cores, failing a working connector at random). The second engine's
 # process starts with the first and imports vLLM meanwhile; it builds its engine only once the first has ended.
 @pytest.mark.timeout(2 * ENGINE_TIMEOUT_S + 60)
-def test_engine_external_hit(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, tiny_model: Path,
+def test_engine_external_hit(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, tiny_model: Path,
                              storage: Path) -> None:
-    require(connector, platform, "engine")
     engine = engine_options(attn_backend)
-    transfer = {"kv_role": "kv_both", "kv_connector_extra_config": connector.profile.render_extra_config(storage),
-                **connector.transfer_config_fields()}
+    transfer = {"kv_role": "kv_both", "kv_connector_extra_config": subject.profile.render_extra_config(storage),
+                **subject.transfer_config_fields()}
     waiting = _start_engine(tiny_model, transfer, engine, held=True)
     try:
-        first = _engine_result(_start_engine(tiny_model, transfer, engine), connector.name)
+        first = _engine_result(_start_engine(tiny_model, transfer, engine), subject.name)
     except BaseException:  # a failure or skip of the first: the second is not wanted
         waiting.kill()
         waiting.communicate()
         raise
-    second = _engine_result(waiting, connector.name, told=GO + "\n")
+    second = _engine_result(waiting, subject.name, told=GO + "\n")
     assert all(r["cached"] == 0 for r in first), f"the first, fresh engine already had cached tokens: {first}"
     for before, after in zip(first, second, strict=True):  # the same prompts, in order
         assert after["cached"] > 0, f"no external cache hit in the second engine: {after} (first run: {before})"
         assert after["tokens"] == before["tokens"], (
-            f"greedy output changed after loading KV through {connector.name}: {before['tokens']} -> {after['tokens']}")
+            f"greedy output changed after loading KV through {subject.name}: {before['tokens']} -> {after['tokens']}")

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from kvconform.conformance.checks.fill import FillFailure, FillResult, run_fill
-from kvconform.conformance.connectors.requirements import refusals_skip, require
+from kvconform.conformance.connectors.requirements import refusals_skip
 from kvconform.conformance.engine.hybrid_cache import (
     ATTENTION_ONLY_KINDS,
     HYBRID_KINDS,
@@ -46,9 +46,8 @@ def _kinds(connector: ConnectorParam, registration: str) -> tuple[str, ...]:
     return ATTENTION_ONLY_KINDS
 
 
-def _fill(make_rig: MakeRig, connector: ConnectorParam, platform: PlatformSpec, dtype: str, registration: str,
+def _fill(make_rig: MakeRig, connector: ConnectorParam, dtype: str, registration: str,
           **kwargs: Any) -> FillResult:
-    require(connector, platform, "fill")
     kinds = _kinds(connector, registration)
     with refusals_skip():
         return run_fill(make_rig(CacheShape(dtype=dtype)), kinds, registration, **kwargs)
@@ -56,40 +55,39 @@ def _fill(make_rig: MakeRig, connector: ConnectorParam, platform: PlatformSpec, 
 
 @pytest.mark.parametrize("registration", list(REGISTRATIONS))
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_fill(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, dtype: str, registration: str,
+def test_fill(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, dtype: str, registration: str,
               make_rig: MakeRig) -> None:
     """Constant fill (fill_std 0), two requests in one step: exactly their blocks, exactly fill_mean."""
-    result = _fill(make_rig, connector, platform, dtype, registration)
+    result = _fill(make_rig, subject, dtype, registration)
     assert result.regions > 0
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_fill_random(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, dtype: str,
+def test_fill_random(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, dtype: str,
                      make_rig: MakeRig) -> None:
     """Random fill: the requested mean and std, within the tolerance stated in the module docstring."""
-    registration = "owned" if connector.profile.hybrid else "pages"  # owned state tensors are random too
-    result = _fill(make_rig, connector, platform, dtype, registration, mode="random")
+    registration = "owned" if subject.profile.hybrid else "pages"  # owned state tensors are random too
+    result = _fill(make_rig, subject, dtype, registration, mode="random")
     assert result.statistics
 
 
 @pytest.mark.parametrize("registration", list(REGISTRATIONS))
-def test_fill_prefix_hit(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, registration: str,
+def test_fill_prefix_hit(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, registration: str,
                          make_rig: MakeRig) -> None:
     """A second request reusing a cached prefix: only its missing blocks are filled."""
-    result = _fill(make_rig, connector, platform, "float16", registration, scenario="prefix-hit")
+    result = _fill(make_rig, subject, "float16", registration, scenario="prefix-hit")
     local, _ = result.claims["b"]
     assert local > 0
 
 
 @pytest.mark.parametrize("mode", ["constant", "startup"])
 @pytest.mark.parametrize("entry", list(UNEXPECTED_ENTRIES))
-def test_fill_unexpected_entry(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, entry: str,
+def test_fill_unexpected_entry(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, entry: str,
                                mode: str, make_rig: MakeRig) -> None:
     """A cache entry of a type the connector cannot know, or none, is skipped with a warning, not a crash: in the
     step that fills a request, or at startup (startup_fill: true fills the state groups in register_kv_caches)."""
-    require(connector, platform, "fill")
-    if not connector.profile.hybrid:
-        pytest.skip(f"{connector.name}: its profile does not claim hybrid models (hybrid: false)")
+    if not subject.profile.hybrid:
+        pytest.skip(f"{subject.name}: its profile does not claim hybrid models (hybrid: false)")
     state_layer = next(name for name, kind in layer_kinds(HYBRID_KINDS).items() if kind == "mamba2")
     with refusals_skip():
         result = run_fill(make_rig(CacheShape()), HYBRID_KINDS, "owned", mode=mode, unexpected={state_layer: entry})
@@ -100,15 +98,14 @@ HEAD_SIZES_KINDS = ("full", "wide-full")  # full attention, heads of two sizes: 
 
 
 @pytest.mark.parametrize("dtype", ["float16", "fp8"])
-def test_fill_head_sizes(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, dtype: str,
+def test_fill_head_sizes(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, dtype: str,
                          make_rig: MakeRig) -> None:
     """Full attention layers of two head sizes: vLLM plans one group whose spec holds each layer's own
     (UniformTypeKVCacheSpecs; its scheduler sees one of them); each layer is filled in its own encoding."""
-    require(connector, platform, "fill")
     with refusals_skip():
         result = run_fill(make_rig(CacheShape(dtype=dtype)), HEAD_SIZES_KINDS, "pages")
     if len(result.block_sizes) != 1:
-        raise FillFailure(f"{connector.name}: vLLM planned {len(result.block_sizes)} cache groups for full attention "
+        raise FillFailure(f"{subject.name}: vLLM planned {len(result.block_sizes)} cache groups for full attention "
                           f"of two head sizes, not one of both (harness: the layer kinds {HEAD_SIZES_KINDS})")
     assert result.regions > 0
 
@@ -125,14 +122,13 @@ STARTUP_CASES = {
 
 
 @pytest.mark.parametrize("case", list(STARTUP_CASES))
-def test_fill_startup(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, case: str,
+def test_fill_startup(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, case: str,
                       make_rig: MakeRig) -> None:
     """startup_fill: true: register_kv_caches fills the groups the engine never zeroes whole (and nothing else);
     each request's step fills only the other groups' blocks."""
-    require(connector, platform, "fill")
     kinds, registration, mode = STARTUP_CASES[case]
-    if kinds != ATTENTION_ONLY_KINDS and not connector.profile.hybrid:
-        pytest.skip(f"{connector.name}: its profile does not claim hybrid models (hybrid: false)")
+    if kinds != ATTENTION_ONLY_KINDS and not subject.profile.hybrid:
+        pytest.skip(f"{subject.name}: its profile does not claim hybrid models (hybrid: false)")
     with refusals_skip():
         result = run_fill(make_rig(CacheShape()), kinds, registration, mode=mode)
     assert result.regions > 0

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from kvconform.conformance.connectors.requirements import refusals_skip, require
+from kvconform.conformance.connectors.requirements import refusals_skip
 from kvconform.conformance.engine.kvcache import CacheShape
 
 if TYPE_CHECKING:
@@ -24,13 +24,11 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.check("roundtrip")
 
 
-def test_images(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, make_rig: MakeRig,
+@pytest.mark.pair(required=False, because="a P/D pair's consumer loads the producer request its kv_transfer_params "
+                  "name, not one it looks up by key, so no key can mix two images up")
+def test_images(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, make_rig: MakeRig,
                 record_property: Callable[[str, object], None]) -> None:
     """Equal token ids, different images: the consumer must not get the other image's KV; the same image hits."""
-    require(connector, platform, "roundtrip")
-    if connector.profile.is_pair():
-        pytest.skip(f"{connector.name}: a P/D pair's consumer loads the producer request its kv_transfer_params "
-                    f"name, not one it looks up by key, so no key can mix two images up")
     from kvconform.conformance.checks.images import run_image_roundtrip
 
     rig = make_rig(CacheShape())

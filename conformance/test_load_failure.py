@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from kvconform.conformance.checks.load_failure import POLICIES, SABOTAGES, NothingStored, run_load_failure
-from kvconform.conformance.connectors.requirements import refusals_skip, require
+from kvconform.conformance.connectors.requirements import refusals_skip
 from kvconform.conformance.engine.kvcache import CacheShape
 
 if TYPE_CHECKING:
@@ -27,17 +27,15 @@ if TYPE_CHECKING:
     from kvconform.conformance.engine.rig import MakeRig
     from kvconform.platforms.spec import PlatformSpec
 
-pytestmark = pytest.mark.check("load_failure", needs="roundtrip")
+pytestmark = pytest.mark.check("load_failure")
 
 
+@pytest.mark.pair(required=False, because="it keeps KV in the producer's live memory, not in stored files; its "
+                  "transfers fail in test_pair_load_failure (conformance/test_pair_faults.py)")
 @pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("sabotage", list(SABOTAGES))
-def test_load_failure(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, sabotage: str, policy: str,
+def test_load_failure(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, sabotage: str, policy: str,
                       make_rig: MakeRig, record_property: Callable[[str, object], None]) -> None:
-    require(connector, platform, "roundtrip")
-    if connector.profile.is_pair():
-        pytest.skip(f"{connector.name} is a producer/consumer pair: it keeps KV in the producer's live memory, not in "
-                    f"stored files; its transfers fail in test_pair_load_failure (conformance/test_pair_faults.py)")
     with refusals_skip():
         try:
             answer = run_load_failure(make_rig(CacheShape()), SABOTAGES[sabotage], policy)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from kvconform.conformance.checks.pair_block_ratio import BlockRatioRig, ConsumerDoesNotRead, run_pair_block_ratio
-from kvconform.conformance.connectors.requirements import refusals_skip, require
+from kvconform.conformance.connectors.requirements import refusals_skip
 from kvconform.conformance.engine.kvcache import CacheShape
 
 if TYPE_CHECKING:
@@ -25,12 +25,9 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.check("roundtrip")
 
 
-def test_pair_block_ratio(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, make_rig: MakeRig,
+@pytest.mark.pair(required=True, because="one engine stores and loads with one block size")
+def test_pair_block_ratio(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, make_rig: MakeRig,
                           record_property: Callable[[str, object], None]) -> None:
-    require(connector, platform, "roundtrip")
-    if not connector.profile.is_pair():
-        pytest.skip(f"{connector.name} is not a producer/consumer pair (its profile's roles): one engine stores and "
-                    f"loads with one block size")
     rig = make_rig(CacheShape(), BlockRatioRig)
     refusal = rig.either_block_size_refusal()
     if refusal:

@@ -34,7 +34,7 @@ from kvconform.conformance.checks.pair_faults import (
     run_pair_vanished_producer,
 )
 from kvconform.conformance.checks.roundtrip import ROUNDTRIP_SCENARIOS
-from kvconform.conformance.connectors.requirements import refusals_skip, require
+from kvconform.conformance.connectors.requirements import refusals_skip
 from kvconform.conformance.engine.kvcache import CacheShape
 
 if TYPE_CHECKING:
@@ -45,19 +45,14 @@ if TYPE_CHECKING:
     from kvconform.platforms.spec import PlatformSpec
 
 
-def _require_pair(connector: ConnectorParam, platform: PlatformSpec) -> None:
-    require(connector, platform, "roundtrip")
-    if not connector.profile.is_pair():
-        pytest.skip(f"{connector.name} is not a producer/consumer pair (its profile's roles): "
-                    f"its load failures are staged on its storage by test_load_failure")
+pytestmark = pytest.mark.pair(required=True, because="its load failures are staged on its storage by test_load_failure")
 
 
-@pytest.mark.check("load_failure", needs="roundtrip")
+@pytest.mark.check("load_failure")
 @pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("fault", list(PAIR_FAULTS))
-def test_pair_load_failure(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, fault: str,
+def test_pair_load_failure(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, fault: str,
                            policy: str, make_rig: MakeRig, record_property: Callable[[str, object], None]) -> None:
-    _require_pair(connector, platform)
     with refusals_skip():
         try:
             answer = run_pair_load_failure(make_rig(CacheShape()), PAIR_FAULTS[fault], policy)
@@ -68,9 +63,8 @@ def test_pair_load_failure(platform: PlatformSpec, attn_backend: str, connector:
 
 
 @pytest.mark.check("roundtrip")
-def test_pair_slow_transport(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam,
+def test_pair_slow_transport(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam,
                              make_rig: MakeRig) -> None:
-    _require_pair(connector, platform)
     with refusals_skip():
         try:
             run_pair_slow_roundtrip(make_rig(CacheShape()), ROUNDTRIP_SCENARIOS["multi"])
@@ -78,11 +72,10 @@ def test_pair_slow_transport(platform: PlatformSpec, attn_backend: str, connecto
             pytest.skip(str(exc))
 
 
-@pytest.mark.check("load_failure", needs="roundtrip")
+@pytest.mark.check("load_failure")
 @pytest.mark.parametrize("policy", POLICIES)
-def test_pair_unreleasable_read(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, policy: str,
+def test_pair_unreleasable_read(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, policy: str,
                                 make_rig: MakeRig, record_property: Callable[[str, object], None]) -> None:
-    _require_pair(connector, platform)
     with refusals_skip():
         try:
             answer = run_pair_unreleasable_read(make_rig(CacheShape()), policy)
@@ -93,10 +86,9 @@ def test_pair_unreleasable_read(platform: PlatformSpec, attn_backend: str, conne
     record_property("kvconform.load_failure_answer", answer.describe())
 
 
-@pytest.mark.check("load_failure", needs="roundtrip")
-def test_pair_vanished_producer(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam,
+@pytest.mark.check("load_failure")
+def test_pair_vanished_producer(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam,
                                 make_rig: MakeRig, record_property: Callable[[str, object], None]) -> None:
-    _require_pair(connector, platform)
     with refusals_skip():
         try:
             # whether the consumer reports at all is the question: one kv_load_failure_policy keeps the wait single

@@ -15,7 +15,7 @@ import pytest
 
 from kvconform.conformance.checks.load_failure import POLICIES
 from kvconform.conformance.checks.pair_faults import HANDSHAKE_FAULTS, run_pair_handshake_failure
-from kvconform.conformance.connectors.requirements import refusals_skip, require
+from kvconform.conformance.connectors.requirements import refusals_skip
 from kvconform.conformance.engine.kvcache import CacheShape
 
 if TYPE_CHECKING:
@@ -26,15 +26,12 @@ if TYPE_CHECKING:
     from kvconform.platforms.spec import PlatformSpec
 
 
-@pytest.mark.check("load_failure", needs="roundtrip")
+@pytest.mark.pair(required=True, because="it has no handshake with a producer")
+@pytest.mark.check("load_failure")
 @pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("fault", list(HANDSHAKE_FAULTS))
-def test_pair_handshake_failure(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, fault: str,
+def test_pair_handshake_failure(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, fault: str,
                                 policy: str, make_rig: MakeRig, record_property: Callable[[str, object], None]) -> None:
-    require(connector, platform, "roundtrip")
-    if not connector.profile.is_pair():
-        pytest.skip(f"{connector.name} is not a producer/consumer pair (its profile's roles): it has no handshake "
-                    f"with a producer")
     with refusals_skip():
         answer = run_pair_handshake_failure(make_rig(CacheShape()), HANDSHAKE_FAULTS[fault], policy)
     # run_pair_handshake_failure raised if the consumer hung, reported the request received or kept a wrong slot

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from kvconform.conformance.checks.pair_heartbeats import BusyConsumerRig, run_pair_heartbeats
-from kvconform.conformance.connectors.requirements import refusals_skip, require
+from kvconform.conformance.connectors.requirements import refusals_skip
 from kvconform.conformance.engine.kvcache import CacheShape
 
 if TYPE_CHECKING:
@@ -20,11 +20,8 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.check("roundtrip")
 
 
-def test_pair_heartbeats(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam,
+@pytest.mark.pair(required=True, because="no producer leases blocks to a consumer")
+def test_pair_heartbeats(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam,
                          make_rig: MakeRig) -> None:
-    require(connector, platform, "roundtrip")
-    if not connector.profile.is_pair():
-        pytest.skip(f"{connector.name} is not a producer/consumer pair (its profile's roles): no producer leases "
-                    f"blocks to a consumer")
     with refusals_skip():
         run_pair_heartbeats(make_rig(CacheShape(), BusyConsumerRig))

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from kvconform.conformance.checks.pair_lost_notification import run_pair_lost_notification
-from kvconform.conformance.connectors.requirements import refusals_skip, require
+from kvconform.conformance.connectors.requirements import refusals_skip
 from kvconform.conformance.engine.kvcache import CacheShape
 
 if TYPE_CHECKING:
@@ -22,11 +22,9 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.check("roundtrip")
 
 
-def test_pair_lost_notification(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam,
+@pytest.mark.pair(required=True, because="it notifies no producer")
+def test_pair_lost_notification(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam,
                                 make_rig: MakeRig, record_property: Callable[[str, object], None]) -> None:
-    require(connector, platform, "roundtrip")
-    if not connector.profile.is_pair():
-        pytest.skip(f"{connector.name} is not a producer/consumer pair (its profile's roles): it notifies no producer")
     with refusals_skip():
         lost = run_pair_lost_notification(make_rig(CacheShape()))
     record_property("kvconform.claim", f"{lost} notification(s) lost")

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from kvconform.conformance.checks.pair_notify import NOTIFY_SITUATIONS, run_pair_notify
-from kvconform.conformance.connectors.requirements import refusals_skip, require
+from kvconform.conformance.connectors.requirements import refusals_skip
 from kvconform.conformance.engine.kvcache import CacheShape
 
 if TYPE_CHECKING:
@@ -22,12 +22,9 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.check("roundtrip")
 
 
+@pytest.mark.pair(required=True, because="no producer holds pages for its consumer")
 @pytest.mark.parametrize("situation", list(NOTIFY_SITUATIONS))
-def test_pair_notify_only(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, situation: str,
+def test_pair_notify_only(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, situation: str,
                           make_rig: MakeRig) -> None:
-    require(connector, platform, "roundtrip")
-    if not connector.profile.is_pair():
-        pytest.skip(f"{connector.name} is not a producer/consumer pair (its profile's roles): no producer holds "
-                    f"pages for its consumer")
     with refusals_skip():
         run_pair_notify(make_rig(CacheShape()), NOTIFY_SITUATIONS[situation])

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from kvconform.conformance.checks.pair_prefill_abort import ChunkedPrefillRig, run_pair_prefill_abort
-from kvconform.conformance.connectors.requirements import refusals_skip, require
+from kvconform.conformance.connectors.requirements import refusals_skip
 from kvconform.conformance.engine.kvcache import CacheShape
 
 if TYPE_CHECKING:
@@ -22,11 +22,8 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.check("roundtrip")
 
 
-def test_pair_prefill_abort(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam,
+@pytest.mark.pair(required=True, because="its prefills hand nothing over")
+def test_pair_prefill_abort(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam,
                             make_rig: MakeRig) -> None:
-    require(connector, platform, "roundtrip")
-    if not connector.profile.is_pair():
-        pytest.skip(f"{connector.name} is not a producer/consumer pair (its profile's roles): its prefills hand "
-                    f"nothing over")
     with refusals_skip():
         run_pair_prefill_abort(make_rig(CacheShape(), ChunkedPrefillRig))

@@ -18,7 +18,7 @@ import pytest
 
 from kvconform.conformance.checks.pair_faults import PUSH_FAULTS, NoTransportHook, run_pair_write_failure
 from kvconform.conformance.checks.pair_push import PUSH_SITUATIONS, NotInMode
-from kvconform.conformance.connectors.requirements import refusals_skip, require
+from kvconform.conformance.connectors.requirements import refusals_skip
 from kvconform.conformance.engine.kvcache import CacheShape
 
 if TYPE_CHECKING:
@@ -34,13 +34,10 @@ pytestmark = pytest.mark.check("roundtrip")
 POLICY = "fail"
 
 
+@pytest.mark.pair(required=True, because="its requests have no second engine to meet")
 @pytest.mark.parametrize("situation", list(PUSH_SITUATIONS))
-def test_pair_orders(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, situation: str,
+def test_pair_orders(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, situation: str,
                      make_rig: MakeRig, record_property: Callable[[str, object], None]) -> None:
-    require(connector, platform, "roundtrip")
-    if not connector.profile.is_pair():
-        pytest.skip(f"{connector.name} is not a producer/consumer pair (its profile's roles): its requests have no "
-                    f"second engine to meet")
     with refusals_skip():
         try:
             result = PUSH_SITUATIONS[situation].run(make_rig(CacheShape()), PUSH_SITUATIONS[situation])
@@ -50,14 +47,11 @@ def test_pair_orders(platform: PlatformSpec, attn_backend: str, connector: Conne
         record_property("kvconform.claim", result.describe())
 
 
-@pytest.mark.check("load_failure", needs="roundtrip")
+@pytest.mark.pair(required=True, because="no producer writes into its blocks")
+@pytest.mark.check("load_failure")
 @pytest.mark.parametrize("fault", list(PUSH_FAULTS))
-def test_pair_write_failure(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, fault: str,
+def test_pair_write_failure(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, fault: str,
                             make_rig: MakeRig, record_property: Callable[[str, object], None]) -> None:
-    require(connector, platform, "roundtrip")
-    if not connector.profile.is_pair():
-        pytest.skip(f"{connector.name} is not a producer/consumer pair (its profile's roles): no producer writes "
-                    f"into its blocks")
     with refusals_skip():
         try:
             answer = run_pair_write_failure(make_rig(CacheShape()), PUSH_FAULTS[fault], POLICY)

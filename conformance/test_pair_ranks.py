@@ -17,7 +17,7 @@ from kvconform.conformance.checks.pair_ranks import (
     ranked_model_rig,
     run_pair_ranks,
 )
-from kvconform.conformance.connectors.requirements import refusals_skip, require
+from kvconform.conformance.connectors.requirements import refusals_skip
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -29,13 +29,10 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.check("roundtrip")
 
 
+@pytest.mark.pair(required=True, because="no engine reads another's tensor-parallel ranks")
 @pytest.mark.parametrize("model", list(RANKED_MODELS))
-def test_pair_ranks(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, model: str,
+def test_pair_ranks(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, model: str,
                     make_rig: MakeRig, record_property: Callable[[str, object], None]) -> None:
-    require(connector, platform, "roundtrip")
-    if not connector.profile.is_pair():
-        pytest.skip(f"{connector.name} is not a producer/consumer pair (its profile's roles): no engine reads "
-                    f"another's tensor-parallel ranks")
     ranked = RANKED_MODELS[model]
     rig = ranked_model_rig(make_rig(ranked.shape), ranked)
     try:

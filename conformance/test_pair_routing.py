@@ -15,7 +15,7 @@ import pytest
 
 from kvconform.conformance.checks.pair import ROUTINGS, SAME_ROUTE, run_pair_roundtrip
 from kvconform.conformance.checks.roundtrip import ROUNDTRIP_SCENARIOS
-from kvconform.conformance.connectors.requirements import refusals_skip, require
+from kvconform.conformance.connectors.requirements import refusals_skip
 from kvconform.conformance.engine.kvcache import CacheShape
 
 if TYPE_CHECKING:
@@ -30,13 +30,10 @@ pytestmark = pytest.mark.check("roundtrip")
 ROUTED = [name for name, routing in ROUTINGS.items() if routing is not SAME_ROUTE]  # same-ids: test_roundtrip's
 
 
+@pytest.mark.pair(required=True, because="no router stands between its engines")
 @pytest.mark.parametrize("routing", ROUTED)
-def test_pair_routed(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, routing: str,
+def test_pair_routed(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, routing: str,
                      make_rig: MakeRig, record_property: Callable[[str, object], None]) -> None:
-    require(connector, platform, "roundtrip")
-    if not connector.profile.is_pair():
-        pytest.skip(f"{connector.name} is not a producer/consumer pair (its profile's roles): no router stands "
-                    f"between its engines")
     with refusals_skip():
         result = run_pair_roundtrip(make_rig(CacheShape()), ROUNDTRIP_SCENARIOS["multi"], routing=ROUTINGS[routing])
     record_property("kvconform.claim", result.describe())

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from kvconform.conformance.checks.pair_turns import TURN_SITUATIONS, TurnsRig, run_pair_turns, turns_config
-from kvconform.conformance.connectors.requirements import refusals_skip, require
+from kvconform.conformance.connectors.requirements import refusals_skip
 from kvconform.conformance.engine.kvcache import CacheShape
 
 if TYPE_CHECKING:
@@ -26,13 +26,10 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.check("roundtrip")
 
 
+@pytest.mark.pair(required=True, because="no decoder holds a conversation for a prefill engine")
 @pytest.mark.parametrize("situation", list(TURN_SITUATIONS))
-def test_pair_turns(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, situation: str,
+def test_pair_turns(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, situation: str,
                     make_rig: MakeRig, record_property: Callable[[str, object], None]) -> None:
-    require(connector, platform, "roundtrip")
-    if not connector.profile.is_pair():
-        pytest.skip(f"{connector.name} is not a producer/consumer pair (its profile's roles): no decoder holds a "
-                    f"conversation for a prefill engine")
     rig = make_rig(CacheShape(), TurnsRig)
     rig.extra_config.update(turns_config(TURN_SITUATIONS[situation]))
     with refusals_skip():

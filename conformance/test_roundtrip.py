@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from kvconform.conformance.checks.roundtrip import ROUNDTRIP_SCENARIOS, run_roundtrip
-from kvconform.conformance.connectors.requirements import refusals_skip, require
+from kvconform.conformance.connectors.requirements import refusals_skip
 from kvconform.conformance.engine.kvcache import KV_DTYPES, CacheShape, all_layouts
 from kvconform.conformance.session.devices import MULTI_DEVICE_GROUP
 
@@ -29,10 +29,9 @@ DTYPES = list(KV_DTYPES)
 BLOCK_SIZES = [16, 32, 64]  # each backend runs those vLLM says its kernels take (CPU_ATTN: multiples of 32)
 
 
-def _roundtrip(make_rig: Callable[[CacheShape], Rig], connector: ConnectorParam, platform: PlatformSpec,
+def _roundtrip(make_rig: Callable[[CacheShape], Rig], connector: ConnectorParam,
                shape: CacheShape, scenario: str = "unaligned",
                record_property: Callable[[str, object], None] | None = None) -> None:
-    require(connector, platform, "roundtrip")
     rig = make_rig(shape)
     if reason := rig.block_size_refusal():
         pytest.skip(reason)
@@ -51,20 +50,20 @@ def _roundtrip(make_rig: Callable[[CacheShape], Rig], connector: ConnectorParam,
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_roundtrip(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, dtype: str, make_rig: MakeRig,
+def test_roundtrip(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, dtype: str, make_rig: MakeRig,
                    record_property: Callable[[str, object], None]) -> None:
-    _roundtrip(make_rig, connector, platform, CacheShape(dtype=dtype), record_property=record_property)
+    _roundtrip(make_rig, subject, CacheShape(dtype=dtype), record_property=record_property)
 
 
 @pytest.mark.mla  # attn_backend: the platform's MLA backends (an MLA layer never runs on another)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_roundtrip_mla(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, dtype: str,
+def test_roundtrip_mla(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, dtype: str,
                        make_rig: MakeRig, record_property: Callable[[str, object], None]) -> None:
-    _roundtrip(make_rig, connector, platform, CacheShape(dtype=dtype, mla=True), record_property=record_property)
+    _roundtrip(make_rig, subject, CacheShape(dtype=dtype, mla=True), record_property=record_property)
 
 
 @pytest.mark.parametrize("layout", all_layouts())
-def test_roundtrip_layout(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, layout: str,
+def test_roundtrip_layout(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, layout: str,
                           make_rig: MakeRig, record_property: Callable[[str, object], None]) -> None:
     """On CPU every layout runs (the GPU backends' too: index bugs show before a GPU lane does);
     on an accelerator, the layouts the backend under test accepts."""
@@ -75,14 +74,14 @@ def test_roundtrip_layout(platform: PlatformSpec, attn_backend: str, connector: 
         if accepted and layout not in [a.name for a in accepted]:
             pytest.skip(f"{attn_backend} does not accept the {layout} layout "
                         f"(its supported_kv_cache_layouts: {', '.join(a.name for a in accepted)})")
-    _roundtrip(make_rig, connector, platform, CacheShape(layout=layout), record_property=record_property)
+    _roundtrip(make_rig, subject, CacheShape(layout=layout), record_property=record_property)
 
 
 @pytest.mark.parametrize("block_size", BLOCK_SIZES, ids=[f"bs{b}" for b in BLOCK_SIZES])
 @pytest.mark.parametrize("scenario", list(ROUNDTRIP_SCENARIOS))
-def test_roundtrip_scenario(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, scenario: str,
+def test_roundtrip_scenario(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, scenario: str,
                             block_size: int, make_rig: MakeRig, record_property: Callable[[str, object], None]) -> None:
-    _roundtrip(make_rig, connector, platform, CacheShape(block_size=block_size), scenario, record_property)
+    _roundtrip(make_rig, subject, CacheShape(block_size=block_size), scenario, record_property)
 
 
 POLICY_OFF_CURRENT = ("kvconform policy, stricter than vLLM (whose worker makes its cache device current): "
@@ -91,7 +90,7 @@ POLICY_OFF_CURRENT = ("kvconform policy, stricter than vLLM (whose worker makes 
 
 @pytest.mark.xdist_group(MULTI_DEVICE_GROUP)
 @pytest.mark.policy(POLICY_OFF_CURRENT)
-def test_roundtrip_other_device(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, make_rig: MakeRig,
+def test_roundtrip_other_device(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, make_rig: MakeRig,
                                 off_current_device: str, record_property: Callable[[str, object], None]) -> None:
     """Caches off the current device: catches ``"cuda"``, ``current_platform.device_type``, the current device.
 
@@ -106,7 +105,7 @@ def test_roundtrip_other_device(platform: PlatformSpec, attn_backend: str, conne
     current = current_device(platform.torch_device_type)
     assert off_current_device != str(current), f"{off_current_device} is the current device; the case needs another"
     try:
-        _roundtrip(lambda shape: replace(make_rig(shape), device=off_current_device), connector, platform, CacheShape())
+        _roundtrip(lambda shape: replace(make_rig(shape), device=off_current_device), subject, CacheShape())
     except DeviceMismatch as exc:
         raise DeviceMismatch(f"{POLICY_OFF_CURRENT} (caches on {off_current_device}, current device {current}): "
                              f"{exc}") from exc

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from kvconform.conformance.checks.half_timings import HALF_TIMINGS
-from kvconform.conformance.connectors.requirements import refusals_skip, require
+from kvconform.conformance.connectors.requirements import refusals_skip
 from kvconform.conformance.engine.kvcache import CacheShape
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from kvconform.conformance.connectors.selection import ConnectorParam
     from kvconform.platforms.spec import PlatformSpec
 
-pytestmark = pytest.mark.check("scheduler_half", needs="contract")
+pytestmark = pytest.mark.check("scheduler_half")
 
 # report fields each timing's run must have exercised (HalfReport in checks/scheduler_half.py)
 EXERCISED = ("stores", "loads", "flushes", "aborts", "preempted_in_flight", "finished_in_flight",
@@ -41,12 +41,11 @@ EXERCISED_BY_TIMING = {"late-out-of-order": ("out_of_order",), "async": ("lookup
 
 
 @pytest.mark.parametrize("timing", list(HALF_TIMINGS))
-def test_scheduler_half(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, timing: str,
+def test_scheduler_half(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, timing: str,
                         request: pytest.FixtureRequest, record_property: Callable[[str, object], None]) -> None:
     """The scheduler half's lifecycle against vLLM's contract with its worker half, every step."""
-    require(connector, platform, "contract")
-    if not connector.profile.scheduler_half:
-        pytest.skip(f"{connector.name}: its profile does not set scheduler_half (the check's feeder plays "
+    if not subject.profile.scheduler_half:
+        pytest.skip(f"{subject.name}: its profile does not set scheduler_half (the check's feeder plays "
                     f"OffloadingConnector's worker half, the only worker contract it knows; the other checks "
                     f"drive this connector's own worker half)")
     from kvconform.conformance.checks.scheduler_half import BLOCK_SIZE, SchedulerHalfRig, run_scheduler_half
@@ -61,5 +60,5 @@ def test_scheduler_half(platform: PlatformSpec, attn_backend: str, connector: Co
     record_property("kvconform.scheduler_half", report.describe())
     missing = [name for name in EXERCISED if not getattr(report, name)]
     missing += [name for name in EXERCISED_BY_TIMING.get(timing, ()) if not getattr(report, name)]
-    assert not missing, (f"{connector.name}: the scheduler-half workload (timing {timing}) ran without "
+    assert not missing, (f"{subject.name}: the scheduler-half workload (timing {timing}) ran without "
                          f"{', '.join(m.replace('_', ' ') for m in missing)}: not exercised ({report.describe()})")

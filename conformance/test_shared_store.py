@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from kvconform.conformance.checks.shared_store import OTHER_CONFIGURATIONS, run_shared_store
-from kvconform.conformance.connectors.requirements import refusals_skip, require
+from kvconform.conformance.connectors.requirements import refusals_skip
 from kvconform.conformance.engine.kvcache import CacheShape
 
 if TYPE_CHECKING:
@@ -20,16 +20,14 @@ if TYPE_CHECKING:
     from kvconform.conformance.engine.rig import MakeRig
     from kvconform.platforms.spec import PlatformSpec
 
-pytestmark = pytest.mark.check("shared_store", needs="roundtrip")
+pytestmark = pytest.mark.check("shared_store")
 
 
+@pytest.mark.pair(required=False, because="its consumer reads the producer it is routed to, not a store that engines "
+                  "of other configurations write")
 @pytest.mark.parametrize("other", list(OTHER_CONFIGURATIONS))
-def test_shared_store(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, other: str,
+def test_shared_store(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, other: str,
                       make_rig: MakeRig) -> None:
-    require(connector, platform, "roundtrip")
-    if connector.profile.is_pair():
-        pytest.skip(f"{connector.name} is a producer/consumer pair: its consumer reads the producer it is routed "
-                    f"to, not a store that engines of other configurations write")
     rig = make_rig(CacheShape())
     with refusals_skip():
         run_shared_store(rig, OTHER_CONFIGURATIONS[other].make(rig))

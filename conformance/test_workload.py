@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from kvconform.conformance.connectors.requirements import refusals_skip, require
+from kvconform.conformance.connectors.requirements import refusals_skip
 from kvconform.conformance.engine.kvcache import CacheShape
 from kvconform.conformance.workload.scenarios import EXERCISES, WORKLOAD_SCENARIOS
 
@@ -72,25 +72,23 @@ def _run(workload_rig: MakeWorkloadRig, spec: WorkloadSpec) -> WorkloadReport:
 
 
 @pytest.mark.parametrize("scenario", list(WORKLOAD_SCENARIOS))
-def test_workload_scenario(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, scenario: str,
+def test_workload_scenario(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, scenario: str,
                            workload_rig: MakeWorkloadRig) -> None:
-    require(connector, platform, "workload")
     spec = WORKLOAD_SCENARIOS[scenario]
     report = _run(workload_rig, spec)
     assert report.verified_loaded_tokens > 0, (
-        f"{connector.name}: the {scenario} workload gave the consumer no verified load "
+        f"{subject.name}: the {scenario} workload gave the consumer no verified load "
         f"({report.claimed_tokens} external tokens claimed): nothing was checked\n  workload: {spec.to_text()}")
     if scenario in EXERCISES:
         assert getattr(report, EXERCISES[scenario]) > 0, (
-            f"{connector.name}: the {scenario} workload ran without {EXERCISES[scenario].replace('_', ' ')}: "
+            f"{subject.name}: the {scenario} workload ran without {EXERCISES[scenario].replace('_', ' ')}: "
             f"its feature was not exercised ({report})\n  workload: {spec.to_text()}")
 
 
 @pytest.mark.parametrize("prefill", ["whole", "chunked"])
-def test_workload_generated(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, prefill: str,
+def test_workload_generated(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, prefill: str,
                             workload_rig: MakeWorkloadRig, request: pytest.FixtureRequest) -> None:
     """Generated workloads, the first anchored to a verified load; a failure prints its spec and the replay command."""
-    require(connector, platform, "workload")
     from kvconform.conformance.session.options import NORMAL_EXAMPLES
     from kvconform.conformance.workload.strategies import seeded_workloads
 
@@ -102,7 +100,7 @@ def test_workload_generated(platform: PlatformSpec, attn_backend: str, connector
     else:
         verified = [_run(workload_rig, spec).verified_loaded_tokens
                     for spec in seeded_workloads(seed, NORMAL_EXAMPLES, chunked)]
-    assert sum(verified) > 0, (f"{connector.name}: none of the {len(verified)} generated workloads gave the "
+    assert sum(verified) > 0, (f"{subject.name}: none of the {len(verified)} generated workloads gave the "
                                f"consumer a verified load, the anchored one included (a prompt stored in full, "
                                f"then asked for first on a fresh consumer): nothing was checked, the connector "
                                f"never loaded")
@@ -129,13 +127,12 @@ def _explored(workload_rig: MakeWorkloadRig, seed: str, chunked: bool, examples:
     return verified
 
 
-def test_workload_replay(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam,
+def test_workload_replay(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam,
                          workload_rig: MakeWorkloadRig, request: pytest.FixtureRequest) -> None:
     """The workload ``--kvconform-replay SPEC`` names, exactly as a failure printed it."""
     text = request.config.getoption("kvconform_replay")
     if text is None:
         pytest.skip("no workload to replay: pass --kvconform-replay SPEC (the line a workload failure prints)")
-    require(connector, platform, "workload")
     from kvconform.conformance.workload.spec import WorkloadSpec
 
     _run(workload_rig, WorkloadSpec.from_text(text))

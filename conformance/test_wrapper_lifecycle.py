@@ -20,7 +20,7 @@ from kvconform.conformance.checks.wrapper_lifecycle import (
     run_reports,
     run_shutdown,
 )
-from kvconform.conformance.connectors.requirements import children_unmet_need, refusals_skip, require
+from kvconform.conformance.connectors.requirements import children_unmet_need, refusals_skip
 from kvconform.conformance.engine.kvcache import CacheShape
 from kvconform.conformance.engine.prompts import request_prompt
 
@@ -33,15 +33,14 @@ pytestmark = pytest.mark.check("lifecycle")
 
 
 def _require_wrapper(connector: ConnectorParam, platform: PlatformSpec) -> None:
-    require(connector, platform, "lifecycle")
     if reason := children_unmet_need(connector, platform):
         pytest.skip(reason)
 
 
-def test_wrapper_engine_hooks(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam,
+def test_wrapper_engine_hooks(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam,
                               make_rig: MakeRig) -> None:
     """Layout, pool, copy op, handshake, aggregator, metrics and reset: each as its vLLM caller relies on it."""
-    _require_wrapper(connector, platform)
+    _require_wrapper(subject, platform)
     with refusals_skip():
         try:
             run_engine_hooks(make_rig(CacheShape()))
@@ -49,10 +48,10 @@ def test_wrapper_engine_hooks(platform: PlatformSpec, attn_backend: str, connect
             pytest.skip(str(exc))
 
 
-def test_wrapper_shutdown(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam,
+def test_wrapper_shutdown(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam,
                           make_rig: MakeRig) -> None:
     """Both sides' shutdown reaches every child though the first child's raises, and the caller sees the error."""
-    _require_wrapper(connector, platform)
+    _require_wrapper(subject, platform)
     with refusals_skip():
         try:
             run_shutdown(make_rig(CacheShape()))
@@ -60,11 +59,11 @@ def test_wrapper_shutdown(platform: PlatformSpec, attn_backend: str, connector: 
             pytest.skip(str(exc))
 
 
-def test_wrapper_reports(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam,
+def test_wrapper_reports(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam,
                          make_rig: MakeRig) -> None:
     """What the children report (worker metadata, transfer stats, metrics) reaches vLLM's callers through it, each
     child's own, merged and exported as the children would have it."""
-    _require_wrapper(connector, platform)
+    _require_wrapper(subject, platform)
     rig = make_rig(CacheShape(), StatsLoggingRig)
     with refusals_skip():
         try:

@@ -27,6 +27,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kvconform.check_table import STATIC_CHECKS
+
 from .findings import findings
 from .identity import UNKNOWN
 from .matrix import build_matrix
@@ -34,8 +36,6 @@ from .model import CaseResult, Results
 from .outcomes import is_failing
 from .verdict import verdict
 
-# Checks that read a connector's source without running it: a connector with only these ran nothing of it.
-STATIC_CHECKS = frozenset({"lint"})
 NOT_A_CHECK = frozenset({"collection"})  # a module that did not import: no connector's check
 # The construction failure's first line (ConstructionFailure.failure), as pytest records it ("Failed: ..." or bare)
 _CONSTRUCTION_FAILURE = re.compile(r"^(?:Failed: )?\S+ could not be constructed here \(")

@@ -15,7 +15,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from .matrix import CHECK_ORDER
+from kvconform.check_table import COLUMN_ORDER
+
 from .model import Expected, Results
 from .outcomes import ORDER
 
@@ -56,7 +57,7 @@ class Finding:
         return sorted(self.connectors)
 
     def check_names(self) -> list[str]:
-        rank = {name: i for i, name in enumerate(CHECK_ORDER)}
+        rank = {name: i for i, name in enumerate(COLUMN_ORDER)}
         return sorted(self.checks, key=lambda k: (rank.get(k, len(rank)), k))
 
     def outcome_parts(self) -> list[str]:

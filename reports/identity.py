@@ -20,6 +20,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from kvconform.check_table import gate_of
+
 if TYPE_CHECKING:
     import pytest  # the plugin hands over its live items; reading a report imports no pytest
 
@@ -99,13 +101,10 @@ def check_of(item: pytest.Item) -> str | None:
 
 
 def needed_check(item: pytest.Item) -> str | None:
-    """The check a connector's profile must list for the test to run: its ``check`` marker's ``needs=``
-    (``load_failure`` needs ``roundtrip``), else the check itself; None where the test names no check."""
-    marker, check = item.get_closest_marker("check"), check_of(item)
-    if marker is None or check is None:
-        return None
-    need: str | None = marker.kwargs.get("needs", check)
-    return need
+    """The profile key a connector's profile must list for the test to run, per the check table (``load_failure``
+    needs ``roundtrip``); None where the test names no check."""
+    check = check_of(item)
+    return gate_of(check) if check is not None else None
 
 
 def glob_match(text: str, pattern: str) -> bool:

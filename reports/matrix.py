@@ -11,13 +11,14 @@ from collections import defaultdict
 from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass
 
+from kvconform.check_table import COLUMN_ORDER
+
 from .identity import column_platform
 from .model import CaseResult, Cell, Results
 from .not_run import is_not_run
 from .outcomes import ORDER, OUTCOMES, is_failing
 
-# Checks in the order a connector meets them; others follow alphabetically, collection errors last.
-CHECK_ORDER = ("roundtrip", "load_failure", "shared_store", "fill", "contract", "scheduler_half", "lint", "engine")
+# Checks in the check table's order; others follow alphabetically, collection errors last.
 LAST_CHECKS = ("collection",)
 
 
@@ -69,7 +70,7 @@ def build_matrix(results: Results) -> Matrix:
     connectors = sorted({c.connector for c in results.cells}, key=lambda c: (c not in failing, c == "-", c))
     return Matrix(
         platforms=_ordered((c.platform for c in results.cells), _platform_order(), base=column_platform),
-        checks=_ordered((c.check for c in results.cells), CHECK_ORDER, LAST_CHECKS),
+        checks=_ordered((c.check for c in results.cells), COLUMN_ORDER, LAST_CHECKS),
         connectors=connectors,
         cells=cells,
         tests=dict(tests),

@@ -12,8 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
+from kvconform.check_table import COLUMN_ORDER
+
 from .compare import changed_ids, outcome_line, outcomes_of
-from .matrix import CHECK_ORDER, LAST_CHECKS, Matrix, build_matrix, cell_count_parts
+from .matrix import LAST_CHECKS, Matrix, build_matrix, cell_count_parts
 from .model import CaseResult, Cell
 from .outcomes import OUTCOMES
 from .releases import ReleaseRun
@@ -93,7 +95,7 @@ def _differ(cells: dict[str, ReleaseCell | None]) -> bool:
 
 def _check_key(check: str) -> tuple[bool, int, str]:
     """Checks in the order a connector meets them (as ``matrix.py`` orders its columns), collection errors last."""
-    rank = CHECK_ORDER.index(check) if check in CHECK_ORDER else len(CHECK_ORDER)
+    rank = COLUMN_ORDER.index(check) if check in COLUMN_ORDER else len(COLUMN_ORDER)
     return check in LAST_CHECKS, rank, check
 
 

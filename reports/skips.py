@@ -14,7 +14,8 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .exercised import STATIC_CHECKS
+from kvconform.check_table import STATIC_CHECKS
+
 from .matrix import Matrix
 from .model import CaseResult, Cell, Results
 from .not_run import is_not_run

@@ -10,16 +10,26 @@ import copy
 import re
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+
+from kvconform.check_table import PROFILE_KEYS
 
 from ..session.yaml_models import load_yaml_model
 from .service_spec import ServiceSpec
 
 PROFILES_FILE = Path(__file__).resolve().parents[1] / "connectors.yaml"
 
-Check = Literal["roundtrip", "fill", "contract", "lint", "engine", "workload", "lifecycle"]
+
+def _profile_key(name: str) -> str:
+    if name not in PROFILE_KEYS:
+        raise ValueError(f"no check {name!r}; a profile lists any of {', '.join(PROFILE_KEYS)}")
+    return name
+
+
+# a check a profile may list: a row of the check table that gates itself (load_failure rides on roundtrip)
+Check = Annotated[str, AfterValidator(_profile_key)]
 Role = Literal["kv_both", "kv_producer", "kv_consumer"]
 # "exclusive": the connector may bind fixed resources of the host (ports, shared-memory names), so under -n N its
 # tests never run on two workers at once (reliability/host_lock.py); "shared": any number of instances side by side

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from kvconform.check_table import STATIC_CHECKS
+
 if TYPE_CHECKING:
     from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1
 
@@ -23,8 +25,6 @@ if TYPE_CHECKING:
 
     from .selection import ConnectorParam
 
-# Checks that read source, not a device: they need neither the connector's packages nor its platforms.
-STATIC_CHECKS = frozenset({"lint"})
 
 
 def unmet_need(connector: ConnectorParam, platform: PlatformSpec, check: str) -> str | None:
@@ -37,7 +37,7 @@ def unmet_need(connector: ConnectorParam, platform: PlatformSpec, check: str) ->
     if not profile.runs(check):
         why = f" ({profile.reason})" if profile.reason else ""
         return f"{connector.name}: the {check} check does not apply to it per its connector profile{why}"
-    if check in STATIC_CHECKS:
+    if check in STATIC_CHECKS:  # it reads source: it needs neither the connector's packages nor its platforms
         return None
     claimed = profile.requires.platforms
     if claimed is not None and platform.name not in claimed:
@@ -116,6 +116,16 @@ def require(connector: ConnectorParam, platform: PlatformSpec, check: str,
         if failure is not None:
             pytest.skip(failure.not_run())
     return cls
+
+
+def pair_mismatch(connector: ConnectorParam, marker: pytest.Mark | None) -> str | None:
+    """Why a test whose ``pair(required, because)`` marker says it is for producer/consumer pairs only
+    (``required=True``) or never for them (``False``) does not apply to ``connector``; None where it does."""
+    if marker is None or marker.kwargs["required"] == connector.profile.is_pair():
+        return None
+    if marker.kwargs["required"]:
+        return f"{connector.name} is not a producer/consumer pair (its profile's roles): {marker.kwargs['because']}"
+    return f"{connector.name} is a producer/consumer pair: {marker.kwargs['because']}"
 
 
 @contextmanager

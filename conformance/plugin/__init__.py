@@ -33,8 +33,10 @@ pytest_plugins = list(HOOK_MODULES)
 
 MARKERS = {
     "engine": "end-to-end runs of vLLM's LLM engine (slow; part of make test)",
-    "check(name, needs=None)": "the conformance check a test performs (roundtrip, fill, contract, lint, ...); "
-    "needs: the profile check it depends on, when not its own name",
+    "check(name)": "the conformance check a test performs: a row of kvconform's check table (roundtrip, fill, "
+    "contract, lint, ...), which also says the profile key that gates it",
+    "pair(required, because)": "the test is for producer/consumer pairs only (required=True) or never for them "
+    "(False); because: why, which the skip of a connector it does not apply to quotes",
     "mla": "the test's attn_backend axis is the platform's MLA backends, not its standard ones",
     "policy(text)": "the test checks a rule stricter than vLLM's own worker (kvconform's policy), said in text",
 }
@@ -140,7 +142,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     The test still calls ``require`` (which also loads the class); this only spares
     the fixtures of the hundreds of tests a profile or a missing package rules out.
-    A check marker's ``needs=`` names the profile check it depends on (default: itself).
+    The check table names the profile key each check needs (``identity.needed_check``).
     """
     from kvconform.reports.identity import connector_of, needed_check
 

@@ -39,18 +39,6 @@ NOT_EXERCISED = Verdict("NOT EXERCISED", EXIT_NOT_EXERCISED)
 FAILS_ON_BASE_TOO = Verdict("NO VERDICT: what fails here fails over the change's base too", EXIT_BUILD_NEEDED)
 CANNOT_DRIVE = Verdict("NO VERDICT: kvconform cannot drive this vLLM", EXIT_BUILD_NEEDED)
 
-# The runtime checks a connector's profile may list, and what each does (``printing.where_it_runs`` says which of them
-# a connector would run elsewhere); whether a test's check is one is ``is_runtime_check``. ``lint`` reads the source.
-RUNTIME_CHECKS: dict[str, str] = {
-    "roundtrip": "save then load through the connector, byte for byte",
-    "fill": "the connector fills the blocks it was asked to",
-    "contract": "the connector API as vLLM's scheduler and worker call it",
-    "load_failure": "a failed load is reported, never silent",
-    "shared_store": "an engine of another configuration over the same store never gets this one's KV",
-    "scheduler_half": "the scheduler half in vLLM's Scheduler, its worker's reports fed back as vLLM's runner does",
-    "engine": "vLLM's engine end to end",
-    "workload": "server-like workloads through vLLM's scheduler",
-}
 FAILING = ("failed", "error")
 
 

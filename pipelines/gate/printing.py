@@ -19,11 +19,12 @@ import shlex
 from collections import Counter
 from pathlib import Path
 
+from kvconform.check_table import STATIC_CHECKS
 from kvconform.errors import one_line
 from kvconform.reports.exercised import UNCONSTRUCTED, is_construction_failure, ran_runtime_check
 from kvconform.reports.outcomes import ORDER
 
-from .judgement import RUNTIME_CHECKS, GateOutcome
+from .judgement import GateOutcome
 from .results import MESSAGE_LIMIT, GateCase
 from .selection import Selection, claimed_platforms
 
@@ -104,7 +105,7 @@ def where_it_runs(connector: str) -> str:
     from kvconform.conformance.connectors.profiles import profile_for
 
     profile = profile_for(connector)
-    runtime = [check for check in profile.checks or [] if check in RUNTIME_CHECKS]
+    runtime = [check for check in profile.checks or [] if check not in STATIC_CHECKS]
     if not runtime:
         return f"its profile lists no runtime check on any platform ({profile.reason or 'no reason given'})"
     needs = f", with {', '.join(profile.requires.packages)} installed" if profile.requires.packages else ""

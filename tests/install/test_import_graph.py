@@ -30,13 +30,15 @@ ROOT = Path(__file__).resolve().parents[2]
 # modules, its conftest and the command line, which pytest and the console script load. Nothing may import the
 # pytest plugin: pytest loads it by entry point.
 P, R, C = "kvconform.platforms", "kvconform.reports", "kvconform.conformance."
-SHARED = ("kvconform.errors",)  # small things every package may import; they import nothing of kvconform
+# small things every package may import; they import nothing of kvconform
+SHARED = ("kvconform.errors", "kvconform.check_table")
 TOP = "kvconform"  # a row for the top package's __init__ only
 VLLM_INSTALL, SESSION, ENGINE, CHECKS = C + "vllm_install", C + "session", C + "engine", C + "checks"
 CONNECTORS = C + "connectors"
 MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "kvconform": (),  # the package's own __init__ alone: the modules beside it have their rows
     "kvconform.errors": (),
+    "kvconform.check_table": (),
     "kvconform.__main__": (C + "cli",),
     P: (),
     R: (P,),
