@@ -300,7 +300,7 @@ RUN_OLDEST   := PYTHONPATH=$(abspath $(OLDEST))
 OLDEST_TESTS ?= tests/reliability/test_deferred_protocol.py tests/reliability/test_deferred_private_index.py \
 	tests/reliability/test_crash_isolation.py tests/reliability/test_bad_input.py tests/plugin/test_scheduling.py \
 	tests/expectations tests/reports/test_report_real_pytest.py tests/reports/test_report_harness_cause.py \
-	tests/reliability/test_gc_per_test.py tests/install/test_public_apis.py tests/install/test_requirements.py
+	tests/reliability/test_gc_between_tests.py tests/install/test_public_apis.py tests/install/test_requirements.py
 OLDEST_SUITE ?= (test_roundtrip and float32) or test_contract or test_lint
 
 .PHONY: test-oldest

@@ -1,5 +1,5 @@
 """Thin on purpose: kvconform's plugin is registered by its ``pytest11`` entry point
-(so ``pytest --pyargs conformance`` works from anywhere once installed). Only when
+(so ``pytest --pyargs kvconform.conformance`` works from anywhere once installed). Only when
 entry-point plugins are disabled does this file load it for a source checkout."""
 
 import os

@@ -129,7 +129,7 @@ def _placement(run: RunSpec, timeout: int, retry: list[RetryRule], forward: tupl
     return step
 
 
-def pytest_words(run: LaneRun, connectors: list[str], junit: str) -> list[Word]:
+def suite_words(run: LaneRun, connectors: list[str], junit: str) -> list[Word]:
     """The conformance run of ``connectors`` on the lane's platform (``SuiteCommand``: no value reads as an option).
 
     Always under xdist: a worker that a connector crashes is replaced and its test fails, naming it.
@@ -161,7 +161,7 @@ def group_step(run: LaneRun, group: str | None, connectors: list[str]) -> dict[s
     step["commands"] = [for_upload(line) for line in (
         join(["rm", "-f", "--", junit]),
         *preamble(run.lane),
-        in_test_env(pytest_words(run, connectors, junit), run.lane, run.spec.visibility_vars),
+        in_test_env(suite_words(run, connectors, junit), run.lane, run.spec.visibility_vars),
     )]
     step["artifact_paths"] = [junit]
     return step
@@ -176,7 +176,7 @@ def sharded_step(run: LaneRun, connectors: list[str]) -> dict[str, Any]:
     junits = [f"{run.junit_dir()}/{key}-{job}.xml" for job in range(jobs)]
     step = _test_step(run, key, run.label())
     step["parallelism"] = jobs
-    branches = [f"{job}) " + in_test_env(pytest_words(run, connectors[job::jobs], junits[job]), run.lane,
+    branches = [f"{job}) " + in_test_env(suite_words(run, connectors[job::jobs], junits[job]), run.lane,
                                            run.spec.visibility_vars) + " ;;"
                 for job in range(jobs)]
     job_index = Raw('"$BUILDKITE_PARALLEL_JOB"')

@@ -26,6 +26,7 @@ ONE_RELEASE = "one_release"
 NO_VLLM = (
     "bench/test_bench_expected.py",
     "bench/test_bench_harness.py",
+    "bench/test_bench_report.py",
     "bench/test_phase_probe.py",
     "bench/test_suite_timing.py",
     "cli/test_cli_version_help.py",
@@ -42,7 +43,8 @@ NO_VLLM = (
     "engine/test_affinity.py",
     "engine/test_check_failure.py",
     "engine/test_closing.py",
-    "reliability/test_gc_per_test.py",
+    "engine/test_scheduler_outputs.py",
+    "reliability/test_gc_between_tests.py",
     "reliability/test_watchdog.py",
     "install/",
     "lint/test_lint_accelerator.py",

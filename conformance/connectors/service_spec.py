@@ -1,6 +1,6 @@
 """A server a connector needs, as data in its profile (``connectors.yaml``, key ``services``).
 
-The schema lives apart from ``conformance.connectors.services``, which runs the servers: the
+The schema lives apart from ``connectors.services``, which runs the servers: the
 profile loader reads this shape, and the runner (a pytest plugin that reaches the
 reliability hooks and, through them, connector selection and the profiles) uses
 it, so keeping it below both is what keeps the import graph free of cycles.

@@ -2,7 +2,7 @@
 
 A connector's own module is a small part of what it executes (SimpleCPUOffload's CUDA stream call sits
 in ``vllm/v1/simple_kv_offload/worker.py``). The PR gate already knows which files loading a connector
-executes (``conformance.vllm_install.import_graph``); the lint reads those files whole, of the vLLM this
+executes (``vllm_install.import_graph``); the lint reads those files whole, of the vLLM this
 process would import (installed, or the gate's overlay), without importing it, and beyond them the
 definitions of every name they use (``reach.py``). A pinned finding that is gone is told apart
 (``Closure.unfound``): the code is gone, or the lint no longer reads its place.

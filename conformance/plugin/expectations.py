@@ -85,7 +85,7 @@ def collects_whole_suite(config: pytest.Config) -> bool:
     return not any(_narrowing_arg(config, arg) for arg in config.args)
 
 
-@pytest.hookimpl(trylast=True)  # after conformance.plugin has resolved the run's platform
+@pytest.hookimpl(trylast=True)  # after kvconform.conformance.plugin has resolved the run's platform
 def pytest_configure(config: pytest.Config) -> None:
     paths = config.getoption("kvconform_expectations", default=[]) or [EXPECTATIONS_DIR]
     try:

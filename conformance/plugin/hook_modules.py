@@ -23,7 +23,7 @@ HOOK_MODULES = (
     "kvconform.conformance.connectors.services",
     "kvconform.conformance.reliability.host_lock",
     "kvconform.conformance.connectors.connector_env",
-    "kvconform.conformance.reliability.gc_per_test",
+    "kvconform.conformance.reliability.gc_between_tests",
     "kvconform.conformance.plugin.console",
 )
 

@@ -5,7 +5,7 @@ run, and its ``__del__`` often does real work or raises. Inside pytest formattin
 CPython 3.11's ``ast.parse`` fail with ``SystemError: AST constructor recursion depth mismatch`` and
 ends the run in an INTERNALERROR (MooncakeConnectorWorker's ``__del__`` does so). So no collection runs
 inside ``ast.parse`` (wrapped for the session) nor while a conformance test's report is made; finalizers
-run at the next collection outside them (``gc_per_test.py`` runs one after each report), where an error
+run at the next collection outside them (``gc_between_tests.py`` runs one after each report), where an error
 is only pytest's "exception ignored" warning.
 """
 

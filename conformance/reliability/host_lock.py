@@ -27,9 +27,9 @@ from typing import IO
 
 import pytest
 
+from kvconform.check_table import STATIC_CHECKS
 from kvconform.reports.identity import connector_of, needed_check
 
-from ..connectors.requirements import STATIC_CHECKS
 from ..engine.closing import BackgroundClose
 from ..session.target import TARGET_KEY
 from .crashes import LEDGER_INPUT_KEY
@@ -155,7 +155,7 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
     """The lock around the whole test: outside pytest-timeout's timer (the wait has its own bound) and outside the
-    per-test garbage collection (``gc_per_test.py``), so what a dropped connector still bound is freed first."""
+    per-test garbage collection (``gc_between_tests.py``), so what a dropped connector still bound is freed first."""
     locks = item.config.stash.get(_LOCKS_KEY, None)
     if locks is None:
         return (yield)

@@ -8,6 +8,6 @@ Two parts, so a machine that has only torch still says something:
   connector: one value per axis) of ExampleConnector, DecodeBenchConnector, the
   NIXL pair and MultiConnector, with JUnit and JSON results.
 
-Everything lands in one folder. Run as ``python -P -m conformance.smoke --out DIR``
+Everything lands in one folder. Run as ``python -P -m kvconform.conformance.smoke --out DIR``
 (``-P``: the installed kvconform, not a source tree in the working directory).
 """

@@ -1,4 +1,4 @@
-"""``python -P -m conformance.smoke --out DIR [--platform P] [--torch-only] [-- PYTEST_ARGS...]``."""
+"""``python -P -m kvconform.conformance.smoke --out DIR [--platform P] [--torch-only] [-- PYTEST_ARGS...]``."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def suite_command(spec: PlatformSpec, device_count: int, out: Path, extra: list[
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m conformance.smoke", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m kvconform.conformance.smoke", description=__doc__)
     parser.add_argument("--out", required=True, type=Path, help="folder for torch-only.json, junit.xml, results.json")
     parser.add_argument("--platform", default="auto", choices=platforms.CHOICES)
     parser.add_argument("--torch-only", action="store_true", help="skip the vLLM part")

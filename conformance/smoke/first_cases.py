@@ -1,4 +1,4 @@
-"""A pytest plugin for the smoke run: one case per check and connector (``-p conformance.smoke.first_cases``).
+"""A pytest plugin for the smoke run: one case per check and connector (``-p kvconform.conformance.smoke.first_cases``).
 
 The first collected case of each test function for each connector is kept: the
 suite's own first value of every axis (dtype, layout, scenario, block size, ...),

@@ -48,8 +48,8 @@ BASE_FOLDER = "base"  # --results DIR: the run over the change's base (where the
 IMPORT_MODE = "--import-mode=append"
 
 
-def pytest_command(platform: str, connectors: list[str], results: Path, python: str = sys.executable,
-                   keyword: str | None = None) -> list[str]:
+def suite_argv(platform: str, connectors: list[str], results: Path, python: str = sys.executable,
+               keyword: str | None = None) -> list[str]:
     """The conformance run for ``connectors`` on ``platform``: an argument list, never a shell line.
 
     Connector names come from the checkout's factory; ``SuiteCommand`` glues them to
@@ -103,7 +103,7 @@ def run_suite(vllm: TestedVllm, platform: str, connectors: list[str], kept: Path
         # The results folder is the working directory: nothing from the checkout or
         # the caller's folder (conftest.py, pytest.ini, a vllm/ folder) can join the run.
         probing = vllm.start_probe(folder)
-        command = pytest_command(platform, connectors, folder, vllm.python, keyword)
+        command = suite_argv(platform, connectors, folder, vllm.python, keyword)
         try:
             output = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         except OSError as exc:

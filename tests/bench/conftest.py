@@ -24,7 +24,7 @@ class Result:
 
 @pytest.fixture
 def bench(capsys):
-    """``bench(*args) -> Result``: ``kvconform bench ARGS`` through ``conformance.cli.main``."""
+    """``bench(*args) -> Result``: ``kvconform bench ARGS`` through ``kvconform.conformance.cli.main``."""
 
     def run(*args: str) -> Result:
         try:

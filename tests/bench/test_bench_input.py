@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from kvconform.conformance.bench import command as bench_module
+from kvconform.conformance.bench import inputs, measurements
 from kvconform.conformance.cli import build_parser
 from kvconform.errors import UserError
 
@@ -30,16 +30,16 @@ def test_defaults_measure_every_connector_at_three_sizes_without_a_gate():
     args = parse()
     assert args.connector == [] and args.json is None and args.min_ratio is None
     assert args.block_size is None  # the backend's preferred size
-    assert bench_module.parse_sizes(args.sizes) == [256, 1024, 4096]
+    assert inputs.parse_sizes(args.sizes) == [256, 1024, 4096]
 
 
 def test_the_block_size_follows_the_backend_as_the_suite_does():
     """vLLM's CPU_ATTN prefers 32 and its kernels refuse 16 (multiples of 32 only)."""
-    assert bench_module.block_size_for("CPU_ATTN", None) == 32
-    assert bench_module.block_size_for("CPU_ATTN", 64) == 64
+    assert inputs.block_size_for("CPU_ATTN", None) == 32
+    assert inputs.block_size_for("CPU_ATTN", 64) == 64
     with pytest.raises(UserError, match=re.escape("--block-size: CPU_ATTN does not run block size 16 (vLLM: its "
                                                   "kernel block sizes are")):
-        bench_module.block_size_for("CPU_ATTN", 16)
+        inputs.block_size_for("CPU_ATTN", 16)
 
 
 def test_json_without_a_file_means_stdout():
@@ -48,7 +48,7 @@ def test_json_without_a_file_means_stdout():
 
 
 def test_sizes_are_deduplicated_in_order():
-    assert bench_module.parse_sizes(" 64, 32,64 ") == [64, 32]
+    assert inputs.parse_sizes(" 64, 32,64 ") == [64, 32]
 
 
 @pytest.mark.parametrize("sizes, says", [
@@ -57,13 +57,13 @@ def test_sizes_are_deduplicated_in_order():
 ])
 def test_bad_sizes(sizes, says):
     with pytest.raises(UserError, match=re.escape(says)):
-        bench_module.parse_sizes(sizes)
+        inputs.parse_sizes(sizes)
 
 
 def test_sizes_must_be_whole_blocks():
-    bench_module.check_sizes([32, 64], 32)
+    inputs.check_sizes([32, 64], 32)
     with pytest.raises(UserError, match=re.escape("--sizes: 48 must be a multiple of the block size (32)")):
-        bench_module.check_sizes([32, 48], 32)
+        inputs.check_sizes([32, 48], 32)
 
 
 def assert_one_line_error(result, *fragments: str) -> None:
@@ -117,8 +117,8 @@ def test_argparse_rejects_malformed_values_with_exit_2(bench, args):
     assert result.err.strip().splitlines()[-1].startswith("kvconform bench: error: argument")
 
 
-def _row(ratio: float) -> bench_module.Row:
-    return bench_module.Row("C", "storage", "save", 16, 1000, 1.0, [1.0], 1e-6, 1.0, [1.0], 1e-6 / ratio, ratio)
+def _row(ratio: float) -> measurements.Row:
+    return measurements.Row("C", "storage", "save", 16, 1000, 1.0, [1.0], 1e-6, 1.0, [1.0], 1e-6 / ratio, ratio)
 
 
 KNOWN = {"connector": "Y", "error": "AttributeError: x", "class": "bug", "reason": "crashes", "link": "l",
@@ -134,5 +134,5 @@ KNOWN = {"connector": "Y", "error": "AttributeError: x", "class": "bug", "reason
     ([], 10.0, [], [], 0),
 ])
 def test_exit_status(ratios, min_ratio, errors, known, status):
-    outcome = bench_module.Outcome([_row(r) for r in ratios], [], errors, known)
-    assert bench_module.exit_status(outcome, min_ratio) == status
+    measured = measurements.Measurements([_row(r) for r in ratios], [], errors, known)
+    assert measurements.exit_status(measured, min_ratio) == status

@@ -1,7 +1,7 @@
 """Copies of examples/dict_connector.py's DictConnector whose return values trip an assertion in vLLM's scheduler.
 
 vLLM checks these values with bare ``assert`` statements; the suite must fail each copy with a first line that
-states the connector's mistake in connector terms (conformance/checks/vllm_assertions.py), vLLM's assertion as the
+states the connector's mistake in connector terms (conformance/engine/vllm_assertions.py), vLLM's assertion as the
 cause. Profiles: ``vllm_assertions_broken.yaml`` beside this file.
 """
 

@@ -110,7 +110,7 @@ def small_suite(tmp_path, monkeypatch):
     suite.write_text(SUITE)
     (suite.parent / "conftest.py").write_text(RECORDER)
     built = []
-    real_command = suite_run.pytest_command
+    real_command = suite_run.suite_argv
 
     def command(platform, connectors, results, python=sys.executable, keyword=None) -> list[str]:
         real = real_command(platform, connectors, results, python, keyword)
@@ -118,7 +118,7 @@ def small_suite(tmp_path, monkeypatch):
         return [python, "-m", "pytest", str(suite), "-p", "no:cacheprovider", *(["-k", keyword] if keyword else []),
                 "-q", *[word for word in real if word.startswith("--junitxml=")]]
 
-    monkeypatch.setattr(suite_run, "pytest_command", command)
+    monkeypatch.setattr(suite_run, "suite_argv", command)
     monkeypatch.setattr(tested_vllm, "PROBE", CHEAP_PROBE)
     # no installed plugins in the small run: kvconform's would probe accelerators and import torch
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")

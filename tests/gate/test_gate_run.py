@@ -236,7 +236,7 @@ def test_connectors_that_do_not_claim_the_platform_are_not_exercised_there(gate,
 
 
 def test_the_real_command_is_an_argument_list_with_glued_values():
-    command = suite_run.pytest_command("cpu", ["ExampleConnector", "--rf", "$(touch pwned)"], Path("/r"))
+    command = suite_run.suite_argv("cpu", ["ExampleConnector", "--rf", "$(touch pwned)"], Path("/r"))
     assert command[:5] == [sys.executable, "-m", "pytest", "--pyargs", "kvconform.conformance"]
     assert "--connector=--rf" in command and "--connector=$(touch pwned)" in command
     assert "--rf" not in command and "--platform=cpu" in command

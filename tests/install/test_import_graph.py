@@ -307,8 +307,8 @@ def test_relative_imports_resolve_and_a_leaf_that_imports_is_named():
 # (mypy without .ci/mypy's links, an editor's go-to-definition) cannot follow ``kvconform.conformance.x`` to
 # ``conformance/x.py``. So a module reaches its own folder's modules by relative imports, and only imports that cross
 # folders go through the mapping. pytest imports the suite's test modules and conftest by path, under a name of its
-# own (``conformance.test_roundtrip``): a relative import there would load a second copy of the package, so they keep
-# absolute imports.
+# own (made from the path, ``conformance/test_roundtrip.py``): a relative import there would load a second copy of
+# the package, so they keep absolute imports.
 MAPPED_FOLDERS = ("kvconform.conformance", "kvconform.platforms", "kvconform.pipelines", "kvconform.reports")
 
 

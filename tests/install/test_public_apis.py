@@ -4,7 +4,7 @@ kvconform is installed beside whatever versions of these a CI image pins, so it
 takes them as ranges; a private module may change in any release of them. Each
 private name it keeps is in ``conformance/session/private_apis.py``, with the feature test
 it is used behind and its public fallback. Read statically with ``ast`` (through
-``conformance.import_graph``, as the import-graph test reads them): every import
+``vllm_install.import_graph``, as the import-graph test reads them): every import
 statement counts, module level or inside a function, and so does an
 ``importlib.import_module("...")`` or ``__import__("...")`` of a constant name.
 """

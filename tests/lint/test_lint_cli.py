@@ -139,7 +139,7 @@ def test_without_vllm_the_default_path_is_a_one_line_error(monkeypatch, capsys):
 
 
 def test_the_default_path_is_vllms_connectors_found_without_importing_vllm():
-    script = ("import sys, json\nfrom conformance.cli import main\nstatus = main(['lint', '--json'])\n"
+    script = ("import sys, json\nfrom kvconform.conformance.cli import main\nstatus = main(['lint', '--json'])\n"
               "print(json.dumps({'status': status, 'vllm_imported': 'vllm' in sys.modules}), file=sys.stderr)\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=stretched(60))
     result = json.loads(done.stderr.strip().splitlines()[-1])

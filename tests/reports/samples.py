@@ -1,6 +1,6 @@
 """Small JUnit XML files written by hand, shaped like pytest's output for the conformance suite."""
 
-# A cpu run whose JUnit carries kvconform's properties (what conformance.results adds).
+# A cpu run whose JUnit carries kvconform's properties (what the plugin's results_json.py adds).
 CPU_WITH_PROPERTIES = """<?xml version="1.0" encoding="utf-8"?>
 <testsuites name="pytest tests">
  <testsuite name="pytest" errors="0" failures="2" skipped="1" tests="5" time="12.5"

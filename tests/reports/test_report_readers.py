@@ -105,7 +105,7 @@ def test_two_runs_of_one_platform_get_distinct_ids(tmp_path):
 
 
 def _on_vllm(junit: str, version: str) -> str:
-    """The sample run as recorded on vLLM ``version``: the suite property conformance.results writes."""
+    """The sample run as recorded on vLLM ``version``: the suite property results_json.py writes."""
     recorded = f'<properties><property name="kvconform.run.vllm" value="{version}"/></properties>'
     return junit.replace('hostname="ci">', 'hostname="ci">' + recorded, 1)
 

@@ -1,4 +1,5 @@
-"""reliability/gc_per_test.py: a conformance test's garbage is collected after its teardown is judged, before the next.
+"""reliability/gc_between_tests.py: a conformance test's garbage is collected after its teardown is judged,
+before the next.
 
 The inner runs disable automatic collection, so an object held only by a reference cycle
 (as vLLM's connectors are) is finalized exactly when the plugin collects, or never.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 pytest_plugins = ["pytester"]
+PLUGIN = "kvconform.conformance.reliability.gc_between_tests"
 
 CONFTEST = """
 import gc
@@ -115,8 +117,7 @@ def _run(pytester: pytest.Pytester, *args: str, later: bool = False) -> list[str
     if later:
         pytester.makepyfile(test_later=LATER_TESTS)
     # kvconform's own plugin (its reliability checks want a real ConnectorParam) is left out: this one alone
-    result = pytester.runpytest_subprocess("-p", "no:kvconform", "-p", "kvconform.conformance.reliability.gc_per_test",
-                                           "-p", "no:cacheprovider",
+    result = pytester.runpytest_subprocess("-p", "no:kvconform", "-p", PLUGIN, "-p", "no:cacheprovider",
                                            "-s", "-q", *args, *(["test_later.py"] if later else ["test_cycles.py"]))
     result.assert_outcomes(**({"passed": 3, "xfailed": 1} if later else {"passed": 3, "skipped": 1}))
     return [line for line in result.outlines if line.split(" ")[0] in ("FROZEN", "FINALIZED", "AT_TEARDOWN")]
@@ -134,7 +135,7 @@ def test_a_conformance_tests_cycle_is_released_after_its_teardown_report(pyteste
 
 def test_without_the_plugin_the_cycle_outlives_the_test(pytester):
     """The control: the same run without the plugin releases nothing, so the test above can fail."""
-    assert _run(pytester, "-p", "no:kvconform.conformance.reliability.gc_per_test") == [
+    assert _run(pytester, "-p", f"no:{PLUGIN}") == [
         "FROZEN False",
         "FINALIZED []",
         "AT_TEARDOWN ('test_a_conformance_test_leaves_a_cycle[stand-in]', [])",
