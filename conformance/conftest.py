@@ -92,7 +92,8 @@ def off_current_device(platform: PlatformSpec, worker_rank: int, worker_process:
 def subject(request: pytest.FixtureRequest, platform: PlatformSpec, connector: ConnectorParam) -> ConnectorParam:
     """The connector this test checks, once it may check it here: the profile key the test's check needs (the check
     table's, ``identity.needed_check``) met on this platform, else a skip naming what is not; and the test's
-    ``pair`` marker kept, else a skip saying why the test is for producer/consumer pairs only, or never for them."""
+    ``producer_consumer`` marker kept, else a skip saying why the test is for producer/consumer pairs only, or
+    never for them (the marker's name holds no "pair", so ``-k pair`` selects what it always did)."""
     from kvconform.conformance.connectors.requirements import pair_mismatch, require
     from kvconform.reports.identity import needed_check
 
@@ -100,7 +101,7 @@ def subject(request: pytest.FixtureRequest, platform: PlatformSpec, connector: C
     if check is None:
         raise TypeError(f"{request.node.nodeid} asks for the checked subject but carries no check marker")
     require(connector, platform, check)
-    if reason := pair_mismatch(connector, request.node.get_closest_marker("pair")):
+    if reason := pair_mismatch(connector, request.node.get_closest_marker("producer_consumer")):
         pytest.skip(reason)
     return connector
 

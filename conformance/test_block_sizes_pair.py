@@ -26,8 +26,8 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.check("roundtrip")
 
 
-@pytest.mark.pair(required=True, because="kvconform drives the round-trip on groups of different block sizes "
-                  "for producer/consumer pairs only (not yet for store-then-load ones)")
+@pytest.mark.producer_consumer(required=True, because="kvconform drives the round-trip on groups of different block "
+                               "sizes for producer/consumer pairs only (not yet for store-then-load ones)")
 def test_block_sizes_pair(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, make_rig: MakeRig,
                           record_property: Callable[[str, object], None]) -> None:
     from vllm.distributed.kv_transfer.kv_connector.v1.base import supports_hma

@@ -24,8 +24,8 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.check("roundtrip")
 
 
-@pytest.mark.pair(required=False, because="a P/D pair's consumer loads the producer request its kv_transfer_params "
-                  "name, not one it looks up by key, so no key can mix two images up")
+@pytest.mark.producer_consumer(required=False, because="a P/D pair's consumer loads the producer request its "
+                               "kv_transfer_params name, not one it looks up by key, so no key can mix two images up")
 def test_images(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, make_rig: MakeRig,
                 record_property: Callable[[str, object], None]) -> None:
     """Equal token ids, different images: the consumer must not get the other image's KV; the same image hits."""

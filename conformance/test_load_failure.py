@@ -30,8 +30,8 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.check("load_failure")
 
 
-@pytest.mark.pair(required=False, because="it keeps KV in the producer's live memory, not in stored files; its "
-                  "transfers fail in test_pair_load_failure (conformance/test_pair_faults.py)")
+@pytest.mark.producer_consumer(required=False, because="it keeps KV in the producer's live memory, not in stored "
+                               "files; its transfers fail in test_pair_load_failure (conformance/test_pair_faults.py)")
 @pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("sabotage", list(SABOTAGES))
 def test_load_failure(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, sabotage: str, policy: str,

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from kvconform.conformance.checks.pair_block_ratio import BlockRatioRig, ConsumerDoesNotRead, run_pair_block_ratio
+from kvconform.conformance.checks.pair_block_ratio import BlockRatioRig, run_pair_block_ratio
+from kvconform.conformance.checks.pair_core import ConsumerDoesNotRead
 from kvconform.conformance.connectors.requirements import refusals_skip
 from kvconform.conformance.engine.kvcache import CacheShape
 
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.check("roundtrip")
 
 
-@pytest.mark.pair(required=True, because="one engine stores and loads with one block size")
+@pytest.mark.producer_consumer(required=True, because="one engine stores and loads with one block size")
 def test_pair_block_ratio(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, make_rig: MakeRig,
                           record_property: Callable[[str, object], None]) -> None:
     rig = make_rig(CacheShape(), BlockRatioRig)

@@ -3,7 +3,7 @@
 ``test_pair_load_failure`` is the load_failure check for producer/consumer pairs
 (profiles with roles ``[kv_producer, kv_consumer]``; named so that ``-k test_load_failure``
 still selects the store connectors' sabotages alone): the consumer's transfer
-fails (``conformance/checks/pair_faults.py``), and the connector must raise, or
+fails (``conformance/checks/pair_read_faults.py``), and the connector must raise, or
 report the request in ``failed_recving`` or its blocks through
 ``get_block_ids_with_load_errors()``, under both ``kv_load_failure_policy``
 values, with every slot vLLM keeps as loaded holding the producer's bytes.
@@ -25,14 +25,10 @@ from typing import TYPE_CHECKING
 import pytest
 
 from kvconform.conformance.checks.load_failure import POLICIES
-from kvconform.conformance.checks.pair_faults import (
-    PAIR_FAULTS,
-    NoTransportHook,
-    run_pair_load_failure,
-    run_pair_slow_roundtrip,
-    run_pair_unreleasable_read,
-    run_pair_vanished_producer,
-)
+from kvconform.conformance.checks.pair_read_faults import PAIR_FAULTS, run_pair_load_failure, run_pair_slow_roundtrip
+from kvconform.conformance.checks.pair_transport import NoTransportHook
+from kvconform.conformance.checks.pair_unreleasable_read import run_pair_unreleasable_read
+from kvconform.conformance.checks.pair_vanished_producer import run_pair_vanished_producer
 from kvconform.conformance.checks.roundtrip import ROUNDTRIP_SCENARIOS
 from kvconform.conformance.connectors.requirements import refusals_skip
 from kvconform.conformance.engine.kvcache import CacheShape
@@ -45,7 +41,8 @@ if TYPE_CHECKING:
     from kvconform.platforms.spec import PlatformSpec
 
 
-pytestmark = pytest.mark.pair(required=True, because="its load failures are staged on its storage by test_load_failure")
+pytestmark = pytest.mark.producer_consumer(required=True, because="its load failures are staged on its storage by "
+                                           "test_load_failure")
 
 
 @pytest.mark.check("load_failure")

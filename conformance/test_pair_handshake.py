@@ -1,4 +1,4 @@
-"""Live pairs whose handshake fails before any transfer is posted (``HANDSHAKE_FAULTS`` in pair_faults.py).
+"""Live pairs whose handshake fails before any transfer is posted (``HANDSHAKE_FAULTS`` in pair_handshake_faults.py).
 
 The consumer's ``kv_transfer_params`` name a producer it cannot handshake with: a side-channel port no
 producer serves, or an engine id the producer at that host does not have. As for a read that fails
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from kvconform.conformance.checks.load_failure import POLICIES
-from kvconform.conformance.checks.pair_faults import HANDSHAKE_FAULTS, run_pair_handshake_failure
+from kvconform.conformance.checks.pair_handshake_faults import HANDSHAKE_FAULTS, run_pair_handshake_failure
 from kvconform.conformance.connectors.requirements import refusals_skip
 from kvconform.conformance.engine.kvcache import CacheShape
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from kvconform.platforms.spec import PlatformSpec
 
 
-@pytest.mark.pair(required=True, because="it has no handshake with a producer")
+@pytest.mark.producer_consumer(required=True, because="it has no handshake with a producer")
 @pytest.mark.check("load_failure")
 @pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("fault", list(HANDSHAKE_FAULTS))

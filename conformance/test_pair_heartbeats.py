@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.check("roundtrip")
 
 
-@pytest.mark.pair(required=True, because="no producer leases blocks to a consumer")
+@pytest.mark.producer_consumer(required=True, because="no producer leases blocks to a consumer")
 def test_pair_heartbeats(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam,
                          make_rig: MakeRig) -> None:
     with refusals_skip():

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.check("roundtrip")
 
 
-@pytest.mark.pair(required=True, because="it notifies no producer")
+@pytest.mark.producer_consumer(required=True, because="it notifies no producer")
 def test_pair_lost_notification(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam,
                                 make_rig: MakeRig, record_property: Callable[[str, object], None]) -> None:
     with refusals_skip():

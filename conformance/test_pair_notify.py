@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.check("roundtrip")
 
 
-@pytest.mark.pair(required=True, because="no producer holds pages for its consumer")
+@pytest.mark.producer_consumer(required=True, because="no producer holds pages for its consumer")
 @pytest.mark.parametrize("situation", list(NOTIFY_SITUATIONS))
 def test_pair_notify_only(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, situation: str,
                           make_rig: MakeRig) -> None:

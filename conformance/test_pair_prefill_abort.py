@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.check("roundtrip")
 
 
-@pytest.mark.pair(required=True, because="its prefills hand nothing over")
+@pytest.mark.producer_consumer(required=True, because="its prefills hand nothing over")
 def test_pair_prefill_abort(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam,
                             make_rig: MakeRig) -> None:
     with refusals_skip():

@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from kvconform.conformance.checks.pair_faults import PUSH_FAULTS, NoTransportHook, run_pair_write_failure
 from kvconform.conformance.checks.pair_push import PUSH_SITUATIONS, NotInMode
+from kvconform.conformance.checks.pair_transport import NoTransportHook
+from kvconform.conformance.checks.pair_write_faults import PUSH_FAULTS, run_pair_write_failure
 from kvconform.conformance.connectors.requirements import refusals_skip
 from kvconform.conformance.engine.kvcache import CacheShape
 
@@ -34,7 +35,7 @@ pytestmark = pytest.mark.check("roundtrip")
 POLICY = "fail"
 
 
-@pytest.mark.pair(required=True, because="its requests have no second engine to meet")
+@pytest.mark.producer_consumer(required=True, because="its requests have no second engine to meet")
 @pytest.mark.parametrize("situation", list(PUSH_SITUATIONS))
 def test_pair_orders(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, situation: str,
                      make_rig: MakeRig, record_property: Callable[[str, object], None]) -> None:
@@ -47,7 +48,7 @@ def test_pair_orders(platform: PlatformSpec, attn_backend: str, subject: Connect
         record_property("kvconform.claim", result.describe())
 
 
-@pytest.mark.pair(required=True, because="no producer writes into its blocks")
+@pytest.mark.producer_consumer(required=True, because="no producer writes into its blocks")
 @pytest.mark.check("load_failure")
 @pytest.mark.parametrize("fault", list(PUSH_FAULTS))
 def test_pair_write_failure(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, fault: str,

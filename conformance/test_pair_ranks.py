@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from kvconform.conformance.checks.pair_core import ConsumerDoesNotRead
 from kvconform.conformance.checks.pair_ranks import (
     PRODUCER_TP,
     RANKED_MODELS,
-    ConsumerDoesNotRead,
     ranked_model_rig,
     run_pair_ranks,
 )
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.check("roundtrip")
 
 
-@pytest.mark.pair(required=True, because="no engine reads another's tensor-parallel ranks")
+@pytest.mark.producer_consumer(required=True, because="no engine reads another's tensor-parallel ranks")
 @pytest.mark.parametrize("model", list(RANKED_MODELS))
 def test_pair_ranks(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, model: str,
                     make_rig: MakeRig, record_property: Callable[[str, object], None]) -> None:

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.check("roundtrip")
 ROUTED = [name for name, routing in ROUTINGS.items() if routing is not SAME_ROUTE]  # same-ids: test_roundtrip's
 
 
-@pytest.mark.pair(required=True, because="no router stands between its engines")
+@pytest.mark.producer_consumer(required=True, because="no router stands between its engines")
 @pytest.mark.parametrize("routing", ROUTED)
 def test_pair_routed(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, routing: str,
                      make_rig: MakeRig, record_property: Callable[[str, object], None]) -> None:

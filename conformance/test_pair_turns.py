@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.check("roundtrip")
 
 
-@pytest.mark.pair(required=True, because="no decoder holds a conversation for a prefill engine")
+@pytest.mark.producer_consumer(required=True, because="no decoder holds a conversation for a prefill engine")
 @pytest.mark.parametrize("situation", list(TURN_SITUATIONS))
 def test_pair_turns(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, situation: str,
                     make_rig: MakeRig, record_property: Callable[[str, object], None]) -> None:

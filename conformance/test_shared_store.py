@@ -23,8 +23,8 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.check("shared_store")
 
 
-@pytest.mark.pair(required=False, because="its consumer reads the producer it is routed to, not a store that engines "
-                  "of other configurations write")
+@pytest.mark.producer_consumer(required=False, because="its consumer reads the producer it is routed to, not a store "
+                               "that engines of other configurations write")
 @pytest.mark.parametrize("other", list(OTHER_CONFIGURATIONS))
 def test_shared_store(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, other: str,
                       make_rig: MakeRig) -> None:

@@ -1,13 +1,13 @@
 """The P/D pair round-trip on a hybrid cache whose groups have different block sizes.
 
-The pair is ``pair.py``'s; only the caches differ: each side builds ``hybrid_cache.py``'s cache (vLLM's
+The pair is ``pair_core.py``'s; only the caches differ: each side builds ``hybrid_cache.py``'s cache (vLLM's
 own specs, grouping and allocation, the engine core's block sizes from ``block_sizes.py``), so the
 connector must move every group's blocks with that group's block size. Per request, layer and claimed
 token, a slot the consumer's block table gives a block (a sliding window's blocks below its window are
 vLLM's null block) holds the producer's bytes, every group has such tokens, and only pages of the
-consumer's requests change (whole pages: NIXL reads pages). As in ``pair.py`` the bytes must be there
+consumer's requests change (whole pages: NIXL reads pages). As in ``pair_core.py`` the bytes must be there
 when the consumer reports the request received, over a slow transport
-(``pair_faults.SLOW_TRANSPORT``), and a failed receive, load error or lease expiry fails.
+(``pair_read_faults.SLOW_TRANSPORT``), and a failed receive, load error or lease expiry fails.
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from ..engine.block_sizes import group_block_sizes
 from ..engine.check_failure import CheckFailure
 from ..engine.prompts import request_prompt
 from ..engine.rig import ConnectorRefused, EngineStandIn, Rig, refusal_as
-from .pair import CompletionWitness, check_completion, drained, open_pair
-from .pair_faults import SLOW_TRANSPORT, install_transport
+from .pair_core import CompletionWitness, check_completion, drained, open_pair
+from .pair_read_faults import SLOW_TRANSPORT
+from .pair_transport import install_transport
 
 # A sliding window beside full attention with heads twice as wide: groups of 2b and b tokens per block.
 PAIR_KINDS = ("sliding", "wide-full")
@@ -98,7 +99,7 @@ def _first_wrong_slot(rig: HybridPairRig, producer: EngineStandIn, consumer: Eng
 
 @dataclass
 class HybridCompletionWitness(CompletionWitness):
-    """``pair.py``'s witness, per group: the moment the consumer reports a request received, every claimed
+    """``pair_core.py``'s witness, per group: the moment the consumer reports a request received, every claimed
     token's slot in every group holds the producer's bytes."""
 
     def __call__(self, request_id: str, step: int) -> None:

@@ -54,7 +54,7 @@ def _garble_tail(path: Path) -> None:
 
 
 class Staged(Protocol):
-    """What was done to the consumer's load (a ``Sabotage`` of the storage, pair_faults.py's ``PairFault``)."""
+    """What was done to the consumer's load (a ``Sabotage`` of the storage, pair_transport.py's ``PairFault``)."""
 
     @property
     def doc(self) -> str: ...  # what happened, in the words of a failure message
@@ -222,7 +222,7 @@ def run_load_failure(rig: Rig, sabotage: Sabotage, policy: str) -> LoadFailureAn
                                  f"block(s) {sorted(answer.invalid_blocks)}, but this check assumed {kept}: its "
                                  f"model of vLLM's truncation is out of date")
         answer.kept_tokens[rid] = kept
-    _check_kept_slots(rig, producer, consumer, answer, sabotage)
+    check_kept_slots(rig, producer, consumer, answer, sabotage)
     return answer
 
 
@@ -241,8 +241,8 @@ def loading_blocks(name: str, driver: SchedulerDriver, stored: dict[str, list[in
     return own_blocks
 
 
-def _check_kept_slots(rig: PolicyRig, producer: EngineStandIn, consumer: EngineStandIn, answer: LoadFailureAnswer,
-                      sabotage: Staged) -> None:
+def check_kept_slots(rig: PolicyRig, producer: EngineStandIn, consumer: EngineStandIn, answer: LoadFailureAnswer,
+                     sabotage: Staged) -> None:
     block_size = rig.block_size
     for rid, tokens in answer.kept_tokens.items():
         if tokens == 0:

@@ -1,42 +1,21 @@
 """The round-trip for connectors that only work as a pair: a live producer serves, a consumer pulls.
 
-A NixlConnector-style pair differs from a store-then-load connector in three ways, each played as vLLM's
-engine plays it: the producer stays alive while the consumer reads its pages (both sides stepped in turns
-until each drains); the producer's ``kv_transfer_params`` reach the consumer's request in
-``SamplingParams.extra_args``, as a P/D proxy passes them; the handshake is published from the worker
-side on a port no one can take (``side_channel.py``). A pair passes only when it completes the way vLLM
-relies on: the consumer's bytes are right at the step it first reports ``finished_recving`` (the next
-step computes on them), and each side releases a request on the other's word, not a lease's expiry
-(the profile's lease sits above the drain bound, and expiries are read from the connector's own stats).
-After draining, the bytes are checked as the store-then-load round-trip checks them
-(``verify_roundtrip``). ``ROUTINGS`` are the request shapes a router produces (its own request ids, a
-prompt partly cached on the consumer, a prefill ended by a stop token).
+The pair is ``pair_core.py``'s: the producer stays alive while the consumer reads its pages, its
+``kv_transfer_params`` reach the consumer's request as a P/D proxy passes them. A pair passes only when it
+completes the way vLLM relies on (``pair_core.check_completion``): the consumer's bytes are right at the step it
+first reports ``finished_recving`` (the next step computes on them), and each side releases a request on the other's
+word, not a lease's expiry. After draining, the bytes are checked as the store-then-load round-trip checks them
+(``verify_roundtrip``). ``ROUTINGS`` are the request shapes a router produces (its own request ids, a prompt partly
+cached on the consumer, a prefill ended by a stop token).
 """
 
 from __future__ import annotations
 
-import functools
-import os
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from ..engine.affinity import restore_harness_affinity
-from ..engine.check_failure import CheckFailure
-from ..engine.distributed import single_rank_parallel_state
-from ..engine.ranks import RankedEngine
-from ..engine.rig import EngineStandIn, Rig
-from ..engine.scheduler import next_token
-from ..engine.side_channel import HOST, HandshakeFailure, PortTaken, reserved_port, serve_handshake
-from ..engine.slots import token_slot_bytes
-from ..vllm_install import api as vllm_api
-
-if TYPE_CHECKING:
-    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1
-    from vllm.v1.core.sched.output import SchedulerOutput
-    from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
+from .pair_core import CompletionWitness, LivePair, check_completion, drained, open_pair
 from .roundtrip import (
     RoundTripResult,
     RoundTripScenario,
@@ -45,19 +24,8 @@ from .roundtrip import (
     verify_roundtrip,
 )
 
-# What a P/D proxy puts on the prefill request: "after this prompt, a remote engine decodes".
-PRODUCER_REQUEST_PARAMS = {"do_remote_decode": True}
-# The env vars vLLM's NIXL scheduler side reads for the side channel it listens on.
-SIDE_CHANNEL_HOST_VAR = "VLLM_NIXL_SIDE_CHANNEL_HOST"
-SIDE_CHANNEL_PORT_VAR = "VLLM_NIXL_SIDE_CHANNEL_PORT"
-# Transfers run on the connectors' own threads: the sides are stepped until this many seconds pass.
-# A producer's lease must be well above it (see connectors.yaml), or a finish by expiry fits inside it.
-DRAIN_TIMEOUT_S = 30.0
-STEP_PAUSE_S = 0.005
-PORT_ATTEMPTS = 3  # fresh side-channel ports tried when another process bound the reserved one first
-# Counters in a connector's get_kv_connector_stats() that count requests released because a lease
-# ran out, not because the other side said it was done (NIXL: "Releasing expired KV blocks ...").
-EXPIRY_COUNTERS = ("num_kv_expired_reqs",)
+if TYPE_CHECKING:
+    from ..engine.rig import Rig
 
 
 def pair_inapplicable(scenario: RoundTripScenario) -> str | None:
@@ -72,10 +40,6 @@ def pair_inapplicable(scenario: RoundTripScenario) -> str | None:
         return (f"scenario {scenario.name}: a P/D pair transfers one request, so the consumer's prompt is the "
                 f"producer's; a prompt that extends it is not part of the pair's contract")
     return None
-
-
-class PairFailure(CheckFailure):
-    """The pair did not complete a transfer; the message says which side stalled."""
 
 
 @dataclass(frozen=True)
@@ -104,280 +68,6 @@ ROUTINGS: dict[str, Routing] = {
 SAME_ROUTE = ROUTINGS["same-ids"]
 
 
-@contextmanager
-def _environ(values: dict[str, str]) -> Iterator[None]:
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
-class TransferParamsLog:
-    """The ``kv_transfer_params`` a scheduler returns with each finished request's output."""
-
-    def __init__(self, side: EngineStandIn | RankedEngine):
-        self.params: dict[str, dict[str, Any]] = {}
-        self.finish_reasons: dict[str, str] = {}  # request -> how it finished (FinishReason's name: STOP, LENGTH)
-        scheduler = side.scheduler.scheduler
-        update = scheduler.update_from_output
-
-        def recorded(scheduler_output: SchedulerOutput, runner_output: ModelRunnerOutput) -> Any:
-            outputs = update(scheduler_output, runner_output)
-            for engine_outputs in outputs.values():
-                for output in engine_outputs.outputs:
-                    if output.kv_transfer_params is not None:
-                        self.params[output.request_id] = output.kv_transfer_params
-                    if output.finish_reason is not None:
-                        self.finish_reasons[output.request_id] = getattr(output.finish_reason, "name",
-                                                                         str(output.finish_reason))
-            return outputs
-
-        scheduler.update_from_output = recorded
-
-
-def add_request(side: EngineStandIn | RankedEngine, request_id: str, prompt: list[int],
-                kv_transfer_params: dict[str, Any], stops: bool = False, prompt_logprobs: int | None = None) -> None:
-    """A request carrying ``kv_transfer_params`` in its sampling params' ``extra_args``, as vLLM's API server
-    passes them through; with ``stops``, the first token it samples is a stop token (two tokens allowed)."""
-    if stops:
-        side.scheduler.add(request_id, prompt, max_tokens=2, kv_transfer_params=kv_transfer_params,
-                           stop_token_ids=[next_token(prompt)], prompt_logprobs=prompt_logprobs)
-    else:
-        side.scheduler.add(request_id, prompt, kv_transfer_params=kv_transfer_params, prompt_logprobs=prompt_logprobs)
-
-
-def publish_handshake(side: EngineStandIn) -> None:
-    """What the engine core does after the workers register their caches: the scheduler side serves them."""
-    metadata = side.runner.connector.get_handshake_metadata()
-    if metadata is not None:
-        side.scheduler.connector.set_xfer_handshake_metadata_pp_aware({(0, 0): metadata})
-
-
-def expired_requests(connector: KVConnectorBase_V1) -> int:
-    """Requests this connector released on lease expiry since it was last asked (its stats reset, as vLLM's
-    runner has them each step)."""
-    stats = connector.get_kv_connector_stats() if hasattr(connector, "get_kv_connector_stats") else None
-    data = getattr(stats, "data", None) or {}
-    return sum(len(data.get(counter) or ()) for counter in EXPIRY_COUNTERS)
-
-
-@dataclass
-class SideLog:
-    """Stands between a side's scheduler and its worker: what the side told vLLM, step by step.
-
-    Each step's ``KVConnectorOutput`` (received, failed receives, blocks that failed to load)
-    and the connector's stats, which vLLM's runner collects every step. It also keeps the
-    block ids of requests that hold blocks while waiting for remote KV (the scheduler driver
-    records only scheduled requests).
-    """
-
-    side: EngineStandIn
-    steps: int = 0
-    received: dict[str, int] = field(default_factory=dict)  # request -> step it was first reported received
-    failed_requests: set[str] = field(default_factory=set)
-    invalid_blocks: set[int] = field(default_factory=set)
-    expired: int = 0
-    raised: BaseException | None = None
-    on_received: Callable[[str, int], None] | None = None
-
-    def _note_block_ids(self) -> None:
-        driver = self.side.scheduler
-        manager = driver.scheduler.kv_cache_manager
-        for request_id in driver.scheduler.requests:
-            held = manager.get_block_ids(request_id)
-            if held and held[0]:
-                driver.block_ids.setdefault(request_id, held)
-
-    def step(self, scheduler_output: SchedulerOutput) -> KVConnectorOutput:
-        self._note_block_ids()
-        try:
-            output = self.side.runner.step(scheduler_output)
-        except vllm_api.VllmApiError:
-            raise  # kvconform cannot drive this vLLM: not the connector's answer to a fault
-        except Exception as exc:
-            self.raised = exc
-            raise
-        self.steps += 1
-        failed = set(output.failed_recving or ())
-        self.failed_requests |= failed
-        self.invalid_blocks |= set(output.invalid_block_ids or ())
-        for request_id in sorted(set(output.finished_recving or ()) - failed - set(self.received)):
-            self.received[request_id] = self.steps
-            if self.on_received is not None:
-                self.on_received(request_id, self.steps)
-        self.expired += expired_requests(self.side.runner.connector)
-        return output
-
-
-def drained(side: EngineStandIn | RankedEngine) -> bool:
-    return not side.scheduler.scheduler.has_requests() and not side.scheduler._pending()
-
-
-@dataclass
-class LivePair:
-    """A serving producer whose requests finished (their params handed over) and a fresh consumer."""
-
-    rig: Rig
-    producer: EngineStandIn
-    consumer: EngineStandIn
-    params: dict[str, dict[str, Any]]
-    logs: dict[str, SideLog]
-    producer_ids: dict[str, str] = field(default_factory=dict)  # consumer request id -> the producer's
-
-    def add_consumer_requests(self, prompts: dict[str, list[int]], routing: Routing = SAME_ROUTE,
-                              prompt_logprobs: int | None = None) -> None:
-        """The router's requests to the consumer: each with its producer request's params, under the router's
-        id where ``routing`` says so, asking for ``prompt_logprobs`` where given."""
-        for request_id, prompt in prompts.items():
-            consumer_id = f"decode-{request_id}" if routing.consumer_ids else request_id
-            self.producer_ids[consumer_id] = request_id
-            add_request(self.consumer, consumer_id, prompt, self.params[request_id], prompt_logprobs=prompt_logprobs)
-
-    def compute_locally(self, prompts: dict[str, list[int]], blocks: Callable[[int, int], int]) -> None:
-        """The consumer computes the first ``blocks`` whole blocks of each prompt as requests of its own, so its
-        prefix cache holds them when the router's requests arrive."""
-        block_size = self.rig.block_size
-        for request_id, prompt in prompts.items():
-            self.consumer.scheduler.add(f"local-{request_id}", prompt[:blocks(len(prompt), block_size) * block_size])
-        self.step_until(lambda: drained(self.consumer), f"{self.rig.connector.name}'s consumer did not finish the "
-                        f"requests it computed locally", roles=("consumer",))
-
-    def _held(self) -> str:
-        """Which requests each side still holds, e.g. ``consumer holds req-0; producer holds nothing``."""
-        return "; ".join(f"{role} holds {', '.join(sorted(log.side.scheduler.scheduler.requests)) or 'nothing'}"
-                         for role, log in self.logs.items())
-
-    def step_until(self, done: Callable[[], bool], what: str,
-                   roles: tuple[str, ...] = ("consumer", "producer"), timeout_s: float = DRAIN_TIMEOUT_S) -> None:
-        """Step the sides, consumer first, until ``done``; a ``PairFailure`` saying ``what`` after ``timeout_s``."""
-        deadline = time.monotonic() + timeout_s
-        while not done():
-            if time.monotonic() > deadline:
-                raise PairFailure(f"{what} within {timeout_s:.0f} s ({self._held()})")
-            for role in roles:
-                log = self.logs[role]
-                log.side.scheduler.step(log)
-            time.sleep(STEP_PAUSE_S)
-
-
-def _serving_side(rig: Rig, role: str, fill_seed: int | None = None) -> EngineStandIn:
-    """A side whose handshake is served on a reserved port, as vLLM's engine core serves every NIXL engine's; a fresh
-    port when another process took it. The producer's is what the consumer reads from (pull); the consumer's is
-    what the producer writes to (push: the producer handshakes back with the host and port the consumer registers)."""
-    taken = []
-    for _ in range(PORT_ATTEMPTS):
-        with reserved_port() as port:
-            with _environ({SIDE_CHANNEL_HOST_VAR: HOST, SIDE_CHANNEL_PORT_VAR: str(port)}):
-                side = rig.engine(role, fill_seed=fill_seed)
-            try:
-                serve_handshake(functools.partial(publish_handshake, side), port)
-                return side
-            except PortTaken as exc:
-                taken.append(str(exc))
-                side.close()
-    raise HandshakeFailure(f"{rig.connector.name}: the {role}'s handshake side channel found each of "
-                           f"{PORT_ATTEMPTS} reserved ports taken by another process: {'; '.join(taken)}")
-
-
-@contextmanager
-def open_pair(rig: Rig, stored: dict[str, list[int]], routing: Routing = SAME_ROUTE) -> Iterator[LivePair]:
-    """The producer prefills ``stored`` and keeps its pages; the consumer is built, with no requests yet.
-
-    Both sides stay open (and the one-rank parallel state with them) until the context closes.
-    """
-    producer_role, consumer_role = rig.roles()
-    name = rig.connector.name
-    producer = consumer = None
-    # each worker side restores the harness thread's affinity once built (affinity.py); this covers the
-    # rest of the pair's build
-    with single_rank_parallel_state(rig.vllm_config(producer_role)), restore_harness_affinity():
-        try:
-            producer = _serving_side(rig, producer_role, fill_seed=1234)
-            handed_over = TransferParamsLog(producer)
-            for request_id, prompt in stored.items():
-                add_request(producer, request_id, prompt, PRODUCER_REQUEST_PARAMS, stops=routing.producer_stops)
-            producer_log = SideLog(producer)
-            consumer = _serving_side(rig, consumer_role)
-            pair = LivePair(rig, producer, consumer, handed_over.params,
-                            {"consumer": SideLog(consumer), "producer": producer_log})
-            pair.step_until(lambda: set(handed_over.params) >= set(stored),
-                            f"{name}'s producer did not return kv_transfer_params for every request",
-                            roles=("producer",))
-            expected = "STOP" if routing.producer_stops else "LENGTH"
-            assert all(handed_over.finish_reasons.get(rid) == expected for rid in stored), (
-                f"the harness meant the producer's prefills to finish by {expected}, but they finished "
-                f"{handed_over.finish_reasons}")
-            yield pair
-        finally:
-            for side in (consumer, producer):
-                if side is not None:
-                    side.close()
-
-
-@dataclass
-class CompletionWitness:
-    """Compares a request's bytes the moment the consumer first reports it received.
-
-    vLLM schedules the request's compute on the next step, so its KV must be in place
-    then; a consumer that reports a read done when it posts it fails here even when the
-    bytes arrive a few steps later.
-    """
-
-    pair: LivePair
-    wrong: list[str] = field(default_factory=list)
-
-    def __call__(self, request_id: str, step: int) -> None:
-        rig, producer, consumer = self.pair.rig, self.pair.producer, self.pair.consumer
-        tokens = consumer.scheduler.external_tokens(request_id)
-        consumer_blocks = consumer.scheduler.scheduler.kv_cache_manager.get_block_ids(request_id)
-        if tokens <= 0 or not consumer_blocks or not consumer_blocks[0]:
-            return  # no claim: verify_roundtrip reports it
-        block_size = rig.block_size
-        local = computed_locally(consumer, request_id)  # the tokens before the loaded ones: the consumer's own
-        producer_blocks = producer.scheduler.block_ids[self.pair.producer_ids.get(request_id, request_id)][0]
-        for name, view in consumer.caches.items():
-            saved = token_slot_bytes(producer.caches[name], producer_blocks, local + tokens, block_size)[local:]
-            now = token_slot_bytes(view, consumer_blocks[0], local + tokens, block_size)[local:]
-            same = (saved.to(now.device) == now).all(dim=1)
-            if not bool(same.all()):
-                self.wrong.append(
-                    f"{rig.connector.name}: the consumer reported {request_id} received (finished_recving) at its "
-                    f"step {step}, when vLLM schedules its compute, but token {local + int((~same).nonzero()[0])} "
-                    f"of {local + tokens} (layer {name}) did not yet hold the producer's bytes "
-                    f"({int((~same).sum())} token slot(s) wrong): it reported the read done before it completed")
-                return
-
-
-def check_completion(pair: LivePair, witness: CompletionWitness, settled: Callable[[], None] | None = None) -> None:
-    """A healthy pair: no failed receive, no finish by expiry, the bytes in place when reported.
-
-    ``settled`` checks the bytes after draining, before the witness is heard: bytes still wrong then went to
-    the wrong slots (its failure names them), bytes right then but not when reported arrived late."""
-    name = pair.rig.connector.name
-    consumer = pair.logs["consumer"]
-    if consumer.failed_requests or consumer.invalid_blocks:
-        raise PairFailure(f"{name}: nothing was injected, yet the consumer reported failed receive(s) "
-                          f"{sorted(consumer.failed_requests)} and load-error block(s) "
-                          f"{sorted(consumer.invalid_blocks)} "
-                          f"(a failed side-channel handshake also ends this way: see the connector's log)")
-    expired = {role: log.expired for role, log in pair.logs.items() if log.expired}
-    if expired:
-        counts = ", ".join(f"the {role} released {count} request(s)" for role, count in expired.items())
-        raise PairFailure(f"{name}: {counts} when its lease expired, not on the other side's notification "
-                          f"(the connector's stats count them in {', '.join(EXPIRY_COUNTERS)}): the transfer "
-                          f"finished by a timeout")
-    if settled is not None:
-        settled()
-    if witness.wrong:
-        raise PairFailure(witness.wrong[0])
-
-
 def _check_local_hits(pair: LivePair, wanted: dict[str, list[int]], blocks: Callable[[int, int], int]) -> None:
     """The routing really happened: each request found its locally computed blocks in the consumer's cache."""
     block_size = pair.rig.block_size
@@ -397,14 +87,14 @@ def run_pair_roundtrip(rig: Rig, scenario: RoundTripScenario, prepare: Callable[
     """
     stored, wanted = scenario_prompts(scenario, rig.block_size)
     name = rig.connector.name
-    with open_pair(rig, stored, routing) as pair:
+    with open_pair(rig, stored, routing.producer_stops) as pair:
         if prepare is not None:
             prepare(pair)
         if routing.local_blocks is not None:
             pair.compute_locally(wanted, routing.local_blocks)
         witness = CompletionWitness(pair)
         pair.logs["consumer"].on_received = witness
-        pair.add_consumer_requests(wanted, routing)
+        pair.add_consumer_requests(wanted, routing.consumer_ids)
         pair.step_until(lambda: drained(pair.consumer) and drained(pair.producer),
                         f"{name}: the consumer did not finish receiving, or the producer did not release "
                         f"its pages (finished_sending),")

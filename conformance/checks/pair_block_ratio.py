@@ -2,11 +2,11 @@
 
 A prefill engine and a decode engine need not run the same block size: NIXL's consumer reads the producer's smaller
 blocks into parts of its own (``block_size_ratio`` remote blocks per local block, the producer's block size dividing
-the consumer's) and rearranges them after the read, zeroing what no remote block covered. The pair is ``pair.py``'s;
-only the consumer's engine is built with ``BLOCK_SIZE_RATIO`` times the producer's block size. It passes when every
-claimed token's slot, found through each side's own block table and block size, holds the producer's bytes the
-moment the consumer reports the request received (vLLM computes on them the next step), nothing failed or expired,
-and both sides drain.
+the consumer's) and rearranges them after the read, zeroing what no remote block covered. The pair is
+``pair_core.py``'s; only the consumer's engine is built with ``BLOCK_SIZE_RATIO`` times the producer's block size. It
+passes when every claimed token's slot, found through each side's own block table and block size, holds the
+producer's bytes the moment the consumer reports the request received (vLLM computes on them the next step), nothing
+failed or expired, and both sides drain.
 """
 
 from __future__ import annotations
@@ -15,16 +15,19 @@ from dataclasses import dataclass, field, replace
 
 from ..engine.rig import EngineStandIn, Rig
 from ..engine.slots import token_slot_bytes
-from .pair import CompletionWitness, LivePair, PairFailure, check_completion, drained, open_pair
-from .pair_faults import READ_FAULT_MODES, transfer_mode
+from .pair_core import (
+    CompletionWitness,
+    ConsumerDoesNotRead,
+    LivePair,
+    PairFailure,
+    check_completion,
+    drained,
+    open_pair,
+)
+from .pair_transport import READ_FAULT_MODES, transfer_mode
 from .roundtrip import ROUNDTRIP_SCENARIOS, scenario_prompts
 
 BLOCK_SIZE_RATIO = 2  # consumer block size / producer block size (NIXL reads only nP <= nD)
-
-
-class ConsumerDoesNotRead(Exception):
-    """The pair's consumer posts no READ (push mode: the producer WRITEs), so a larger consumer block is not the
-    layout NIXL maps: it maps block sizes only where the side posting the transfers has the larger blocks."""
 
 
 @dataclass

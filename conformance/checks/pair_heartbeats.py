@@ -8,7 +8,7 @@ lease, so the blocks are still there when the requests are finally scheduled and
 
 It passes when the producer releases every request on the consumer's notification, never on a lease's expiry
 (expiries are read from the connector's stats), the bytes are in place when the consumer reports each request
-received (``pair.py``'s witness), both sides drain and no block stays held.
+received (``pair_core.py``'s witness), both sides drain and no block stays held.
 """
 
 from __future__ import annotations
@@ -19,9 +19,16 @@ from typing import TYPE_CHECKING
 
 from ..engine.prompts import request_prompt
 from ..engine.rig import Rig
-from ..vllm_install import api as vllm_api
-from .pair import DRAIN_TIMEOUT_S, CompletionWitness, LivePair, check_completion, drained, open_pair
-from .pair_notify import raise_if_leaked
+from .pair_core import (
+    DRAIN_TIMEOUT_S,
+    CompletionWitness,
+    LivePair,
+    abort,
+    check_completion,
+    drained,
+    open_pair,
+    raise_if_leaked,
+)
 from .roundtrip import ROUNDTRIP_SCENARIOS, scenario_prompts
 
 if TYPE_CHECKING:
@@ -77,7 +84,7 @@ def run_pair_heartbeats(rig: BusyConsumerRig) -> None:
         assert BUSY in consumer.scheduler.requests and not scheduled, (
             f"the harness meant the pair's requests to wait in the consumer's queue for {LEASE_S * WAIT_LEASES} s, "
             f"but {'its busy request finished' if BUSY not in consumer.scheduler.requests else scheduled} first")
-        consumer.scheduler.finish_requests([BUSY], vllm_api.find("RequestStatus").FINISHED_ABORTED)
+        abort(pair.consumer, [BUSY])
         pair.step_until(lambda: drained(pair.consumer) and drained(pair.producer),
                         f"{name}: the pair's requests waited {LEASE_S * WAIT_LEASES} s in the consumer's queue (its "
                         f"only slot busy) under a {LEASE_S} s lease; then the consumer did not finish receiving, or "

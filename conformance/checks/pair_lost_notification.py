@@ -16,9 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..engine.rig import EngineStandIn, Rig
-from .pair import PairFailure, drained, open_pair
-from .pair_faults import wrap_transport
-from .pair_notify import NOTIFY_TIMEOUT_S, leaked_blocks
+from .pair_core import NOTIFY_TIMEOUT_S, PairFailure, drained, leaked_blocks, open_pair
+from .pair_transport import wrap_transport
 from .roundtrip import ROUNDTRIP_SCENARIOS, scenario_prompts
 
 HEARTBEAT_PREFIX = b"HB:"  # NIXL's lease-extending messages, delivered as usual here

@@ -14,16 +14,22 @@ free pool.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from ..engine.rig import EngineStandIn, Rig
-from ..vllm_install import api as vllm_api
-from .pair import CompletionWitness, LivePair, PairFailure, check_completion, drained, open_pair
+from .pair_core import (
+    NOTIFY_TIMEOUT_S,
+    CompletionWitness,
+    PairFailure,
+    abort,
+    check_completion,
+    drained,
+    open_pair,
+    raise_if_leaked,
+)
 from .roundtrip import ROUNDTRIP_SCENARIOS, scenario_prompts
 
-# A notification crosses in well under a second once the sides have shaken hands (vLLM gives a handshake 5 s): a
-# connector that never sends one fails at this bound, not at the round-trip's longer drain bound, which pinned
-# findings would otherwise wait out in every run.
-NOTIFY_TIMEOUT_S = 15.0
+if TYPE_CHECKING:
+    from ..engine.rig import Rig
 
 
 @dataclass(frozen=True)
@@ -44,27 +50,6 @@ NOTIFY_SITUATIONS: dict[str, NotifySituation] = {
 }
 
 
-def _abort(pair: LivePair) -> None:
-    """The API server's abort of requests still waiting in the consumer's queue."""
-    RequestStatus = vllm_api.find("RequestStatus")
-    pair.consumer.scheduler.scheduler.finish_requests(list(pair.producer_ids), RequestStatus.FINISHED_ABORTED)
-
-
-def leaked_blocks(side: EngineStandIn) -> int:
-    """Blocks a drained side still holds (vLLM's null block aside)."""
-    pool = side.scheduler.scheduler.kv_cache_manager.block_pool
-    return int(pool.num_gpu_blocks - 1 - pool.get_num_free_blocks())
-
-
-def raise_if_leaked(pair: LivePair, what: str) -> None:
-    """``PairFailure`` naming each side of the drained ``pair`` that still holds blocks (``what``: the message's
-    start, the connector and the situation)."""
-    leaks = {role: leaked_blocks(log.side) for role, log in pair.logs.items()}
-    if any(leaks.values()):
-        held = ", ".join(f"the {role} still holds {count} block(s)" for role, count in leaks.items() if count)
-        raise PairFailure(f"{what}after both sides drained, {held}: they never return to the free pool")
-
-
 def run_pair_notify(rig: Rig, situation: NotifySituation) -> None:
     """The producer prefills and keeps its pages; the consumer's requests read none of them; the producer must be
     told, and nothing may stay held on either side."""
@@ -75,7 +60,7 @@ def run_pair_notify(rig: Rig, situation: NotifySituation) -> None:
         # claim aside and nothing is loaded (each release by its own rule: skip_reading_prefix_cache, or a hit limit)
         pair.add_consumer_requests(stored, prompt_logprobs=1 if situation.skip_prefix else None)
         if situation.abort_unscheduled:
-            _abort(pair)
+            abort(pair.consumer, list(pair.producer_ids))  # the API server's abort, still in the queue
         pair.step_until(lambda: drained(pair.consumer) and drained(pair.producer),
                         f"{name}: {situation.doc}; the consumer did not finish them, or the producer did not release "
                         f"its pages (finished_sending): the consumer must notify the producer even when it reads "

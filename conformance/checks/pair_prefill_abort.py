@@ -9,7 +9,7 @@ holds blocks. (An abort while the request still waits reaches the same branch of
 to keep.)
 
 It passes when the producer's ``request_finished`` keeps no aborted request's blocks; the other requests'
-consumer reads them correctly (the bytes in place when reported received, ``pair.py``'s witness);
+consumer reads them correctly (the bytes in place when reported received, ``pair_core.py``'s witness);
 both sides drain within the notification bound, nothing expired, nothing failed; and no block stays held.
 """
 
@@ -19,19 +19,20 @@ from dataclasses import dataclass
 
 from ..engine.prompts import request_prompt
 from ..engine.rig import Rig
-from ..vllm_install import api as vllm_api
-from .pair import (
+from ..engine.scheduler_outputs import ReturnedOutputs
+from .pair_core import (
+    NOTIFY_TIMEOUT_S,
     PRODUCER_REQUEST_PARAMS,
     CompletionWitness,
     LivePair,
     PairFailure,
-    TransferParamsLog,
+    abort,
     add_request,
     check_completion,
     drained,
     open_pair,
+    raise_if_leaked,
 )
-from .pair_notify import NOTIFY_TIMEOUT_S, raise_if_leaked
 from .roundtrip import ROUNDTRIP_SCENARIOS, scenario_prompts
 
 ABORTED_PROMPT_BLOCKS = (3, 5)  # (whole blocks, extra tokens) of each aborted prompt: several chunks of one block
@@ -48,13 +49,7 @@ class ChunkedPrefillRig(Rig):
         return max_num_seqs, self.block_size
 
 
-def _abort(pair: LivePair, request_ids: list[str]) -> None:
-    """The API server's abort of requests on the prefill engine."""
-    RequestStatus = vllm_api.find("RequestStatus")
-    pair.producer.scheduler.scheduler.finish_requests(request_ids, RequestStatus.FINISHED_ABORTED)
-
-
-def _abort_after_first_chunk(pair: LivePair, request_id: str, finished: TransferParamsLog) -> None:
+def _abort_after_first_chunk(pair: LivePair, request_id: str, finished: ReturnedOutputs) -> None:
     """Step the producer until the request's first chunk ran, then abort it (its prompt takes several chunks)."""
     requests = pair.producer.scheduler.scheduler.requests
     pair.step_until(lambda: requests[request_id].num_computed_tokens > 0,
@@ -62,7 +57,7 @@ def _abort_after_first_chunk(pair: LivePair, request_id: str, finished: Transfer
                     roles=("producer",))
     assert request_id not in finished.finish_reasons, (
         f"the harness meant {request_id} to be aborted mid-prefill, but it finished first")
-    _abort(pair, [request_id])
+    abort(pair.producer, [request_id])
 
 
 def run_pair_prefill_abort(rig: ChunkedPrefillRig) -> None:
@@ -74,7 +69,7 @@ def run_pair_prefill_abort(rig: ChunkedPrefillRig) -> None:
                for i in range(ABORTED_REQUESTS)}
     name = rig.connector.name
     with open_pair(rig, stored) as pair:
-        finished = TransferParamsLog(pair.producer)
+        finished = ReturnedOutputs(pair.producer.scheduler)
         for request_id, prompt in aborted.items():
             add_request(pair.producer, request_id, prompt, dict(PRODUCER_REQUEST_PARAMS))
         for request_id in aborted:

@@ -31,7 +31,7 @@ import msgspec
 
 from ..engine.prompts import request_prompt
 from ..engine.rig import EngineStandIn, Rig
-from .pair import (
+from .pair_core import (
     PRODUCER_REQUEST_PARAMS,
     CompletionWitness,
     LivePair,
@@ -40,17 +40,17 @@ from .pair import (
     check_completion,
     drained,
     open_pair,
+    raise_if_leaked,
 )
-from .pair_faults import (
+from .pair_transport import (
     FaultyTransport,
     InjectedTransportError,
     PairFault,
     install_transport,
-    split_registration,
     transfer_mode,
     wrap_transport,
 )
-from .pair_notify import raise_if_leaked
+from .pair_write_faults import split_registration
 from .roundtrip import verify_roundtrip
 
 if TYPE_CHECKING:
@@ -349,7 +349,7 @@ def run_slow_write_submission(rig: Rig, situation: PushSituation) -> RoundTripRe
 class PushSituation:
     doc: str  # what happened, in the words of a failure message
     run: Callable[[Rig, PushSituation], RoundTripResult | None]
-    modes: tuple[str, ...]  # the transfer modes (``pair_faults.POSTING_ROLE``'s keys) it applies to
+    modes: tuple[str, ...]  # the transfer modes (``pair_transport.POSTING_ROLE``'s keys) it applies to
     why_not: str = ""  # why it does not apply to the other modes
 
 

@@ -24,24 +24,25 @@ from ..engine.kvcache import CacheShape
 from ..engine.model import TINY_MLA_CHANGES, write_tiny_model
 from ..engine.prompts import request_prompt
 from ..engine.ranks import RankedEngine, ranked_engine
+from ..engine.scheduler_outputs import ReturnedOutputs
 from ..engine.side_channel import HOST, reserved_port, serve_handshake
 from ..engine.slots import token_slot_bytes
-from .pair import (
+from .pair_core import (
     DRAIN_TIMEOUT_S,
     PRODUCER_REQUEST_PARAMS,
     SIDE_CHANNEL_HOST_VAR,
     SIDE_CHANNEL_PORT_VAR,
     STEP_PAUSE_S,
+    ConsumerDoesNotRead,
     PairFailure,
     SideLog,
-    TransferParamsLog,
-    _environ,
-    _serving_side,
     add_request,
     drained,
+    patched_environ,
+    serving_side,
 )
-from .pair_faults import READ_FAULT_MODES, transfer_mode
 from .pair_lost_notification import install_losing_notifications
+from .pair_transport import READ_FAULT_MODES, transfer_mode
 
 if TYPE_CHECKING:
     from ..engine.rig import EngineStandIn, Rig
@@ -74,10 +75,6 @@ RANKED_MODELS: dict[str, RankedModel] = {
                                          "the producer's bytes, not failed", CacheShape(mla=True), TINY_MLA_CHANGES,
                                          lose_notifications=True),
 }
-
-
-class ConsumerDoesNotRead(Exception):
-    """The pair's consumer posts no READ (push mode: the producer WRITEs), so there are no per-rank reads to split."""
 
 
 @dataclass
@@ -131,17 +128,18 @@ def run_pair_ranks(rig: Rig, model: RankedModel) -> RankedPairResult:
                            engines=[])
     with reserved_port() as port:
         side_channel = {SIDE_CHANNEL_HOST_VAR: HOST, SIDE_CHANNEL_PORT_VAR: str(port)}
-        with _environ(side_channel), ranked_engine(producer_rig, producer_role, side_channel, FILL_SEED) as producer:
+        with (patched_environ(side_channel),
+              ranked_engine(producer_rig, producer_role, side_channel, FILL_SEED) as producer):
             serve_handshake(lambda: producer.scheduler.connector.set_xfer_handshake_metadata_pp_aware(
                 producer.workers.handshakes), port)
-            handed_over = TransferParamsLog(producer)
+            handed_over = ReturnedOutputs(producer.scheduler)
             for request_id, prompt in stored.items():
                 add_request(producer, request_id, prompt, PRODUCER_REQUEST_PARAMS)
             _step_until(lambda: set(handed_over.params) >= set(stored),
                         [lambda: producer.scheduler.step(producer.workers)],
                         f"{name}'s producer of TP {PRODUCER_TP} did not return kv_transfer_params for every request",
                         producer, None)
-            consumer = _serving_side(rig, consumer_role)
+            consumer = serving_side(rig, consumer_role)
             try:
                 if transfer_mode(consumer) not in READ_FAULT_MODES:
                     raise ConsumerDoesNotRead(
@@ -153,7 +151,7 @@ def run_pair_ranks(rig: Rig, model: RankedModel) -> RankedPairResult:
 
 
 def _pull(rig: Rig, model: RankedModel, producer: RankedEngine, consumer: EngineStandIn, stored: dict[str, list[int]],
-          handed_over: TransferParamsLog) -> RankedPairResult:
+          handed_over: ReturnedOutputs) -> RankedPairResult:
     name = rig.connector.name
     losing = install_losing_notifications(consumer) if model.lose_notifications else None
     result = RankedPairResult(claims={})

@@ -26,9 +26,9 @@ import torch
 
 from ..engine.rig import ConnectorRefused, EngineStandIn, Rig
 from ..engine.scheduler import next_token
+from ..engine.scheduler_outputs import ReturnedOutputs
 from ..engine.slots import token_slot_bytes, token_slots
-from .pair import CompletionWitness, LivePair, PairFailure, TransferParamsLog, check_completion, drained, open_pair
-from .pair_notify import NOTIFY_TIMEOUT_S
+from .pair_core import NOTIFY_TIMEOUT_S, CompletionWitness, LivePair, PairFailure, check_completion, drained, open_pair
 from .roundtrip import ROUNDTRIP_SCENARIOS, computed_locally, scenario_prompts
 
 if TYPE_CHECKING:
@@ -227,7 +227,7 @@ def run_pair_turns(rig: TurnsRig, situation: TurnSituation) -> dict[str, int]:
     name = rig.connector.name
     with open_pair(rig, stored) as pair:
         decoder, prefill = pair.consumer, pair.producer
-        decoded = TransferParamsLog(decoder)
+        decoded = ReturnedOutputs(decoder.scheduler)
         decoder.runner.forward = DecoderForward(decoder, rig.block_size)
         for request_id, prompt in stored.items():
             decoder.scheduler.add(request_id, prompt, max_tokens=DECODED_TOKENS,

@@ -46,6 +46,7 @@ from ..engine.check_failure import CheckFailure
 from ..engine.distributed import single_rank_parallel_state
 from ..engine.rig import EngineStandIn, Rig
 from ..engine.runner import ModelRunnerStandIn
+from ..engine.scheduler_outputs import ReturnedOutputs
 from ..engine.side_channel import HOST, reserved_port, serve_handshake
 from ..vllm_install import api as vllm_api
 
@@ -425,14 +426,14 @@ class StatsReportingRunner:
 @dataclass
 class ChildReports:
     """What each child reported on its own (its worker metadata and stats, copied as given) and what each child's
-    scheduler side was handed back; and the stats vLLM's Scheduler returned for the stats loggers, per step."""
+    scheduler side was handed back; and what vLLM's Scheduler returned (``returned``: each finished request's
+    ``kv_transfer_params``, the stats for the stats loggers, per step)."""
 
+    returned: ReturnedOutputs
     built: dict[int, list[Any]] = field(default_factory=dict)  # worker child -> its worker metadata, non-None
     handed: dict[int, list[Any]] = field(default_factory=dict)  # scheduler child -> the worker metadata it got
     stats: dict[str, list[Any]] = field(default_factory=dict)  # child class -> its stats, both sides, copied
-    logged: list[dict[str, Any]] = field(default_factory=list)  # SchedulerStats.kv_connector_stats, per step
     own_params: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # request -> children's own params
-    params: dict[str, dict[str, Any] | None] = field(default_factory=dict)  # request -> what vLLM's output carried
 
     def watch(self, workers: list[KVConnectorBase_V1], schedulers: list[KVConnectorBase_V1]) -> None:
         for index, child in enumerate(workers):
@@ -494,24 +495,6 @@ class ChildReports:
 
         child.update_connector_output = recorded  # type: ignore[method-assign]
 
-    def record_scheduler_stats(self, engine: EngineStandIn) -> None:
-        """Keep the connector stats vLLM's Scheduler returns for the loggers (``SchedulerStats``), each step."""
-        scheduler = engine.scheduler.scheduler
-        update = scheduler.update_from_output
-
-        def recorded(scheduler_output: SchedulerOutput, runner_output: Any) -> Any:
-            outputs = update(scheduler_output, runner_output)
-            for engine_outputs in outputs.values():
-                for output in engine_outputs.outputs:
-                    if output.finish_reason is not None:
-                        self.params[output.request_id] = output.kv_transfer_params
-                stats = getattr(engine_outputs, "scheduler_stats", None)
-                if stats is not None and stats.kv_connector_stats:
-                    self.logged.append(stats.kv_connector_stats)
-            return outputs
-
-        scheduler.update_from_output = recorded
-
     def reported(self) -> bool:
         return any(self.built.values()) or any(self.stats.values()) or bool(self.own_params)
 
@@ -528,9 +511,8 @@ def run_reports(rig: Rig, prompt: list[int]) -> None:
         engine = served.engine
         workers = _children(engine.runner.connector, label, "worker")
         schedulers = _children(engine.scheduler.connector, label, "scheduler")
-        reports = ChildReports()
+        reports = ChildReports(ReturnedOutputs(engine.scheduler))
         reports.watch(workers, schedulers)
-        reports.record_scheduler_stats(engine)
         runner = StatsReportingRunner(engine.runner)
         engine.scheduler.add("reports-stored", prompt)
         engine.scheduler.run(runner)
@@ -559,7 +541,8 @@ def check_worker_metadata(label: str, reports: ChildReports, workers: list[KVCon
 def check_transfer_params(label: str, reports: ChildReports) -> None:
     """The ``kv_transfer_params`` vLLM returns with a finished request (a P/D proxy reads them) carry every child's
     own, as that child gave them."""
-    for request_id, returned in reports.params.items():
+    for request_id in reports.returned.finish_reasons:
+        returned = reports.returned.params.get(request_id)
         for own in reports.own_params.get(request_id, []):
             if lost := {key: value for key, value in own.items() if (returned or {}).get(key) != value}:
                 _fail(label, f"a child finished {request_id} with kv_transfer_params {own}, but vLLM returned "
@@ -580,7 +563,7 @@ def check_stats(label: str, engine: EngineStandIn, reports: ChildReports,
                 merged = merged.aggregate(copy.deepcopy(stats))
             expected[name] = merged.reduce()
     logger = KVConnectorLogging(engine.vllm_config.kv_transfer_config)
-    for data in reports.logged:
+    for data in reports.returned.connector_stats:
         logger.observe(data)
     accumulated = logger.transfer_stats_accumulator
     summary = accumulated.reduce() if accumulated is not None and not accumulated.is_empty() else {}
@@ -590,7 +573,7 @@ def check_stats(label: str, engine: EngineStandIn, reports: ChildReports,
         _fail(label, f"vLLM's stats logger summarized its transfer stats as {summary}, but its children reported "
                      f"{expected} themselves (per child class, each side's stats merged): a child's stats were "
                      f"lost, overwritten or not merged")
-    exported = exported_samples(engine.vllm_config, reports.logged)
+    exported = exported_samples(engine.vllm_config, reports.returned.connector_stats)
     own_export: dict[Sample, float] = {}
     for child in {type(c).__name__: c for c in schedulers}.values():
         own = [stats.to_dict() for stats in reports.stats.get(type(child).__name__, [])]

@@ -119,7 +119,7 @@ def require(connector: ConnectorParam, platform: PlatformSpec, check: str,
 
 
 def pair_mismatch(connector: ConnectorParam, marker: pytest.Mark | None) -> str | None:
-    """Why a test whose ``pair(required, because)`` marker says it is for producer/consumer pairs only
+    """Why a test whose ``producer_consumer(required, because)`` marker says it is for producer/consumer pairs only
     (``required=True``) or never for them (``False``) does not apply to ``connector``; None where it does."""
     if marker is None or marker.kwargs["required"] == connector.profile.is_pair():
         return None

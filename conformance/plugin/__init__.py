@@ -35,8 +35,8 @@ MARKERS = {
     "engine": "end-to-end runs of vLLM's LLM engine (slow; part of make test)",
     "check(name)": "the conformance check a test performs: a row of kvconform's check table (roundtrip, fill, "
     "contract, lint, ...), which also says the profile key that gates it",
-    "pair(required, because)": "the test is for producer/consumer pairs only (required=True) or never for them "
-    "(False); because: why, which the skip of a connector it does not apply to quotes",
+    "producer_consumer(required, because)": "the test is for producer/consumer pairs only (required=True) or never "
+    "for them (False); because: why, which the skip of a connector it does not apply to quotes",
     "mla": "the test's attn_backend axis is the platform's MLA backends, not its standard ones",
     "policy(text)": "the test checks a rule stricter than vLLM's own worker (kvconform's policy), said in text",
 }
