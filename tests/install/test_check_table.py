@@ -16,6 +16,7 @@ from pathlib import Path
 
 from kvconform.check_table import CHECKS, COLUMN_ORDER, PROFILE_KEYS, CheckRow
 from kvconform.conformance.connectors.profiles import PROFILES_FILE, load_profiles
+from kvconform.pipelines.gate.printing import where_it_runs
 from kvconform.reports.matrix import build_matrix
 from kvconform.reports.model import CaseResult, RunInfo, build
 
@@ -102,6 +103,12 @@ def test_the_report_s_columns_are_the_table_s_order():
     tests = [CaseResult(run="cpu", nodeid=f"t{i}", check=check, platform="cpu", backend="CPU_ATTN",
                         connector="C", outcome="passed") for i, check in enumerate(shuffled)]
     assert build_matrix(build([RunInfo(id="cpu", platform="cpu")], tests)).checks == [*COLUMN_ORDER, "collection"]
+
+
+def test_the_gate_names_every_runtime_check_a_profile_runs():
+    # MultiConnector's profile lists lint too, which reads source; the gate's list once left lifecycle out
+    assert where_it_runs("MultiConnector") == (
+        "its profile runs roundtrip, contract, workload, lifecycle on cuda, rocm, xpu, cpu")
 
 
 # The recipe, on a throw-away check "warmup" that rides on roundtrip, and one "drain" that gates itself
