@@ -2,8 +2,8 @@
 
 For connectors whose profile runs the ``lifecycle`` check (MultiConnector and its variants): the KV cache
 layout, memory pool, host copy op, handshake metadata, finished count, Prometheus metrics and cache reset;
-shutdown with one child failing to shut down; and what the children report (worker metadata, transfer stats)
-carried to vLLM's scheduler and stats loggers.
+shutdown with one child failing to shut down; and what the children report (worker metadata, transfer stats, KV
+events, failed loads) carried to vLLM's scheduler, event publisher and stats loggers.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from kvconform.conformance.checks.wrapper_lifecycle import (
     NoChildren,
     NothingReported,
-    StatsLoggingRig,
+    ReportsRig,
     run_engine_hooks,
     run_reports,
     run_shutdown,
@@ -61,10 +61,11 @@ def test_wrapper_shutdown(platform: PlatformSpec, attn_backend: str, subject: Co
 
 def test_wrapper_reports(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam,
                          make_rig: MakeRig) -> None:
-    """What the children report (worker metadata, transfer stats, metrics) reaches vLLM's callers through it, each
-    child's own, merged and exported as the children would have it."""
+    """What the children report (worker metadata, transfer stats, metrics, KV events, failed loads) reaches vLLM's
+    callers through it, each child's own, merged, exported and published as the children would have it; and vLLM
+    recomputes what a child failed to load."""
     _require_wrapper(subject, platform)
-    rig = make_rig(CacheShape(), StatsLoggingRig)
+    rig = make_rig(CacheShape(), ReportsRig)
     with refusals_skip():
         try:
             run_reports(rig, request_prompt(0, 3 * rig.block_size + 5))

@@ -21,12 +21,17 @@ what that caller relies on, against what the children answer themselves:
 * a shutdown reaches every child even when one raises, and the caller sees that child's error.
 
 Then what the children report, carried back to vLLM (``run_reports``: a prompt stored, then hit, through vLLM's
-Scheduler with its stats on, the runner reporting the worker's stats each step as vLLM's runner does):
+Scheduler with its stats on and failed loads recomputed, the runner reporting the worker's stats each step as vLLM's
+runner does):
 
 * each child's scheduler side is handed exactly the worker metadata its own worker built;
 * a finished request's ``kv_transfer_params`` carry every child's own;
 * vLLM's stats logger (``KVConnectorLogging``) summarizes, per child class, what those children reported
-  themselves, and its Prometheus logger exports what they would export.
+  themselves, and its Prometheus logger exports what they would export;
+* every KV event a child produced reaches vLLM's event publisher once, in the step it was taken
+  (``wrapper_events``);
+* every block a child's worker reports failed to load reaches vLLM's scheduler that step, which recomputes the
+  request from it (``wrapper_load_failures``).
 
 Each child is watched on its own instance (``ChildCalls``, ``ChildReports``), so the wrapper's code runs unchanged.
 """
@@ -49,6 +54,8 @@ from ..engine.runner import ModelRunnerStandIn
 from ..engine.scheduler_outputs import ReturnedOutputs
 from ..engine.side_channel import HOST, reserved_port, serve_handshake
 from ..vllm_install import api as vllm_api
+from .wrapper_events import EventsRecord, events_problem
+from .wrapper_load_failures import LoadFailureRecord, load_failures_problem
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -402,12 +409,21 @@ def run_shutdown(rig: Rig) -> None:
         check_shutdown(label, engine, "scheduler")
 
 
-# --- what the children report, carried to vLLM: worker metadata, transfer stats, metrics ---
+# --- what the children report, carried to vLLM: worker metadata, transfer stats, metrics, KV events, failed loads ---
 
-class StatsLoggingRig(Rig):
-    """A rig whose engines' scheduler collects stats, as a vLLM engine that logs them does."""
+class ReportsRig(Rig):
+    """A rig whose engines' scheduler collects stats, as a vLLM engine that logs them does, and recomputes the blocks
+    a connector failed to load (``kv_load_failure_policy``), so the request goes on and its other reports are judged
+    too."""
 
     log_stats: ClassVar[bool] = True
+    load_failure_policy: ClassVar[str] = "recompute"
+
+    def vllm_config(self, role: str) -> VllmConfig:
+        config = super().vllm_config(role)
+        assert config.kv_transfer_config is not None, "a rig's config always names the connector under test"
+        config.kv_transfer_config.kv_load_failure_policy = self.load_failure_policy  # type: ignore[assignment]
+        return config
 
 
 @dataclass
@@ -500,7 +516,8 @@ class ChildReports:
 
 
 class NothingReported(Exception):
-    """No child of the wrapper reports worker metadata or stats: there is nothing for it to carry."""
+    """No child of the wrapper reports anything (worker metadata, stats, params, events, failed loads): there is
+    nothing for it to carry."""
 
 
 def run_reports(rig: Rig, prompt: list[int]) -> None:
@@ -513,6 +530,7 @@ def run_reports(rig: Rig, prompt: list[int]) -> None:
         schedulers = _children(engine.scheduler.connector, label, "scheduler")
         reports = ChildReports(ReturnedOutputs(engine.scheduler))
         reports.watch(workers, schedulers)
+        events, load_failures = EventsRecord(engine.scheduler, schedulers), LoadFailureRecord(engine.scheduler, workers)
         runner = StatsReportingRunner(engine.runner)
         engine.scheduler.add("reports-stored", prompt)
         engine.scheduler.run(runner)
@@ -520,12 +538,18 @@ def run_reports(rig: Rig, prompt: list[int]) -> None:
         engine.scheduler.scheduler.reset_prefix_cache()
         engine.scheduler.add("reports-hit", prompt)
         engine.scheduler.run(runner)
-        if not reports.reported():
-            raise NothingReported(f"{label}: no child reports worker metadata, transfer stats or kv_transfer_params, "
-                                  f"so there is nothing for the wrapper to carry to vLLM")
+        if not (reports.reported() or events.produced() or load_failures.reported()):
+            raise NothingReported(f"{label}: no child reports worker metadata, transfer stats, kv_transfer_params, KV "
+                                  f"events or failed loads, so there is nothing for the wrapper to carry to vLLM")
         check_worker_metadata(label, reports, workers)
         check_transfer_params(label, reports)
         check_stats(label, engine, reports, schedulers)
+        names = [name_of(child, index) for index, child in enumerate(schedulers)]
+        if problem := events_problem(events.steps, names):
+            _fail(label, problem)
+        policy = engine.vllm_config.kv_transfer_config.kv_load_failure_policy
+        if problem := load_failures_problem(load_failures.failed, names, policy, reports.returned.finish_reasons):
+            _fail(label, problem)
 
 
 def check_worker_metadata(label: str, reports: ChildReports, workers: list[KVConnectorBase_V1]) -> None:

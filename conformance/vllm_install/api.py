@@ -91,6 +91,9 @@ PLACES: dict[str, Place] = {
     **_same_name(_KV_CACHE_UTILS, "resolve_kv_cache_block_sizes", "get_request_block_hasher", "init_none_hash",
                  "generate_scheduler_kv_cache_config"),
     **_same_name(_KV_CACHE_UTILS, "resolve_cache_hit_alignment_tokens", absent=_NEW_IN_032),
+    # the KV events connectors hand vLLM's event publisher, keyed by vLLM's block hashes as routers see them
+    **_same_name(("vllm.distributed.kv_events",), "BlockStored"),
+    **_same_name(_KV_CACHE_UTILS, "maybe_convert_block_hash"),
     # KV cache specs and the config connectors are handed
     **_same_name(_KV_CACHE_INTERFACE, "KVCacheConfig", "KVCacheGroupSpec", "AttentionSpec", "FullAttentionSpec",
                  "MLAAttentionSpec", "SlidingWindowSpec", "CircularBufferSpec", "MambaSpec", "KVQuantMode",

@@ -1,8 +1,10 @@
-"""A deliberately broken copy of vLLM's MultiConnector: a wrapper whose bind leaves its own flag unset.
+"""Deliberately broken copies of vLLM's MultiConnector, each mishandling one thing it carries between vLLM and its
+children (tests/checks/test_wrapper_catches.py runs them).
 
-vLLM's attention layers call ``wait_for_layer_load`` and ``save_kv_layer`` only while the connector
-``has_connector_metadata()`` (``kv_transfer_utils.maybe_transfer_kv_layer``). A wrapper that binds its
-children's metadata but not its own answers False, so under vLLM no layer is ever saved through it.
+The first, a wrapper whose bind leaves its own flag unset: vLLM's attention layers call ``wait_for_layer_load`` and
+``save_kv_layer`` only while the connector ``has_connector_metadata()`` (``kv_transfer_utils.maybe_transfer_kv_layer``).
+A wrapper that binds its children's metadata but not its own answers False, so under vLLM no layer is ever saved
+through it. The others are described on their classes.
 """
 
 from __future__ import annotations
@@ -95,3 +97,27 @@ class LastStatsWinMultiConnector(MultiConnector):
                 grouped = grouped if grouped is not None else MultiKVConnectorStats()
                 grouped[type(child).__name__] = stats
         return grouped
+
+
+class FirstChildEventsMultiConnector(MultiConnector):
+    """Takes the KV events of its first child only: the blocks the other children store are never published to vLLM's
+    event publisher, so KV-aware routers route on stale state."""
+
+    def __init__(self, vllm_config, role, kv_cache_config=None):
+        vllm_config.scheduler_config.disable_hybrid_kv_cache_manager = True  # as UnflaggedMultiConnector's
+        super().__init__(vllm_config, role, kv_cache_config)
+
+    def take_events(self):
+        yield from self._connectors[0].take_events()
+
+
+class DroppedLoadErrorsMultiConnector(MultiConnector):
+    """Reports the blocks its first child failed to load only: another child's failed blocks never reach vLLM's
+    scheduler, which takes the garbage they hold for computed KV."""
+
+    def __init__(self, vllm_config, role, kv_cache_config=None):
+        vllm_config.scheduler_config.disable_hybrid_kv_cache_manager = True  # as UnflaggedMultiConnector's
+        super().__init__(vllm_config, role, kv_cache_config)
+
+    def get_block_ids_with_load_errors(self):
+        return self._connectors[0].get_block_ids_with_load_errors()
