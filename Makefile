@@ -37,7 +37,7 @@ define vllm_cpu_venv
 	@echo "kvconform: building $(1): step 3 of 4, NIXL ($(NIXL_PKGS))"
 	$(1)/bin/pip install --quiet --no-deps $(NIXL_PKGS)
 	@echo "kvconform: building $(1): step 4 of 4, kvconform itself and its test tools"
-	$(1)/bin/pip install --quiet -c $(CONSTRAINTS) -e '.[test]'
+	$(1)/bin/pip install --quiet -c $(CONSTRAINTS) -e '.[test,mutate]'
 	touch $(1)/.kvconform-installed
 	@echo "kvconform: $(1) is ready"
 endef
@@ -177,7 +177,7 @@ define vllm_wheel_venv
 	$(1)/bin/python .ci/vllm_requirements.py > $(1)/vllm-requirements.txt
 	$(1)/bin/uv pip install --quiet --compile-bytecode --python $(1)/bin/python -r $(1)/vllm-requirements.txt
 	$(1)/bin/uv pip install --quiet --compile-bytecode --python $(1)/bin/python --no-deps $(4)
-	$(1)/bin/uv pip install --quiet --compile-bytecode --python $(1)/bin/python -c $(CONSTRAINTS) -e '.[test]'
+	$(1)/bin/uv pip install --quiet --compile-bytecode --python $(1)/bin/python -c $(CONSTRAINTS) -e '.[test,mutate]'
 endef
 
 $(STAMP033): pyproject.toml Makefile $(CONSTRAINTS) .ci/vllm_requirements.py
@@ -289,6 +289,23 @@ report-releases:
 		else echo "kvconform: release report without make $$target's run: no $$file"; fi; done; \
 	if [ -z "$$found" ]; then echo "kvconform: no release report: no release's run wrote its results"; exit 0; fi; \
 	$(BIN)/kvconform report --releases $$found --out $(RELEASES_OUT)
+
+# kvconform mutate's smoke (.ci/run runs it): ExampleConnector's committed sample held to the mutation floor, so a
+# change to the suite that stops noticing a mutant it noticed, or a new survivor no one explained, fails here
+# (docs/mutation.md). The floor's other connectors are measured by hand: make mutation-floor rewrites their rows.
+MUTATION_FLOOR := conformance/mutation/floor.yaml
+MUTATION_SMOKE ?= ExampleConnector:20
+.PHONY: test-mutation mutation-floor
+test-mutation: venv
+	$(BIN)/kvconform mutate --connector $(firstword $(subst :, ,$(MUTATION_SMOKE))) \
+		--sample $(lastword $(subst :, ,$(MUTATION_SMOKE))) --out $(OUT)/mutation --floor $(MUTATION_FLOOR)
+
+# The floor's rows, one seeded sample per CPU connector (about 20 minutes on 2 cores; figures in benchmarks/README.md)
+MUTATION_SAMPLES ?= ExampleConnector:20 MultiConnector:20 DecodeBenchConnector:20 NixlConnector:20 \
+	NixlPushConnector:10 OffloadingConnector:20 SimpleCPUOffloadConnector:10
+mutation-floor: venv
+	for row in $(MUTATION_SAMPLES); do $(BIN)/kvconform mutate --connector $${row%%:*} --sample $${row#*:} \
+		--update-floor $(MUTATION_FLOOR) || exit $$?; done
 
 # The other end of each range: the oldest pytest, xdist, pytest-timeout, PyYAML, pydantic and hypothesis kvconform
 # requires (.ci/oldest.txt), installed with --no-deps into a folder that goes first on PYTHONPATH over .venv, so vLLM

@@ -33,6 +33,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "lint": ("kvconform.conformance.lint.cli", "find hard-coded device assumptions in connector source"),
     "bench": ("kvconform.conformance.bench.command",
               "measure connector save/load throughput against the platform baseline"),
+    "mutate": ("kvconform.conformance.mutation.command",
+               "mutate a connector's code and see which changes the conformance tests catch"),
 }
 
 

@@ -54,6 +54,14 @@ NO_VLLM = (
     "lint/test_lint_package.py",
     "lint/test_lint_rules.py",
     "lint/test_lint_suppression.py",
+    "mutation/test_children.py",
+    "mutation/test_command_input.py",
+    "mutation/test_generate.py",
+    "mutation/test_places.py",
+    "mutation/test_runner.py",
+    "mutation/test_selection.py",
+    "mutation/test_swap.py",
+    "mutation/test_changed_lines.py",
     "pipelines/test_pipelines_cli.py",
     "pipelines/test_pipelines_commands.py",
     "pipelines/test_pipelines_generate.py",
@@ -65,8 +73,10 @@ NO_VLLM = (
     "reliability/test_reliability_parts.py",
     "reliability/test_vllm_window.py",
     "reports/test_compare.py",
+    "reports/test_mutation_floor.py",
     "reports/test_releases.py",
     "reports/test_junit.py",
+    "reports/test_render_mutation.py",
     "reports/test_report_browser.py",
     "reports/test_report_cli.py",
     "reports/test_report_harness_cause.py",
@@ -103,7 +113,8 @@ def needs_vllm(path: Path) -> bool:
 # the lint over vLLM's source, expectations' vLLM ranges, workloads) runs on the newest release too.
 ONE_RELEASE_TESTS = ("gate/", "reliability/", "pipelines/", "smoke/", "connectors/test_services.py",
                      "connectors/test_nixl_device_buffer.py", "engine/test_accelerator_worker.py",
-                     "engine/test_backend_reaches_vllm.py", "plugin/test_scheduling.py", "session/test_devices.py")
+                     "engine/test_backend_reaches_vllm.py", "plugin/test_scheduling.py", "session/test_devices.py",
+                     "mutation/test_mutate_command.py")
 
 
 def one_release(path: Path) -> bool:

@@ -59,6 +59,8 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     # tools beside the suite
     C + "bench": (P, R, VLLM_INSTALL, SESSION, ENGINE, CHECKS, CONNECTORS),
     C + "smoke": (P, R, SESSION, ENGINE),
+    # kvconform mutate: mutants of a connector's own modules, run against the tests whose coverage reached them
+    C + "mutation": (R, VLLM_INSTALL, SESSION, CONNECTORS, C + "coverage"),
     # the pytest hooks, on top
     C + "plugin": (P, R, VLLM_INSTALL, SESSION, ENGINE, CHECKS, C + "workload", C + "lint", CONNECTORS,
                    C + "reliability", C + "coverage"),
