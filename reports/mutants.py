@@ -22,14 +22,14 @@ VERSION = 1
 Fate = Literal["killed", "timed_out", "survived", "not_reached", "not_viable"]
 FATES: tuple[Fate, ...] = ("killed", "timed_out", "survived", "not_reached", "not_viable")
 DETECTED: frozenset[str] = frozenset({"killed", "timed_out"})
-MODULE_LEVEL = "<module>"  # the function of a mutant outside any function or method
 
 
 @dataclass(frozen=True)
 class Mutant:
     id: str  # "<module>:<line>:<operator>:<occurrence>", stable across runs of the same source
     module: str  # the file as reports show it (vllm/distributed/..., or the third-party package's path)
-    function: str  # the qualified name of the function or method holding the line, or MODULE_LEVEL
+    function: str  # the qualified name of the function or method holding the line, or model.MODULE_LEVEL (the
+    # coverage report's word: a mutant and a missed line of the same code read the same)
     line: int
     operator: str  # the mutation library's operator name
     diff: str  # unified diff of the one change, three lines of context

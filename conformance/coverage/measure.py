@@ -76,33 +76,40 @@ class Function:
     first: int
     body: int
     last: int
+    outermost: bool  # not inside another function's body
+
+
+def functions_of(tree: ast.Module) -> tuple[Function, ...]:
+    """Every function of a parsed module, outer before inner."""
+    found: list[Function] = []
+
+    def visit(node: ast.AST, prefix: str, inside_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                name = f"{prefix}{child.name}"
+                first = min([child.lineno, *(d.lineno for d in child.decorator_list)])
+                found.append(Function(name, first, child.body[0].lineno, child.end_lineno or child.lineno,
+                                      not inside_function))
+                visit(child, f"{name}.", True)
+            elif isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.", inside_function)
+            else:
+                visit(child, prefix, inside_function)
+
+    visit(tree, "", False)
+    return tuple(found)
 
 
 @cache
 def _functions(file: Path) -> tuple[Function, ...]:
     """Every function in ``file``, outer before inner."""
     try:
-        tree = ast.parse(file.read_text(encoding="utf-8"))
+        return functions_of(ast.parse(file.read_text(encoding="utf-8")))
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
         return ()
-    found: list[Function] = []
-
-    def visit(node: ast.AST, prefix: str) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                name = f"{prefix}{child.name}"
-                if not isinstance(child, ast.ClassDef):
-                    first = min([child.lineno, *(d.lineno for d in child.decorator_list)])
-                    found.append(Function(name, first, child.body[0].lineno, child.end_lineno or child.lineno))
-                visit(child, f"{name}.")
-            else:
-                visit(child, prefix)
-
-    visit(tree, "")
-    return tuple(found)
 
 
-def _holder(functions: tuple[Function, ...], line: int) -> str:
+def holder(functions: tuple[Function, ...], line: int) -> str:
     """The innermost function whose body holds ``line``; else the function ``line`` defines (its def or a
     decorator); else MODULE_LEVEL."""
     in_body = [f.name for f in functions if f.body <= line <= f.last]
@@ -111,11 +118,11 @@ def _holder(functions: tuple[Function, ...], line: int) -> str:
 
 
 def group_by_function(file: Path, lines: Iterable[int]) -> list[MissingLines]:
-    """``lines`` of ``file`` grouped by the function that holds each (``_holder``), in the order of the file."""
+    """``lines`` of ``file`` grouped by the function that holds each (``holder``), in the order of the file."""
     groups: dict[str, list[int]] = {}
     functions = _functions(file)
     for line in sorted(lines):
-        groups.setdefault(_holder(functions, line), []).append(line)
+        groups.setdefault(holder(functions, line), []).append(line)
     return [MissingLines(function=name, lines=found) for name, found in groups.items()]
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from kvconform.reports.mutants import MODULE_LEVEL
+from ..coverage.measure import functions_of, holder
 
 
 @dataclass(frozen=True)
@@ -25,15 +25,6 @@ class Place:
     function: str  # as reports name it, or MODULE_LEVEL
     swap: str | None  # the qualified name of the outermost function whose body holds the line; None: module level
     lines: range  # the statement head holding the line
-
-
-@dataclass(frozen=True)
-class _Function:
-    name: str  # qualified with classes and functions: Class.method, outer.inner
-    first: int  # its def line, or its first decorator's
-    body: int
-    last: int
-    outermost: bool  # not inside another function's body
 
 
 def _head(node: ast.stmt | ast.excepthandler) -> range:
@@ -49,30 +40,12 @@ class SourceIndex:
     """The functions and statement heads of one module's source."""
 
     def __init__(self, source: str) -> None:
-        self.functions: list[_Function] = []
-        self.heads: list[range] = []
-        self._visit(ast.parse(source), "", inside_function=False)
-
-    def _visit(self, node: ast.AST, prefix: str, inside_function: bool) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.stmt, ast.excepthandler)):
-                self.heads.append(_head(child))
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                name = f"{prefix}{child.name}"
-                first = min([child.lineno, *(d.lineno for d in child.decorator_list)])
-                self.functions.append(_Function(name, first, child.body[0].lineno, child.end_lineno or child.lineno,
-                                                not inside_function))
-                self._visit(child, f"{name}.", inside_function=True)
-            elif isinstance(child, ast.ClassDef):
-                self._visit(child, f"{prefix}{child.name}.", inside_function)
-            else:
-                self._visit(child, prefix, inside_function)
+        tree = ast.parse(source)
+        self.functions = functions_of(tree)
+        self.heads = [_head(node) for node in ast.walk(tree) if isinstance(node, (ast.stmt, ast.excepthandler))]
 
     def place(self, line: int) -> Place:
-        in_body = [f for f in self.functions if f.body <= line <= f.last]
-        defines = [f.name for f in self.functions if f.first <= line < f.body]
-        name = ([f.name for f in in_body] or defines or [MODULE_LEVEL])[-1]
-        swap = next((f.name for f in in_body if f.outermost), None)
+        swap = next((f.name for f in self.functions if f.outermost and f.body <= line <= f.last), None)
         heads = [h for h in self.heads if line in h]
         head = min(heads, key=len) if heads else range(line, line + 1)
-        return Place(name, swap, head)
+        return Place(holder(self.functions, line), swap, head)

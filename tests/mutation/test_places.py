@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kvconform.conformance.mutation.places import SourceIndex
-from kvconform.reports.mutants import MODULE_LEVEL
+from kvconform.reports.model import MODULE_LEVEL
 
 SOURCE = '''\
 import functools
