@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..engine.scheduler_outputs import around_updates
+
 if TYPE_CHECKING:
     from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1
     from vllm.v1.core.sched.output import SchedulerOutput
@@ -56,16 +58,15 @@ class EventsRecord:
             publish(batch)
 
         scheduler.kv_event_publisher.publish = published
-        update = scheduler.update_from_output
+        around_updates(driver, self._stepped)
 
-        def stepped(scheduler_output: SchedulerOutput, runner_output: ModelRunnerOutput) -> Any:
-            self._current = StepEvents(len(self.steps) + 1)
-            outputs = update(scheduler_output, runner_output)
-            self._current.left = {i: left for i, take in enumerate(self._own_takes) if (left := list(take()))}
-            self.steps.append(self._current)
-            return outputs
-
-        scheduler.update_from_output = stepped
+    def _stepped(self, scheduler_output: SchedulerOutput, runner_output: ModelRunnerOutput,
+                 update: Callable[[], Any]) -> Any:
+        self._current = StepEvents(len(self.steps) + 1)
+        outputs = update()
+        self._current.left = {i: left for i, take in enumerate(self._own_takes) if (left := list(take()))}
+        self.steps.append(self._current)
+        return outputs
 
     def _taken_from(self, index: int, take: Callable[[], Iterable[Any]]) -> Callable[[], list[Any]]:
         def taken() -> list[Any]:

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..engine.scheduler_outputs import around_updates
+
 if TYPE_CHECKING:
     from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1
     from vllm.v1.core.sched.output import SchedulerOutput
@@ -56,30 +58,30 @@ class LoadFailureRecord:
         self._pending: list[tuple[int, set[int]]] = []  # this step's reports, until the scheduler's update
         self._asked: set[int] = set()  # the children the wrapper asked this step
         self._steps = 1
-        own_reports: list[Callable[[], set[int]]] = []
+        # each child's own report, unrecorded: what it still holds where the wrapper did not ask it
+        self._own_reports: list[Callable[[], set[int]]] = []
         for index, child in enumerate(children):
-            own_reports.append(child.get_block_ids_with_load_errors)
+            self._own_reports.append(child.get_block_ids_with_load_errors)
             child.get_block_ids_with_load_errors = self._reported_by(  # type: ignore[method-assign]
                 index, child.get_block_ids_with_load_errors)
-        scheduler = driver.scheduler
-        update = scheduler.update_from_output
+        self._scheduler = driver.scheduler
+        around_updates(driver, self._stepped)
 
-        def stepped(scheduler_output: SchedulerOutput, runner_output: ModelRunnerOutput) -> Any:
-            output = runner_output.kv_connector_output
-            handed = set(output.invalid_block_ids or ()) if output is not None else set()
-            unasked = [(i, set(blocks)) for i, report in enumerate(own_reports) if i not in self._asked
-                       and (blocks := report())]
-            reports, self._pending, self._asked = self._pending + unasked, [], set()
-            loads = [FailedLoad(self._steps, index, blocks, handed, self._holders(scheduler, scheduler_output, blocks))
-                     for index, blocks in reports]
-            outputs = update(scheduler_output, runner_output)
-            for load in loads:
-                load.after = {request_id: self._after(scheduler, request_id) for request_id in load.recompute_from}
-            self.failed.extend(loads)
-            self._steps += 1
-            return outputs
-
-        scheduler.update_from_output = stepped
+    def _stepped(self, scheduler_output: SchedulerOutput, runner_output: ModelRunnerOutput,
+                 update: Callable[[], Any]) -> Any:
+        scheduler, output = self._scheduler, runner_output.kv_connector_output
+        handed = set(output.invalid_block_ids or ()) if output is not None else set()
+        unasked = [(i, set(blocks)) for i, report in enumerate(self._own_reports) if i not in self._asked
+                   and (blocks := report())]
+        reports, self._pending, self._asked = self._pending + unasked, [], set()
+        loads = [FailedLoad(self._steps, index, blocks, handed, self._holders(scheduler, scheduler_output, blocks))
+                 for index, blocks in reports]
+        outputs = update()
+        for load in loads:
+            load.after = {request_id: self._after(scheduler, request_id) for request_id in load.recompute_from}
+        self.failed.extend(loads)
+        self._steps += 1
+        return outputs
 
     def _reported_by(self, index: int, report: Callable[[], set[int]]) -> Callable[[], set[int]]:
         def reported() -> set[int]:
