@@ -21,10 +21,6 @@ class CheckRow:
     gated_by: str  # the profile key that turns it on: its own name, or the check it rides on
     catches: str  # one line: what a failing cell of it means
 
-    @property
-    def runtime(self) -> bool:
-        return not self.static
-
 
 CHECKS: tuple[CheckRow, ...] = (
     CheckRow("roundtrip", False, "roundtrip", "save then load through the connector, byte for byte"),
