@@ -46,6 +46,7 @@ NO_VLLM = (
     "engine/test_scheduler_outputs.py",
     "reliability/test_gc_between_tests.py",
     "reliability/test_watchdog.py",
+    "shared_run/",
     "install/",
     "lint/test_lint_accelerator.py",
     "lint/test_lint_expectations.py",
@@ -211,3 +212,11 @@ def _output_as_on_a_terminal(monkeypatch):
     tests start sees the environment a developer's terminal has."""
     for variable in ("CI", "BUILD_NUMBER"):
         monkeypatch.delenv(variable, raising=False)
+
+
+@pytest.fixture(scope="session")
+def shared_suite(request, tmp_path_factory):
+    """The self-tests' shared suite runs (tests/shared_run/runner.py): ``shared_suite.results(RUN)``."""
+    from tests.shared_run.runner import SharedSuite
+
+    return SharedSuite.of_session(request.session, tmp_path_factory)

@@ -1,7 +1,8 @@
 """Run the conformance suite in a subprocess against the project's broken connectors.
 
-One subprocess per selection (vLLM's import dominates the cost); results are read
-back from JUnit XML so the assertions see exactly what a CI user would.
+Results are read back from JUnit XML so the assertions see exactly what a CI user would. The self-tests that only
+select tests and connectors share one run (tests/shared_run/); a test that needs a run of its own (other options,
+an environment, an order) calls ``run_suite``.
 """
 
 from __future__ import annotations
@@ -35,40 +36,41 @@ class Outcome:
 
 
 def run_suite(tmp: Path, args: list[str]) -> tuple[int, list[Outcome], str]:
+    status, cases, output = run_suite_cases(tmp, args)
+    return status, [outcome_of(case) for case in cases], output
+
+
+def run_suite_cases(tmp: Path, args: list[str], timeout_s: float = RUN_TIMEOUT_S) -> tuple[int, list[JunitCase], str]:
+    """The run's status, its JUnit cases and its output; ``timeout_s`` on a quiet machine, stretched under load."""
     junit = tmp / "junit.xml"
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     command = SuiteCommand("cpu", plugins=(NO_CACHE,), options=("-q", "-o", "junit_family=xunit1"), junitxml=junit,
                            extra=args)
     proc = subprocess.run(
-        command.argv(), cwd=tmp, env=env, capture_output=True, text=True, timeout=stretched(RUN_TIMEOUT_S))
+        command.argv(), cwd=tmp, env=env, capture_output=True, text=True, timeout=stretched(timeout_s))
     cases = read_junit_file(junit).cases if junit.exists() else []
-    # an xfail counts as skipped here: these tests ask whether a check ran and caught the bug
-    outcomes = [Outcome(case.junit_id, case.junit_outcome, _message(case)) for case in cases]
     output = proc.stdout + proc.stderr
-    return pytest_status(proc.returncode, outcomes, output), outcomes, output
+    failed = any(case.junit_outcome in ("failed", "error") for case in cases)
+    return pytest_status(proc.returncode, failed, output), cases, output
 
 
-def pytest_status(returncode: int, outcomes: list[Outcome], output: str) -> int:
-    """The status pytest returned. A serial run that built a NIXL agent where the system's libnl is loaded too
-    ends with SIGSEGV after pytest has returned (conformance/reliability/library_copies.py); where the run said
-    so before it ended, pytest's status is what its JUnit records: 1 if any test failed, else 0."""
+def outcome_of(case: JunitCase) -> Outcome:
+    """An xfail counts as skipped here: these tests ask whether a check ran and caught the bug."""
+    return Outcome(case.junit_id, case.junit_outcome, _message(case))
+
+
+def pytest_status(returncode: int, failed: bool, output: str) -> int:
+    """The status pytest returned (``failed``: whether any test failed or errored). A serial run that built a NIXL
+    agent where the system's libnl is loaded too ends with SIGSEGV after pytest has returned
+    (conformance/reliability/library_copies.py); where the run said so before it ended, pytest's status is what its
+    JUnit records: 1 if any test failed, else 0."""
     if returncode == -signal.SIGSEGV and MAY_CRASH_AT_EXIT in output:
-        return int(any(o.outcome in ("failed", "error") for o in outcomes))
+        return int(failed)
     return returncode
 
 
 def _message(case: JunitCase) -> str:
     return "" if case.junit_outcome == "passed" else f"{case.message}\n{case.text}"
-
-
-def run_broken(tmp: Path, select: str, original: str, module: str, broken: list[str],
-               extra: tuple[str, ...] = ()) -> tuple[int, list[Outcome], str]:
-    """One suite run of the ``-k select`` tests over the unmodified ``original`` and every broken copy ``broken``
-    names in ``module`` (its dotted name: ``tests.checks.dict_broken``)."""
-    args = ["-k", select, *extra, "--connector", original]
-    for name in broken:
-        args += ["--connector", f"{module}:{name}"]
-    return run_suite(tmp, args)
 
 
 def of_connector(results: list[Run], name: str) -> list[Run]:

@@ -6,16 +6,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.suite_run import of_connector, run_broken
+from tests.shared_run.plan import SelfTestRun
+from tests.suite_run import of_connector
 
 PROFILES = Path(__file__).resolve().parents[1] / "checks" / "claims_broken.yaml"
 
 
+RUN = SelfTestRun.of_broken("test_roundtrip_scenario and unaligned and bs32", "ExampleConnector",
+                           "tests.checks.claims_broken", ["UnderClaimingConnector", "AskAgainConnector"],
+                           profiles=[PROFILES])
+
+
 @pytest.fixture(scope="module")
-def claims_run(tmp_path_factory):
-    return run_broken(tmp_path_factory.mktemp("claims-selftest"), "test_roundtrip_scenario and unaligned and bs32",
-                      "ExampleConnector", "tests.checks.claims_broken", ["UnderClaimingConnector", "AskAgainConnector"],
-                      extra=("--profiles", str(PROFILES)))
+def claims_run(shared_suite):
+    return shared_suite.results(RUN)
 
 
 def test_a_claim_of_fewer_blocks_than_promised_fails(claims_run):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.suite_run import of_connector, run_broken
+from tests.shared_run.plan import SelfTestRun
+from tests.suite_run import of_connector
 
 CONTRACT_TESTS = ("scheduler", "worker", "driven", "no_load", "finished_before_load", "unknown_requests",
                   "empty_registration")
@@ -37,10 +38,12 @@ def _test_name(outcome) -> str:
     return outcome.nodeid.split("::")[-1].split("[")[0].removeprefix("test_contract_")
 
 
+RUN = SelfTestRun.of_broken("test_contract", "ExampleConnector", "tests.checks.contract_broken", BROKEN_CONTRACT)
+
+
 @pytest.fixture(scope="module")
-def contract_run(tmp_path_factory):
-    return run_broken(tmp_path_factory.mktemp("contract-selftest"), "test_contract", "ExampleConnector",
-                      "tests.checks.contract_broken", list(BROKEN_CONTRACT))
+def contract_run(shared_suite):
+    return shared_suite.results(RUN)
 
 
 def test_suite_exits_nonzero_on_broken_connectors(contract_run):

@@ -1,6 +1,6 @@
 """The fill checks fail each deliberately broken DecodeBenchConnector, for the right reason.
 
-One subprocess runs ``-k test_fill`` for the unmodified connector and the broken
+A shared run covers ``-k test_fill`` for the unmodified connector and the broken
 copies (tests/checks/decode_bench_broken.py, given DecodeBenchConnector's
 profile by the YAML beside it).
 """
@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.suite_run import REPO, of_connector, run_broken
+from tests.shared_run.plan import SelfTestRun
+from tests.suite_run import REPO, of_connector
 
 PROFILES = REPO / "tests" / "checks" / "decode_bench_broken.yaml"
 
@@ -45,10 +46,13 @@ TESTS_PER_CONNECTOR = 36
 KNOWN_BUGS = {"-views]": "the fill changed bytes the requests do not own"}
 
 
+RUN = SelfTestRun.of_broken("test_fill", "DecodeBenchConnector", "tests.checks.decode_bench_broken", BROKEN_FILL,
+                           profiles=[PROFILES])
+
+
 @pytest.fixture(scope="module")
-def fill_run(tmp_path_factory):
-    return run_broken(tmp_path_factory.mktemp("fill-selftest"), "test_fill", "DecodeBenchConnector",
-                      "tests.checks.decode_bench_broken", list(BROKEN_FILL), ("--profiles", str(PROFILES)))
+def fill_run(shared_suite):
+    return shared_suite.results(RUN)
 
 
 def test_suite_exits_nonzero_on_broken_connectors(fill_run):

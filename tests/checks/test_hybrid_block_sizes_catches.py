@@ -1,6 +1,6 @@
 """The checks on groups of different block sizes fail per-group bugs, for the right reason.
 
-One subprocess runs ``-k test_block_sizes`` (the fill check, ``conformance/test_block_sizes.py``, and the
+A shared run covers ``-k test_block_sizes`` (the fill check, ``conformance/test_block_sizes.py``, and the
 pair round-trip, ``conformance/test_block_sizes_pair.py``) for the unmodified DecodeBenchConnector and
 NixlConnector and the broken copies of tests/checks/hybrid_block_sizes_broken.py and
 hybrid_pair_broken.py, and nixl_broken.py's DoneOnPostingConnector (given their originals' profiles by the YAML
@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.suite_run import REPO, of_connector, run_broken
+from tests.shared_run.plan import SelfTestRun
+from tests.suite_run import REPO, of_connector
 
 PROFILES = REPO / "tests" / "checks" / "hybrid_block_sizes_broken.yaml"
 PAIR_PROFILES = REPO / "tests" / "checks" / "hybrid_pair_broken.yaml"
@@ -55,13 +56,15 @@ BROKEN = {
 PAIR_NAMES = ("NixlConnector", "FirstGroupOnlyNixlConnector", "DoneOnPostingConnector")
 
 
+RUN = SelfTestRun.of_broken(
+    "test_block_sizes", "DecodeBenchConnector", "tests.checks.hybrid_block_sizes_broken",
+    [name for name in BROKEN if name not in PAIR_NAMES], profiles=[PROFILES, PAIR_PROFILES],
+    also=["NixlConnector", *PAIR_BROKEN])
+
+
 @pytest.fixture(scope="module")
-def block_sizes_run(tmp_path_factory):
-    fill_broken = [name for name in BROKEN if name not in PAIR_NAMES]
-    return run_broken(tmp_path_factory.mktemp("block-sizes-selftest"), "test_block_sizes",
-                      "DecodeBenchConnector", "tests.checks.hybrid_block_sizes_broken", fill_broken,
-                      ("--profiles", str(PROFILES), "--profiles", str(PAIR_PROFILES),
-                       "--connector", "NixlConnector", *(arg for spec in PAIR_BROKEN for arg in ("--connector", spec))))
+def block_sizes_run(shared_suite):
+    return shared_suite.results(RUN)
 
 
 def _ran(outcomes, name):

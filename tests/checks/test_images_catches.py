@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.suite_run import of_connector, run_broken
+from tests.shared_run.plan import SelfTestRun
+from tests.suite_run import of_connector
 
 BROKEN = "ImageBlindKeyConnector"
 WORDS = ["ImageBlindKeyConnector claimed", "external tokens for image-y", "equal those of image-x stored before",
@@ -18,10 +19,12 @@ WORDS = ["ImageBlindKeyConnector claimed", "external tokens for image-y", "equal
 SELECT = "test_images or (test_roundtrip_scenario and bs32 and (unaligned or multi))"
 
 
+RUN = SelfTestRun.of_broken(SELECT, "ExampleConnector", "tests.checks.images_broken", [BROKEN])
+
+
 @pytest.fixture(scope="module")
-def images_run(tmp_path_factory):
-    return run_broken(tmp_path_factory.mktemp("images-selftest"), SELECT, "ExampleConnector",
-                      "tests.checks.images_broken", [BROKEN])
+def images_run(shared_suite):
+    return shared_suite.results(RUN)
 
 
 def test_unmodified_example_connector_passes(images_run):

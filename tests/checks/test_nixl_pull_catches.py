@@ -1,6 +1,6 @@
 """The NIXL pull situations beyond the round-trip fail each broken copy made for them, and pass the real connector.
 
-One subprocess runs the second turn with bidirectional KV transfer (conformance/test_pair_turns.py), the prefills
+A shared run covers the second turn with bidirectional KV transfer (conformance/test_pair_turns.py), the prefills
 aborted between chunks (conformance/test_pair_prefill_abort.py), the consumer with twice the producer's block size
 (conformance/test_pair_block_ratio.py), the requests waiting in a busy consumer's queue
 (conformance/test_pair_heartbeats.py), the lost notification (conformance/test_pair_lost_notification.py), a failed
@@ -17,7 +17,8 @@ from __future__ import annotations
 import pytest
 
 from tests.checks.cases import NEEDS_NIXL, ROUNDTRIP, Case, assert_meets_its_cases, selection
-from tests.suite_run import REPO, run_broken
+from tests.shared_run.plan import SelfTestRun
+from tests.suite_run import REPO
 
 pytestmark = NEEDS_NIXL
 
@@ -83,10 +84,12 @@ SELECTION = selection(CASES)
 BROKEN = [name for name in CASES if name != "NixlConnector"]
 
 
+RUN = SelfTestRun.of_broken(SELECTION, "NixlConnector", "tests.checks.nixl_pull_broken", BROKEN, profiles=[PROFILES])
+
+
 @pytest.fixture(scope="module")
-def pull_run(tmp_path_factory):
-    return run_broken(tmp_path_factory.mktemp("nixl-pull"), SELECTION, "NixlConnector", "tests.checks.nixl_pull_broken",
-                      BROKEN, ("--profiles", str(PROFILES)))
+def pull_run(shared_suite):
+    return shared_suite.results(RUN)
 
 
 @pytest.mark.parametrize("name", list(CASES))

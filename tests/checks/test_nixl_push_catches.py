@@ -1,6 +1,6 @@
 """The NIXL push situations beyond the round-trip fail each broken copy made for them, and pass the real connector.
 
-One subprocess runs the pairs whose halves meet in other orders or stop mid-WRITE (conformance/test_pair_push.py's
+A shared run covers the pairs whose halves meet in other orders or stop mid-WRITE (conformance/test_pair_push.py's
 test_pair_orders: a consumer registered before the producer's prefill finished, request ids each engine suffixed, a
 producer shut down with a WRITE in flight, malformed registrations beside the real ones, WRITE submissions slower
 than vLLM's 200 ms mark), a WRITE the producer cannot post (test_pair_write_failure) and the plain pair round-trip,
@@ -16,7 +16,8 @@ from __future__ import annotations
 import pytest
 
 from tests.checks.cases import NEEDS_NIXL, ROUNDTRIP, Case, assert_meets_its_cases, selection
-from tests.suite_run import REPO, run_broken
+from tests.shared_run.plan import SelfTestRun
+from tests.suite_run import REPO
 
 pytestmark = NEEDS_NIXL
 
@@ -63,10 +64,13 @@ SELECTION = selection(CASES)
 BROKEN = [name for name in CASES if name != "NixlPushConnector"]
 
 
+RUN = SelfTestRun.of_broken(SELECTION, "NixlPushConnector", "tests.checks.nixl_push_broken", BROKEN,
+                           profiles=[PROFILES])
+
+
 @pytest.fixture(scope="module")
-def push_run(tmp_path_factory):
-    return run_broken(tmp_path_factory.mktemp("nixl-push"), SELECTION, "NixlPushConnector",
-                      "tests.checks.nixl_push_broken", BROKEN, ("--profiles", str(PROFILES)))
+def push_run(shared_suite):
+    return shared_suite.results(RUN)
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -1,7 +1,7 @@
 """A producer of more tensor-parallel ranks than its consumer (conformance/test_pair_ranks.py) fails the broken copies
 made for it and passes the real connector.
 
-One subprocess runs the ranked pair over its models (grouped-query heads split across the producer's ranks, an MLA
+A shared run covers the ranked pair over its models (grouped-query heads split across the producer's ranks, an MLA
 latent replicated on each, and that MLA pair with the notifications to the replicas lost) for the unmodified
 NixlConnector (all pass) and tests/checks/nixl_ranks_broken.py's copies, each failing the model made for it with
 words that name its mistake and passing the others and the plain pair round-trip: with one rank per side their
@@ -10,17 +10,19 @@ edits change nothing.
 
 from __future__ import annotations
 
-from pathlib import Path
+from fnmatch import fnmatch
 
 import pytest
 
 from kvconform.conformance.engine.ranks import SHARED_MEMORY
 from tests.checks.cases import NEEDS_NIXL, ROUNDTRIP, Case, assert_meets_its_cases, selection
-from tests.suite_run import REPO, run_broken
+from tests.shared_run.plan import SelfTestRun
+from tests.suite_run import REPO
 
 pytestmark = NEEDS_NIXL
 
 PROFILES = REPO / "tests" / "checks" / "nixl_ranks_broken.yaml"
+RANKS_SHARED_MEMORY = "world-kvconform-ranks-*"  # vLLM's CPU communicator's segments, named after the ranks' world
 GQA = Case("(test_pair_ranks and gqa)", "-gqa]")
 MLA = Case("(test_pair_ranks and mla and not lost)", "-mla]")
 MLA_LOST = Case("(test_pair_ranks and mla-lost-notification)", "-mla-lost-notification]")
@@ -44,18 +46,16 @@ CASES: dict[str, list[Case]] = {
 }
 
 
-def _ranks_shared_memory() -> set[Path]:
-    return set(SHARED_MEMORY.glob("world-kvconform-ranks-*"))
+RUN = SelfTestRun.of_broken(selection(CASES), "NixlConnector", "tests.checks.nixl_ranks_broken",
+                           [name for name in CASES if name != "NixlConnector"], profiles=[PROFILES])
 
 
 @pytest.fixture(scope="module")
-def ranks_run(tmp_path_factory):
-    """The run's status, outcomes and output, and the ranks' shared-memory segments it left behind."""
-    before = _ranks_shared_memory()
-    status, outcomes, output = run_broken(
-        tmp_path_factory.mktemp("nixl-ranks"), selection(CASES), "NixlConnector", "tests.checks.nixl_ranks_broken",
-        [name for name in CASES if name != "NixlConnector"], ("--profiles", str(PROFILES)))
-    return status, outcomes, output, _ranks_shared_memory() - before
+def ranks_run(shared_suite):
+    """The run's status, outcomes and output, and the ranks' shared-memory segments its shared run left behind."""
+    status, outcomes, output = shared_suite.results(RUN)
+    left = shared_suite.group_results(RUN).shared_memory_left
+    return status, outcomes, output, {name for name in left if fnmatch(name, RANKS_SHARED_MEMORY)}
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -70,4 +70,4 @@ def test_the_ranks_leave_no_shared_memory_behind(ranks_run):
     unlinks; rank processes end with os._exit, so the harness removes them: a run must leave none."""
     _, outcomes, _, left = ranks_run
     assert any("test_pair_ranks" in outcome.nodeid for outcome in outcomes)
-    assert not left, f"the ranked pairs left {len(left)} shared-memory segment(s): {sorted(map(str, left))[:4]}"
+    assert not left, f"the ranked pairs left {len(left)} shared-memory segment(s): {sorted(left)[:4]}"

@@ -1,6 +1,6 @@
 """The NIXL situations the suite did not reach before fail each broken copy made for them, and pass the real connectors.
 
-One subprocess runs the push round-trip (test_roundtrip on NixlPushConnector), the consumers that read nothing
+A shared run covers the push round-trip (test_roundtrip on NixlPushConnector), the consumers that read nothing
 (conformance/test_pair_notify.py) and the failed handshakes (conformance/test_pair_handshake.py) for the
 unmodified NixlConnector and NixlPushConnector (all pass) and for the broken copies in tests/checks/nixl_broken.py.
 Each copy fails the situation made for it, with words that name its mistake, and passes the others selected for it,
@@ -15,7 +15,8 @@ from __future__ import annotations
 import pytest
 
 from tests.checks.cases import NEEDS_NIXL, ROUNDTRIP, Case, assert_meets_its_cases, selection
-from tests.suite_run import REPO, run_broken
+from tests.shared_run.plan import SelfTestRun
+from tests.suite_run import REPO
 
 pytestmark = NEEDS_NIXL
 
@@ -52,11 +53,13 @@ SELECTION = selection(CASES)
 BROKEN = [name for name in CASES if name not in ("NixlConnector", "NixlPushConnector")]
 
 
+RUN = SelfTestRun.of_broken(SELECTION, "NixlConnector", "tests.checks.nixl_broken", BROKEN, profiles=[PROFILES],
+                           also=["NixlPushConnector"])
+
+
 @pytest.fixture(scope="module")
-def situations_run(tmp_path_factory):
-    return run_broken(tmp_path_factory.mktemp("nixl-situations"), SELECTION, "NixlConnector",
-                      "tests.checks.nixl_broken", BROKEN,
-                      ("--profiles", str(PROFILES), "--connector", "NixlPushConnector"))
+def situations_run(shared_suite):
+    return shared_suite.results(RUN)
 
 
 @pytest.mark.parametrize("name", list(CASES))

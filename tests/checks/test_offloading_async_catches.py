@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.suite_run import of_connector, run_broken
+from tests.shared_run.plan import SelfTestRun
+from tests.suite_run import of_connector
 
 PROFILES = Path(__file__).resolve().parent / "offloading_async_broken.yaml"
 BROKEN = "PendingAsHitOffloadingConnector"
@@ -23,11 +24,13 @@ WORDS = [BROKEN, "AsyncScheduler", "timing async", "the lookup of request p0 cla
          "the scheduler half had not been told was finished", "HIT_PENDING"]
 
 
+RUN = SelfTestRun.of_broken(SELECT, "OffloadingConnector", "tests.checks.offloading_async_broken", [BROKEN],
+                           profiles=[PROFILES])
+
+
 @pytest.fixture(scope="module")
-def async_run(tmp_path_factory):
-    return run_broken(tmp_path_factory.mktemp("offloading-async-selftest"), SELECT,
-                      "OffloadingConnector", "tests.checks.offloading_async_broken", [BROKEN],
-                      ("--profiles", str(PROFILES)))
+def async_run(shared_suite):
+    return shared_suite.results(RUN)
 
 
 def _outcomes(outcomes, name):

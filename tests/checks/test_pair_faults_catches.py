@@ -1,6 +1,6 @@
 """The pair checks fail each deliberately broken NixlConnector, for the right reason, and pass the real one.
 
-One subprocess runs the tests of conformance/test_pair_faults.py for the unmodified
+A shared run covers the tests of conformance/test_pair_faults.py for the unmodified
 NixlConnector and the broken copies (tests/checks/nixl_broken.py, given
 NixlConnector's profile by the YAML beside it). Each broken copy must fail the tests
 that target its bug, with words that name it, and pass the others: it is broken one way.
@@ -12,7 +12,8 @@ import importlib.util
 
 import pytest
 
-from tests.suite_run import REPO, of_connector, run_broken
+from tests.shared_run.plan import SelfTestRun
+from tests.suite_run import REPO, of_connector
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("nixl") is None,
                                 reason="NixlConnector needs package nixl, which is not installed here")
@@ -42,10 +43,12 @@ SELECTION = ("(test_pair_load_failure or test_pair_slow_transport) and (NixlConn
 SELECTED = {"SwallowedReadErrorConnector": 3, "DoneOnPostingConnector": 1, "ExpiryFinishConnector": 2}
 
 
+RUN = SelfTestRun.of_broken(SELECTION, "NixlConnector", "tests.checks.nixl_broken", BROKEN_PAIRS, profiles=[PROFILES])
+
+
 @pytest.fixture(scope="module")
-def pair_run(tmp_path_factory):
-    return run_broken(tmp_path_factory.mktemp("pair-selftest"), SELECTION, "NixlConnector",
-                      "tests.checks.nixl_broken", list(BROKEN_PAIRS), ("--profiles", str(PROFILES)))
+def pair_run(shared_suite):
+    return shared_suite.results(RUN)
 
 
 def test_suite_exits_nonzero_on_broken_pairs(pair_run):

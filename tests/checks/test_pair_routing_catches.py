@@ -1,6 +1,6 @@
 """Pairs behind a router (conformance/test_pair_routing.py) fail each broken NixlConnector the routing exists for.
 
-One subprocess runs the routed pair round-trips: every routing for the unmodified NixlConnector (all pass), and
+A shared run covers the routed pair round-trips: every routing for the unmodified NixlConnector (all pass), and
 for each broken copy (tests/checks/nixl_broken.py) the routing that shows its bug. Under the same-id
 round-trip of test_roundtrip each copy passes: only the routing exposes it.
 """
@@ -11,7 +11,8 @@ import importlib.util
 
 import pytest
 
-from tests.suite_run import REPO, of_connector, run_broken
+from tests.shared_run.plan import SelfTestRun
+from tests.suite_run import REPO, of_connector
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("nixl") is None,
                                 reason="NixlConnector needs package nixl, which is not installed here")
@@ -28,10 +29,12 @@ SELECTION = "test_pair_routed and (NixlConnector or " + " or ".join(
     f"({name} and {word})" for name, (word, _) in BROKEN_ROUTED.items()) + ")"
 
 
+RUN = SelfTestRun.of_broken(SELECTION, "NixlConnector", "tests.checks.nixl_broken", BROKEN_ROUTED, profiles=[PROFILES])
+
+
 @pytest.fixture(scope="module")
-def routed_run(tmp_path_factory):
-    return run_broken(tmp_path_factory.mktemp("routed-pairs"), SELECTION, "NixlConnector", "tests.checks.nixl_broken",
-                      list(BROKEN_ROUTED), ("--profiles", str(PROFILES)))
+def routed_run(shared_suite):
+    return shared_suite.results(RUN)
 
 
 def test_unmodified_nixl_connector_passes_every_routing(routed_run):

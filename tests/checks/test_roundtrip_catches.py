@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.suite_run import of_connector, run_broken
+from tests.shared_run.plan import SelfTestRun
+from tests.suite_run import of_connector
 
 # connector class -> words its failures must carry
 BROKEN_ROUNDTRIP = {
@@ -17,11 +18,13 @@ BROKEN_ROUNDTRIP = {
 }
 
 
+RUN = SelfTestRun.of_broken("test_roundtrip and not layout and not mla and not scenario and not other_device",
+                           "ExampleConnector", "tests.checks.example_broken", BROKEN_ROUNDTRIP)
+
+
 @pytest.fixture(scope="module")
-def roundtrip_run(tmp_path_factory):
-    return run_broken(tmp_path_factory.mktemp("roundtrip-selftest"),
-                      "test_roundtrip and not layout and not mla and not scenario and not other_device",
-                      "ExampleConnector", "tests.checks.example_broken", list(BROKEN_ROUNDTRIP))
+def roundtrip_run(shared_suite):
+    return shared_suite.results(RUN)
 
 
 def test_suite_exits_nonzero_on_broken_connectors(roundtrip_run):

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.suite_run import of_connector, run_broken
+from tests.shared_run.plan import SelfTestRun
+from tests.suite_run import of_connector
 
 PROFILES = Path(__file__).resolve().parents[1] / "checks" / "offloading_broken.yaml"
 TIMINGS = ("immediate", "next-step", "late-out-of-order", "async")
@@ -38,11 +39,13 @@ BROKEN_SCHEDULER_HALF = {
 }
 
 
+RUN = SelfTestRun.of_broken("test_scheduler_half", "OffloadingConnector", "tests.checks.offloading_broken",
+                           BROKEN_SCHEDULER_HALF, profiles=[PROFILES])
+
+
 @pytest.fixture(scope="module")
-def scheduler_half_run(tmp_path_factory):
-    return run_broken(tmp_path_factory.mktemp("scheduler-half-selftest"), "test_scheduler_half",
-                      "OffloadingConnector", "tests.checks.offloading_broken", list(BROKEN_SCHEDULER_HALF),
-                      ("--profiles", str(PROFILES)))
+def scheduler_half_run(shared_suite):
+    return shared_suite.results(RUN)
 
 
 def test_suite_exits_nonzero_on_broken_connectors(scheduler_half_run):

@@ -12,7 +12,8 @@ from __future__ import annotations
 import pytest
 
 from kvconform.reports.identity import from_test_name
-from tests.suite_run import BROKEN, REPO, of_connector, run_suite
+from tests.shared_run.plan import SelfTestRun
+from tests.suite_run import BROKEN, REPO, of_connector
 
 PROFILES = [REPO / "examples" / "dict_connector.yaml", REPO / "tests" / "checks" / "dict_broken.yaml"]
 CONNECTORS = {"DictConnector": "examples.dict_connector:DictConnector",
@@ -22,11 +23,12 @@ LEAKS = {"model": "its keys ignore what differs", "kv-dtype": "its keys ignore w
          "layers": "no longer gets its own KV back (the other configuration's saves replaced it)"}
 
 
+RUN = SelfTestRun("test_shared_store", tuple(CONNECTORS.values()), tuple(PROFILES))
+
+
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    args = ["-k", "test_shared_store", *(a for spec in CONNECTORS.values() for a in ("--connector", spec)),
-            *(a for p in PROFILES for a in ("--profiles", str(p)))]
-    return run_suite(tmp_path_factory.mktemp("shared-store"), args)
+def run(shared_suite):
+    return shared_suite.results(RUN)
 
 
 def _variant(nodeid: str) -> str:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.suite_run import BROKEN, REPO, of_connector, run_suite
+from tests.shared_run.plan import SelfTestRun
+from tests.suite_run import BROKEN, REPO, of_connector
 
 HERE = Path(__file__).resolve().parent
 PROFILES = [REPO / "examples" / "dict_connector.yaml", HERE / "vllm_assertions_broken.yaml", HERE / "dict_broken.yaml"]
@@ -42,12 +43,14 @@ CAUGHT = {
 }
 
 
+RUN = SelfTestRun(f"({ALIGNED}) or ({PEER_STORE})", (
+    "examples.dict_connector:DictConnector", *(f"{BROKEN}.{module}:{name}" for name, (module, _, _) in CAUGHT.items())),
+    tuple(PROFILES))
+
+
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    args = ["-k", f"({ALIGNED}) or ({PEER_STORE})", "--connector", "examples.dict_connector:DictConnector",
-            *(a for name, (module, _, _) in CAUGHT.items() for a in ("--connector", f"{BROKEN}.{module}:{name}")),
-            *(a for p in PROFILES for a in ("--profiles", str(p)))]
-    return run_suite(tmp_path_factory.mktemp("vllm-assertions"), args)
+def run(shared_suite):
+    return shared_suite.results(RUN)
 
 
 def of_test(outcomes, name: str, selection: str):

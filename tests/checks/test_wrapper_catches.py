@@ -22,9 +22,10 @@ tests/checks/multi_broken.py, given their profiles by the YAML beside it.
 
 from __future__ import annotations
 
-from tests.suite_run import REPO, of_connector, run_broken
+from tests.shared_run.plan import SelfTestRun
+from tests.suite_run import REPO, of_connector
 
-PROFILES = ("--profiles", str(REPO / "tests" / "checks" / "multi_broken.yaml"))
+PROFILES = [REPO / "tests" / "checks" / "multi_broken.yaml"]
 ROUNDTRIP = ("test_roundtrip and float16 and not bfloat16 and not mla and not layout and not scenario"
              " and not other_device")
 WORKLOAD = "test_workload_scenario and (occupied-pools or abort-mid-save)"
@@ -50,11 +51,15 @@ BROKEN_WORKLOAD = {
     "FirstChildFinishMultiConnector": "as finished sending, but no such transfer was in flight",
     "EmptyBlocksMultiConnector": "the connector claimed 0 external tokens after 0 computed ones",
 }
+BROKEN = "tests.checks.multi_broken"
+ROUNDTRIP_RUN = SelfTestRun.of_broken(ROUNDTRIP, "MultiConnector", BROKEN, ["UnflaggedMultiConnector"],
+                                      profiles=PROFILES)
+WORKLOAD_RUN = SelfTestRun.of_broken(WORKLOAD, "MultiConnector", BROKEN, BROKEN_WORKLOAD, profiles=PROFILES)
+LIFECYCLE_RUN = SelfTestRun.of_broken(LIFECYCLE, "MultiConnector", BROKEN, BROKEN_LIFECYCLE, profiles=PROFILES)
 
 
-def test_a_wrapper_that_leaves_its_flag_unset_saves_nothing(tmp_path):
-    returncode, outcomes, output = run_broken(tmp_path, ROUNDTRIP, "MultiConnector", "tests.checks.multi_broken",
-                                              ["UnflaggedMultiConnector"], PROFILES)
+def test_a_wrapper_that_leaves_its_flag_unset_saves_nothing(shared_suite):
+    returncode, outcomes, output = shared_suite.results(ROUNDTRIP_RUN)
     assert returncode == 1, output[-3000:]
     original, broken = of_connector(outcomes, "MultiConnector"), of_connector(outcomes, "UnflaggedMultiConnector")
     assert len(original) == 1 and original[0].outcome == "passed", [(o.nodeid, o.message[:800]) for o in original]
@@ -62,9 +67,8 @@ def test_a_wrapper_that_leaves_its_flag_unset_saves_nothing(tmp_path):
     assert "UnflaggedMultiConnector reported no cache hit for req-0" in broken[0].message, broken[0].message[:1500]
 
 
-def test_wrappers_that_mishandle_their_busy_children_fail(tmp_path):
-    returncode, outcomes, output = run_broken(tmp_path, WORKLOAD, "MultiConnector", "tests.checks.multi_broken",
-                                              list(BROKEN_WORKLOAD), PROFILES)
+def test_wrappers_that_mishandle_their_busy_children_fail(shared_suite):
+    returncode, outcomes, output = shared_suite.results(WORKLOAD_RUN)
     assert returncode == 1, output[-3000:]
     # the plain one and its late-saves variant (the lifecycle variants run no workload)
     original = [o for o in outcomes if "-MultiConnector-" in o.nodeid or "-MultiConnector@late-saves-" in o.nodeid]
@@ -78,9 +82,8 @@ def test_wrappers_that_mishandle_their_busy_children_fail(tmp_path):
             assert words in outcome.message, outcome.message[:1500]
 
 
-def test_wrappers_that_forward_a_lifecycle_hook_to_some_children_fail(tmp_path):
-    returncode, outcomes, output = run_broken(tmp_path, LIFECYCLE, "MultiConnector", "tests.checks.multi_broken",
-                                              list(BROKEN_LIFECYCLE), PROFILES)
+def test_wrappers_that_forward_a_lifecycle_hook_to_some_children_fail(shared_suite):
+    returncode, outcomes, output = shared_suite.results(LIFECYCLE_RUN)
     assert returncode == 1, output[-3000:]
     # every lifecycle test of the unmodified wrapper passes, but test_wrapper_reports where no child reports anything
     original = [o for o in outcomes if "-MultiConnector" in o.nodeid and "@late-saves" not in o.nodeid]

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.suite_run import BROKEN, REPO, of_connector, run_suite
+from tests.shared_run.plan import SelfTestRun
+from tests.suite_run import BROKEN, REPO, of_connector
 
 SELECTION = "(test_roundtrip and float32 and not mla and not layout and not scenario) or test_lint"
 PROFILES = [REPO / "examples" / "dict_connector.yaml", REPO / "tests" / "checks" / "dict_broken.yaml"]
@@ -25,11 +26,12 @@ CONNECTORS = {
 }
 
 
+RUN = SelfTestRun(SELECTION, tuple(spec for spec, _ in CONNECTORS.values()), tuple(PROFILES))
+
+
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    args = ["-k", SELECTION, *(a for spec, _ in CONNECTORS.values() for a in ("--connector", spec)),
-            *(a for p in PROFILES for a in ("--profiles", str(p)))]
-    return run_suite(tmp_path_factory.mktemp("worked-example"), args)
+def run(shared_suite):
+    return shared_suite.results(RUN)
 
 
 @pytest.mark.parametrize("name", list(CONNECTORS))

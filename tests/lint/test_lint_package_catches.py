@@ -10,17 +10,20 @@ from __future__ import annotations
 import pytest
 
 from tests.lint.test_lint_package import expected_places
-from tests.suite_run import BROKEN, of_connector, run_suite
+from tests.shared_run.plan import SelfTestRun
+from tests.suite_run import BROKEN, of_connector
 
 PACKAGE = f"{BROKEN}.cuda_helper_broken"
 CONNECTORS = {"CudaHelperConnector": f"{PACKAGE}.connector:CudaHelperConnector",
               "CleanHelperConnector": f"{PACKAGE}.clean_connector:CleanHelperConnector"}
 
 
+RUN = SelfTestRun("test_lint", tuple(CONNECTORS.values()))
+
+
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    args = ["-k", "test_lint", *(a for spec in CONNECTORS.values() for a in ("--connector", spec))]
-    return run_suite(tmp_path_factory.mktemp("lint-package"), args)
+def run(shared_suite):
+    return shared_suite.results(RUN)
 
 
 def _only(outcomes, name: str):

@@ -33,7 +33,7 @@ import vllm
 from packaging.version import Version
 
 from kvconform.conformance.workload.scenarios import WORKLOAD_SCENARIOS
-from tests.suite_run import run_broken
+from tests.shared_run.plan import SelfTestRun
 
 PROFILES = Path(__file__).with_name("situations_broken.yaml")
 MODULE = "tests.workload.situations_broken"
@@ -97,11 +97,14 @@ def _selection() -> str:
             f"({ROUNDTRIP} and {SAMPLED_TOKEN})")
 
 
+RUN = SelfTestRun.of_broken(_selection(), "ExampleConnector", MODULE,
+                           [*BROKEN, "PrefixTokensConnector", "OutputSaveConnector"], profiles=[PROFILES],
+                           also=["MultiConnector"])
+
+
 @pytest.fixture(scope="module")
-def situations_run(tmp_path_factory):
-    return run_broken(tmp_path_factory.mktemp("situations-selftest"), _selection(), "ExampleConnector", MODULE,
-                      [*BROKEN, "PrefixTokensConnector", "OutputSaveConnector"],
-                      ("--profiles", str(PROFILES), "--connector", "MultiConnector"))
+def situations_run(shared_suite):
+    return shared_suite.results(RUN)
 
 
 def _scenario_outcomes(outcomes, name: str) -> dict[str, object]:

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.suite_run import of_connector, run_broken
+from tests.shared_run.plan import SelfTestRun
+from tests.suite_run import of_connector
 
 PROFILES = Path(__file__).resolve().parents[1] / "workload" / "workload_broken.yaml"
 
@@ -70,12 +71,15 @@ def _selection() -> str:
     return f"{ROUNDTRIP} or (test_workload_scenario and ({' or '.join(f'-{n}-{sc}]' for n, sc in pairs)}))"
 
 
+RUN = SelfTestRun.of_broken(
+    _selection(), "ExampleConnector", "tests.workload.workload_broken",
+    [*BROKEN_WORKLOAD, *(n for n in CORRECT if n not in ("ExampleConnector", "MultiConnector"))],
+    profiles=[PROFILES], also=["MultiConnector"])
+
+
 @pytest.fixture(scope="module")
-def workload_run(tmp_path_factory):
-    broken = [*BROKEN_WORKLOAD, *(n for n in CORRECT if n not in ("ExampleConnector", "MultiConnector"))]
-    return run_broken(tmp_path_factory.mktemp("workload-selftest"), _selection(), "ExampleConnector",
-                      "tests.workload.workload_broken", broken,
-                      ("--profiles", str(PROFILES), "--connector", "MultiConnector"))
+def workload_run(shared_suite):
+    return shared_suite.results(RUN)
 
 
 @pytest.mark.parametrize("name", list(CORRECT))

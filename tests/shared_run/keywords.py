@@ -1,0 +1,111 @@
+"""pytest's ``-k`` for one test, so that one suite run can give each of its connectors its own selection.
+
+pytest applies ``-k`` to a whole run; the shared self-test run (tests/shared_run/runner.py) runs many self-tests'
+connectors at once, each with the selection its self-test asks for. The grammar and the names matched are pytest's
+documented ``-k``: ``and``, ``or``, ``not``, parentheses, and words matched case-insensitively as substrings of the
+names of the test and its parents (the session and its root folder left out), its extra keywords, its function's
+public attributes and its markers. tests/shared_run/test_keywords.py holds this to pytest's own ``-k``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Collection
+
+import pytest
+
+_TOKEN = re.compile(r"\s*(?:(?P<open>\()|(?P<close>\))|(?P<word>[\w:+\-.\[\]\\/]+))")
+_OPERATORS = ("and", "or", "not")
+# function attributes pytest does not match: its own marks, and functools.cache's
+_NOT_KEYWORDS = frozenset({"pytestmark", "cache_parameters"})
+
+
+class KeywordError(ValueError):
+    """An expression pytest's ``-k`` would refuse."""
+
+
+def _tokens(expression: str) -> list[str]:
+    tokens, position = [], 0
+    while expression[position:].strip():
+        match = _TOKEN.match(expression, position)
+        if match is None:
+            raise KeywordError(f"-k {expression!r}: unexpected character at column {position + 1}")
+        tokens.append(match.group(match.lastgroup or "word"))
+        position = match.end()
+    return tokens
+
+
+class _Parser:
+    """Recursive descent over ``or`` of ``and`` of ``not``, as pytest's grammar nests them."""
+
+    def __init__(self, expression: str, matches: Callable[[str], bool]) -> None:
+        self.expression, self.tokens, self.at, self.matches = expression, _tokens(expression), 0, matches
+
+    def _peek(self) -> str | None:
+        return self.tokens[self.at] if self.at < len(self.tokens) else None
+
+    def _take(self) -> str:
+        token = self._peek()
+        if token is None:
+            raise KeywordError(f"-k {self.expression!r}: the expression ends too soon")
+        self.at += 1
+        return token
+
+    def whole(self) -> bool:
+        if not self.tokens:
+            return True  # pytest: an empty -k selects everything
+        value = self._or()
+        if self._peek() is not None:
+            raise KeywordError(f"-k {self.expression!r}: unexpected {self._peek()!r}")
+        return value
+
+    def _or(self) -> bool:
+        value = self._and()
+        while self._peek() == "or":
+            self._take()
+            value = self._and() or value
+        return value
+
+    def _and(self) -> bool:
+        value = self._not()
+        while self._peek() == "and":
+            self._take()
+            value = self._not() and value
+        return value
+
+    def _not(self) -> bool:
+        token = self._take()
+        if token == "not":
+            return not self._not()
+        if token == "(":
+            value = self._or()
+            if self._take() != ")":
+                raise KeywordError(f"-k {self.expression!r}: a parenthesis is not closed")
+            return value
+        if token == ")" or token in _OPERATORS:
+            raise KeywordError(f"-k {self.expression!r}: unexpected {token!r}")
+        return self.matches(token)
+
+
+def check(expression: str) -> None:
+    """Raise KeywordError where pytest would refuse ``expression``."""
+    _Parser(expression, lambda word: True).whole()
+
+
+def matches(expression: str, names: Collection[str]) -> bool:
+    """Whether ``-k expression`` selects a test whose matchable names are ``names``."""
+    lowered = [name.lower() for name in names]
+    return _Parser(expression, lambda word: any(word.lower() in name for name in lowered)).whole()
+
+
+def item_names(item: pytest.Item) -> set[str]:
+    """The names ``-k`` matches ``item`` by."""
+    names = {node.name for node in item.listchain()
+             if not isinstance(node, pytest.Session)
+             and not (isinstance(node, pytest.Directory) and isinstance(node.parent, pytest.Session))}
+    names.update(item.listextrakeywords())
+    function = getattr(item, "function", None)
+    if function is not None:
+        names.update(name for name in vars(function) if not name.startswith("_") and name not in _NOT_KEYWORDS)
+    names.update(mark.name for mark in item.iter_markers())
+    return names
