@@ -115,7 +115,7 @@ def needs_vllm(path: Path) -> bool:
 ONE_RELEASE_TESTS = ("gate/", "reliability/", "pipelines/", "smoke/", "connectors/test_services.py",
                      "connectors/test_nixl_device_buffer.py", "engine/test_accelerator_worker.py",
                      "engine/test_backend_reaches_vllm.py", "plugin/test_scheduling.py", "session/test_devices.py",
-                     "mutation/test_mutate_command.py")
+                     "mutation/test_mutate_command.py", "checks/test_offloading_situations_catches.py")
 
 
 def one_release(path: Path) -> bool:

@@ -300,7 +300,12 @@ class ContractConnector:
 
     def finish(self, request: Request, block_ids_per_group: tuple[list[int], ...],
                shown: str) -> tuple[bool, dict[str, Any] | None]:
-        """The finish hook vLLM's scheduler calls: ``request_finished_all_groups`` for HMA connectors."""
+        """The finish hook vLLM's scheduler calls: ``request_finished_all_groups`` for HMA connectors. A request
+        not finished yet is finished as aborted first: vLLM's ``finish_requests`` sets the status before
+        ``_free_request`` (which asserts it) asks the connector, and connectors read it (OffloadingConnector's
+        next ``build_connector_meta`` stores a finished request's blocks by it)."""
+        if not request.is_finished():
+            request.status = vllm_api.find("RequestStatus").FINISHED_ABORTED
         if supports_hma(self.connector):
             answer = self.ask("request_finished_all_groups", request, block_ids_per_group,
                               shown_args=f"{shown}, {tuple(block_ids_per_group)}")

@@ -58,6 +58,7 @@ class Variant(BaseModel):
     kv_buffer_device: str | None = None
     extra_config: dict[str, Any] | None = None
     checks: list[Check] | None = None
+    scheduler_half: bool | None = None  # False: a variant that runs its worker half skips the scheduler-half check
     platforms: list[str] | None = None  # where the variant runs (default: everywhere); elsewhere not a parameter
 
 

@@ -122,6 +122,13 @@ WORKLOAD_SCENARIOS: dict[str, WorkloadSpec] = {s.label: s for s in (
                   R(family=22, length=159, arrive=2, max_tokens=2)),
         num_blocks=14, max_seqs=4, token_budget=512),
     WorkloadSpec(
+        label="next-turn",
+        # a conversation's next turn: the producer's 126-token prompt generates 2 tokens, ending on a block boundary
+        # whose last slot (the sampled token) was never computed; the consumer sends prompt, reply and 30 new tokens,
+        # so a store that took that block for computed KV is claimed, loaded and counted as computed
+        producer=(R(family=25, length=126, max_tokens=2), R(family=26, length=70)),
+        consumer=(R(family=25, length=126, reply=2, then=30), R(family=26, length=70))),
+    WorkloadSpec(
         label="partial-block-load",
         # the consumer extends a stored 48-token prompt to 4 blocks: a connector that keys whole prompts token by
         # token has a hit of 1.5 blocks, a load ending mid-block short of the prompt's end (vLLM 0.32 takes a claim

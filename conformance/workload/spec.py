@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from ..engine.prompts import prompt_rng
+from ..engine.scheduler import next_token
 
 VOCAB = 997  # token ids 1..997 (the tiny model's vocabulary is 1000)
 
@@ -33,10 +34,17 @@ class RequestSpec:
     arrive: int = 0  # engine step at which the request is added
     max_tokens: int = 1  # tokens to generate (1: prefill only; more: decode steps follow)
     abort: int | None = None  # engine step at which the client aborts it (None: runs to the end)
+    # a conversation's next turn: after the prompt, the ``reply`` tokens an engine sampled after it (the output of a
+    # request of this prompt with max_tokens >= reply), then ``then`` new tokens of this family
+    reply: int = 0
+    then: int = 0
 
     def prompt(self) -> list[int]:
         stem = _tokens(("stem", self.family), self.shared)
-        return stem + _tokens(("tail", self.family, self.shared, self.tail), self.length - self.shared)
+        tokens = stem + _tokens(("tail", self.family, self.shared, self.tail), self.length - self.shared)
+        for _ in range(self.reply):
+            tokens.append(next_token(tokens))
+        return tokens + _tokens(("turn", self.family, self.tail), self.then)
 
 
 @dataclass(frozen=True)
@@ -91,6 +99,8 @@ class WorkloadSpec:
             for i, r in enumerate(getattr(self, side)):
                 if not 0 <= r.shared <= r.length or r.length < 2:
                     raise SpecError(f"{side}[{i}]: need 0 <= shared <= length and length >= 2 ({r})")
+                if r.reply < 0 or r.then < 0:
+                    raise SpecError(f"{side}[{i}]: need reply >= 0 and then >= 0 ({r})")
                 if r.max_tokens < 1 or r.arrive < 0 or (r.abort is not None and r.abort < r.arrive):
                     raise SpecError(f"{side}[{i}]: need max_tokens >= 1, arrive >= 0, abort >= arrive ({r})")
 
@@ -104,7 +114,7 @@ class WorkloadSpec:
     def step_bound(self, block_size: int) -> int:
         """Steps after which a request still held is stuck: generous, but finite."""
         requests = list(self.producer) + list(self.peer) + list(self.consumer)
-        work = sum(-(-r.length // max(1, self.token_budget)) + r.max_tokens for r in requests)
+        work = sum(-(-(r.length + r.reply + r.then) // max(1, self.token_budget)) + r.max_tokens for r in requests)
         last = max((r.arrive for r in requests), default=0)
         return last + work + 16
 

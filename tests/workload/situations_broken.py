@@ -17,7 +17,7 @@ Each broken copy is a vLLM 0.32 connector with one edit:
   finished request's prompt and output, copied a step after the finish from the blocks it keeps) handing its worker
   every token of a finished request, the last sampled one included, whose KV the model never computed. Only a final
   length on a block boundary makes that token start a whole block of its own count: the worker copies a block the
-  scheduler half did not keep, after vLLM freed it. Scenario ``block-boundary`` fails it.
+  scheduler half did not keep, after vLLM freed it. Scenarios ``block-boundary`` and ``next-turn`` fail it.
 """
 
 from __future__ import annotations
