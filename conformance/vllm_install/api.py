@@ -30,6 +30,9 @@ CONNECTOR_API: tuple[str, ...] = (
     "vllm.inputs",  # the engine's prompt types
     "vllm.sampling_params",
     "vllm.platforms",  # current_platform, as connectors ask it
+    # OffloadingConnector's media: the specs, workers and managers its spec registry (OffloadingSpecFactory) loads,
+    # which third-party backends implement, as kvconform's CPU-memory medium does
+    "vllm.v1.kv_offload",
 )
 
 

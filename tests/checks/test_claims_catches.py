@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-from tests.shared_run.plan import SelfTestRun
+from tests.shared_run.plan import SelfTestRun, results_of
 from tests.suite_run import of_connector
 
 PROFILES = Path(__file__).resolve().parents[1] / "checks" / "claims_broken.yaml"
@@ -17,9 +15,7 @@ RUN = SelfTestRun.of_broken("test_roundtrip_scenario and unaligned and bs32", "E
                            profiles=[PROFILES])
 
 
-@pytest.fixture(scope="module")
-def claims_run(shared_suite):
-    return shared_suite.results(RUN)
+claims_run = results_of(RUN)
 
 
 def test_a_claim_of_fewer_blocks_than_promised_fails(claims_run):

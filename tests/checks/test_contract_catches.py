@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.shared_run.plan import SelfTestRun
+from tests.shared_run.plan import SelfTestRun, results_of
 from tests.suite_run import of_connector
 
 CONTRACT_TESTS = ("scheduler", "worker", "driven", "no_load", "finished_before_load", "unknown_requests",
@@ -41,9 +41,7 @@ def _test_name(outcome) -> str:
 RUN = SelfTestRun.of_broken("test_contract", "ExampleConnector", "tests.checks.contract_broken", BROKEN_CONTRACT)
 
 
-@pytest.fixture(scope="module")
-def contract_run(shared_suite):
-    return shared_suite.results(RUN)
+contract_run = results_of(RUN)
 
 
 def test_suite_exits_nonzero_on_broken_connectors(contract_run):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.shared_run.plan import SelfTestRun
+from tests.shared_run.plan import SelfTestRun, results_of
 from tests.suite_run import REPO, of_connector
 
 PROFILES = REPO / "tests" / "checks" / "decode_bench_broken.yaml"
@@ -50,9 +50,7 @@ RUN = SelfTestRun.of_broken("test_fill", "DecodeBenchConnector", "tests.checks.d
                            profiles=[PROFILES])
 
 
-@pytest.fixture(scope="module")
-def fill_run(shared_suite):
-    return shared_suite.results(RUN)
+fill_run = results_of(RUN)
 
 
 def test_suite_exits_nonzero_on_broken_connectors(fill_run):

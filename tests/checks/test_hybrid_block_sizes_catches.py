@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.shared_run.plan import SelfTestRun
+from tests.shared_run.plan import SelfTestRun, results_of
 from tests.suite_run import REPO, of_connector
 
 PROFILES = REPO / "tests" / "checks" / "hybrid_block_sizes_broken.yaml"
@@ -62,9 +62,7 @@ RUN = SelfTestRun.of_broken(
     also=["NixlConnector", *PAIR_BROKEN])
 
 
-@pytest.fixture(scope="module")
-def block_sizes_run(shared_suite):
-    return shared_suite.results(RUN)
+block_sizes_run = results_of(RUN)
 
 
 def _ran(outcomes, name):

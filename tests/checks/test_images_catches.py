@@ -8,9 +8,7 @@ for prompts without images), so no other round-trip catches it; vLLM's own passe
 
 from __future__ import annotations
 
-import pytest
-
-from tests.shared_run.plan import SelfTestRun
+from tests.shared_run.plan import SelfTestRun, results_of
 from tests.suite_run import of_connector
 
 BROKEN = "ImageBlindKeyConnector"
@@ -22,9 +20,7 @@ SELECT = "test_images or (test_roundtrip_scenario and bs32 and (unaligned or mul
 RUN = SelfTestRun.of_broken(SELECT, "ExampleConnector", "tests.checks.images_broken", [BROKEN])
 
 
-@pytest.fixture(scope="module")
-def images_run(shared_suite):
-    return shared_suite.results(RUN)
+images_run = results_of(RUN)
 
 
 def test_unmodified_example_connector_passes(images_run):

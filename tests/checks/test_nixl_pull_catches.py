@@ -17,7 +17,7 @@ from __future__ import annotations
 import pytest
 
 from tests.checks.cases import NEEDS_NIXL, ROUNDTRIP, Case, assert_meets_its_cases, selection
-from tests.shared_run.plan import SelfTestRun
+from tests.shared_run.plan import SelfTestRun, results_of
 from tests.suite_run import REPO
 
 pytestmark = NEEDS_NIXL
@@ -87,9 +87,7 @@ BROKEN = [name for name in CASES if name != "NixlConnector"]
 RUN = SelfTestRun.of_broken(SELECTION, "NixlConnector", "tests.checks.nixl_pull_broken", BROKEN, profiles=[PROFILES])
 
 
-@pytest.fixture(scope="module")
-def pull_run(shared_suite):
-    return shared_suite.results(RUN)
+pull_run = results_of(RUN)
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 
 from tests.checks.cases import NEEDS_NIXL, ROUNDTRIP, Case, assert_meets_its_cases, selection
-from tests.shared_run.plan import SelfTestRun
+from tests.shared_run.plan import SelfTestRun, results_of
 from tests.suite_run import REPO
 
 pytestmark = NEEDS_NIXL
@@ -68,9 +68,7 @@ RUN = SelfTestRun.of_broken(SELECTION, "NixlPushConnector", "tests.checks.nixl_p
                            profiles=[PROFILES])
 
 
-@pytest.fixture(scope="module")
-def push_run(shared_suite):
-    return shared_suite.results(RUN)
+push_run = results_of(RUN)
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-from tests.shared_run.plan import SelfTestRun
+from tests.shared_run.plan import SelfTestRun, results_of
 from tests.suite_run import of_connector
 
 PROFILES = Path(__file__).resolve().parent / "offloading_async_broken.yaml"
@@ -28,9 +26,7 @@ RUN = SelfTestRun.of_broken(SELECT, "OffloadingConnector", "tests.checks.offload
                            profiles=[PROFILES])
 
 
-@pytest.fixture(scope="module")
-def async_run(shared_suite):
-    return shared_suite.results(RUN)
+async_run = results_of(RUN)
 
 
 def _outcomes(outcomes, name):

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-from tests.shared_run.plan import SelfTestRun
+from tests.shared_run.plan import SelfTestRun, results_of
 from tests.suite_run import of_connector
 
 PROFILES = Path(__file__).resolve().parent / "offloading_medium_broken.yaml"
@@ -23,9 +21,7 @@ RUN = SelfTestRun.of_broken("test_roundtrip and float16 and not bfloat16", "Offl
                             "tests.checks.offloading_medium_broken", [BROKEN], profiles=[PROFILES])
 
 
-@pytest.fixture(scope="module")
-def medium_run(shared_suite):
-    return shared_suite.results(RUN)
+medium_run = results_of(RUN)
 
 
 def test_offloading_connector_over_the_cpu_medium_passes(medium_run):

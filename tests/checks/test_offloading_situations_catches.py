@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.shared_run.plan import SelfTestRun
+from tests.shared_run.plan import SelfTestRun, results_of
 from tests.suite_run import of_connector
 
 PROFILES = Path(__file__).resolve().parent / "offloading_situations_broken.yaml"
@@ -33,9 +33,7 @@ RUN = SelfTestRun.of_broken("test_workload_scenario and (block-boundary or abort
                             profiles=[PROFILES])
 
 
-@pytest.fixture(scope="module")
-def situations_run(shared_suite):
-    return shared_suite.results(RUN)
+situations_run = results_of(RUN)
 
 
 def test_offloading_connector_over_the_cpu_medium_passes(situations_run):

@@ -12,7 +12,7 @@ import importlib.util
 
 import pytest
 
-from tests.shared_run.plan import SelfTestRun
+from tests.shared_run.plan import SelfTestRun, results_of
 from tests.suite_run import REPO, of_connector
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("nixl") is None,
@@ -46,9 +46,7 @@ SELECTED = {"SwallowedReadErrorConnector": 3, "DoneOnPostingConnector": 1, "Expi
 RUN = SelfTestRun.of_broken(SELECTION, "NixlConnector", "tests.checks.nixl_broken", BROKEN_PAIRS, profiles=[PROFILES])
 
 
-@pytest.fixture(scope="module")
-def pair_run(shared_suite):
-    return shared_suite.results(RUN)
+pair_run = results_of(RUN)
 
 
 def test_suite_exits_nonzero_on_broken_pairs(pair_run):

@@ -11,7 +11,7 @@ import importlib.util
 
 import pytest
 
-from tests.shared_run.plan import SelfTestRun
+from tests.shared_run.plan import SelfTestRun, results_of
 from tests.suite_run import REPO, of_connector
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("nixl") is None,
@@ -32,9 +32,7 @@ SELECTION = "test_pair_routed and (NixlConnector or " + " or ".join(
 RUN = SelfTestRun.of_broken(SELECTION, "NixlConnector", "tests.checks.nixl_broken", BROKEN_ROUTED, profiles=[PROFILES])
 
 
-@pytest.fixture(scope="module")
-def routed_run(shared_suite):
-    return shared_suite.results(RUN)
+routed_run = results_of(RUN)
 
 
 def test_unmodified_nixl_connector_passes_every_routing(routed_run):

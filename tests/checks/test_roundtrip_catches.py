@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.shared_run.plan import SelfTestRun
+from tests.shared_run.plan import SelfTestRun, results_of
 from tests.suite_run import of_connector
 
 # connector class -> words its failures must carry
@@ -22,9 +22,7 @@ RUN = SelfTestRun.of_broken("test_roundtrip and not layout and not mla and not s
                            "ExampleConnector", "tests.checks.example_broken", BROKEN_ROUNDTRIP)
 
 
-@pytest.fixture(scope="module")
-def roundtrip_run(shared_suite):
-    return shared_suite.results(RUN)
+roundtrip_run = results_of(RUN)
 
 
 def test_suite_exits_nonzero_on_broken_connectors(roundtrip_run):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.shared_run.plan import SelfTestRun
+from tests.shared_run.plan import SelfTestRun, results_of
 from tests.suite_run import of_connector
 
 PROFILES = Path(__file__).resolve().parents[1] / "checks" / "offloading_broken.yaml"
@@ -43,9 +43,7 @@ RUN = SelfTestRun.of_broken("test_scheduler_half", "OffloadingConnector", "tests
                            BROKEN_SCHEDULER_HALF, profiles=[PROFILES])
 
 
-@pytest.fixture(scope="module")
-def scheduler_half_run(shared_suite):
-    return shared_suite.results(RUN)
+scheduler_half_run = results_of(RUN)
 
 
 def test_suite_exits_nonzero_on_broken_connectors(scheduler_half_run):

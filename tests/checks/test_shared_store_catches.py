@@ -9,10 +9,8 @@ block only when every layer of it was saved), but its own saves then replace the
 
 from __future__ import annotations
 
-import pytest
-
 from kvconform.reports.identity import from_test_name
-from tests.shared_run.plan import SelfTestRun
+from tests.shared_run.plan import SelfTestRun, results_of
 from tests.suite_run import BROKEN, REPO, of_connector
 
 PROFILES = [REPO / "examples" / "dict_connector.yaml", REPO / "tests" / "checks" / "dict_broken.yaml"]
@@ -26,9 +24,7 @@ LEAKS = {"model": "its keys ignore what differs", "kv-dtype": "its keys ignore w
 RUN = SelfTestRun("test_shared_store", tuple(CONNECTORS.values()), tuple(PROFILES))
 
 
-@pytest.fixture(scope="module")
-def run(shared_suite):
-    return shared_suite.results(RUN)
+run = results_of(RUN)
 
 
 def _variant(nodeid: str) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.shared_run.plan import SelfTestRun
+from tests.shared_run.plan import SelfTestRun, results_of
 from tests.suite_run import BROKEN, REPO, of_connector
 
 HERE = Path(__file__).resolve().parent
@@ -48,9 +48,7 @@ RUN = SelfTestRun(f"({ALIGNED}) or ({PEER_STORE})", (
     tuple(PROFILES))
 
 
-@pytest.fixture(scope="module")
-def run(shared_suite):
-    return shared_suite.results(RUN)
+run = results_of(RUN)
 
 
 def of_test(outcomes, name: str, selection: str):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.shared_run.plan import SelfTestRun
+from tests.shared_run.plan import SelfTestRun, results_of
 from tests.suite_run import BROKEN, REPO, of_connector
 
 SELECTION = "(test_roundtrip and float32 and not mla and not layout and not scenario) or test_lint"
@@ -29,9 +29,7 @@ CONNECTORS = {
 RUN = SelfTestRun(SELECTION, tuple(spec for spec, _ in CONNECTORS.values()), tuple(PROFILES))
 
 
-@pytest.fixture(scope="module")
-def run(shared_suite):
-    return shared_suite.results(RUN)
+run = results_of(RUN)
 
 
 @pytest.mark.parametrize("name", list(CONNECTORS))

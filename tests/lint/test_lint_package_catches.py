@@ -7,10 +7,8 @@ CleanHelperConnector, in the same package, reaches only a guarded helper and pas
 
 from __future__ import annotations
 
-import pytest
-
 from tests.lint.test_lint_package import expected_places
-from tests.shared_run.plan import SelfTestRun
+from tests.shared_run.plan import SelfTestRun, results_of
 from tests.suite_run import BROKEN, of_connector
 
 PACKAGE = f"{BROKEN}.cuda_helper_broken"
@@ -21,9 +19,7 @@ CONNECTORS = {"CudaHelperConnector": f"{PACKAGE}.connector:CudaHelperConnector",
 RUN = SelfTestRun("test_lint", tuple(CONNECTORS.values()))
 
 
-@pytest.fixture(scope="module")
-def run(shared_suite):
-    return shared_suite.results(RUN)
+run = results_of(RUN)
 
 
 def _only(outcomes, name: str):

@@ -14,7 +14,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
+import pytest
 import yaml
 
 from tests.shared_run import keywords
@@ -94,3 +96,14 @@ def group_key(group: Sequence[SelfTestRun]) -> str:
     """A name for a group's results that changes with anything its runs ask for."""
     text = json.dumps([[run.name, run.select, run.connectors, [str(p) for p in run.profiles]] for run in group])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def results_of(run: SelfTestRun) -> Any:
+    """A module-scoped fixture that gives ``run``'s status, outcomes and output from the session's shared run
+    (tests/conftest.py's ``shared_suite``), under the name a module gives it: ``fill_run = results_of(RUN)``."""
+
+    @pytest.fixture(scope="module")
+    def results(shared_suite: Any) -> tuple[int, list[Any], str]:
+        return shared_suite.results(run)
+
+    return results

@@ -33,7 +33,7 @@ import vllm
 from packaging.version import Version
 
 from kvconform.conformance.workload.scenarios import WORKLOAD_SCENARIOS
-from tests.shared_run.plan import SelfTestRun
+from tests.shared_run.plan import SelfTestRun, results_of
 
 PROFILES = Path(__file__).with_name("situations_broken.yaml")
 MODULE = "tests.workload.situations_broken"
@@ -102,9 +102,7 @@ RUN = SelfTestRun.of_broken(_selection(), "ExampleConnector", MODULE,
                            also=["MultiConnector"])
 
 
-@pytest.fixture(scope="module")
-def situations_run(shared_suite):
-    return shared_suite.results(RUN)
+situations_run = results_of(RUN)
 
 
 def _scenario_outcomes(outcomes, name: str) -> dict[str, object]:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.shared_run.plan import SelfTestRun
+from tests.shared_run.plan import SelfTestRun, results_of
 from tests.suite_run import of_connector
 
 PROFILES = Path(__file__).resolve().parents[1] / "workload" / "workload_broken.yaml"
@@ -77,9 +77,7 @@ RUN = SelfTestRun.of_broken(
     profiles=[PROFILES], also=["MultiConnector"])
 
 
-@pytest.fixture(scope="module")
-def workload_run(shared_suite):
-    return shared_suite.results(RUN)
+workload_run = results_of(RUN)
 
 
 @pytest.mark.parametrize("name", list(CORRECT))
