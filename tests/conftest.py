@@ -35,6 +35,7 @@ NO_VLLM = (
     "expectations/test_expectations_untested.py",
     "expectations/test_expectations_vllm.py",
     "checks/test_claims.py",
+    "checks/test_verdicts.py",
     "connectors/test_missing_module.py",
     "connectors/test_plugin_discovery.py",
     "coverage/test_coverage_report.py",

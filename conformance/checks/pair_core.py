@@ -199,13 +199,15 @@ class LivePair:
         return "; ".join(f"{role} holds {', '.join(sorted(log.side.scheduler.scheduler.requests)) or 'nothing'}"
                          for role, log in self.logs.items())
 
-    def step_until(self, done: Callable[[], bool], what: str,
+    def step_until(self, done: Callable[[], bool], what: str | Callable[[], str],
                    roles: tuple[str, ...] = ("consumer", "producer"), timeout_s: float = DRAIN_TIMEOUT_S) -> None:
-        """Step the sides, consumer first, until ``done``; a ``PairFailure`` saying ``what`` after ``timeout_s``."""
+        """Step the sides, consumer first, until ``done``; a ``PairFailure`` saying ``what`` after ``timeout_s`` (a
+        callable: what it says then, for a message that counts what happened while stepping)."""
         deadline = time.monotonic() + timeout_s
         while not done():
             if time.monotonic() > deadline:
-                raise PairFailure(f"{what} within {timeout_s:.0f} s ({self._held()})")
+                said = what() if callable(what) else what
+                raise PairFailure(f"{said} within {timeout_s:.0f} s ({self._held()})")
             for role in roles:
                 log = self.logs[role]
                 log.side.scheduler.step(log)
@@ -302,24 +304,33 @@ class CompletionWitness:
                 return
 
 
+def raise_if_failed_loads(pair: LivePair) -> None:
+    """``PairFailure`` where the consumer reported a failed receive or a load-error block, with nothing injected."""
+    consumer = pair.logs["consumer"]
+    if consumer.failed_requests or consumer.invalid_blocks:
+        raise PairFailure(f"{pair.rig.connector.name}: nothing was injected, yet the consumer reported failed "
+                          f"receive(s) {sorted(consumer.failed_requests)} and load-error block(s) "
+                          f"{sorted(consumer.invalid_blocks)} "
+                          f"(a failed side-channel handshake also ends this way: see the connector's log)")
+
+
+def raise_if_expired(pair: LivePair) -> None:
+    """``PairFailure`` where a side released a request when its lease expired, not on the other side's word."""
+    expired = {role: log.expired for role, log in pair.logs.items() if log.expired}
+    if expired:
+        counts = ", ".join(f"the {role} released {count} request(s)" for role, count in expired.items())
+        raise PairFailure(f"{pair.rig.connector.name}: {counts} when its lease expired, not on the other side's "
+                          f"notification (the connector's stats count them in {', '.join(EXPIRY_COUNTERS)}): the "
+                          f"transfer finished by a timeout")
+
+
 def check_completion(pair: LivePair, witness: CompletionWitness, settled: Callable[[], None] | None = None) -> None:
     """A healthy pair: no failed receive, no finish by expiry, the bytes in place when reported.
 
     ``settled`` checks the bytes after draining, before the witness is heard: bytes still wrong then went to
     the wrong slots (its failure names them), bytes right then but not when reported arrived late."""
-    name = pair.rig.connector.name
-    consumer = pair.logs["consumer"]
-    if consumer.failed_requests or consumer.invalid_blocks:
-        raise PairFailure(f"{name}: nothing was injected, yet the consumer reported failed receive(s) "
-                          f"{sorted(consumer.failed_requests)} and load-error block(s) "
-                          f"{sorted(consumer.invalid_blocks)} "
-                          f"(a failed side-channel handshake also ends this way: see the connector's log)")
-    expired = {role: log.expired for role, log in pair.logs.items() if log.expired}
-    if expired:
-        counts = ", ".join(f"the {role} released {count} request(s)" for role, count in expired.items())
-        raise PairFailure(f"{name}: {counts} when its lease expired, not on the other side's notification "
-                          f"(the connector's stats count them in {', '.join(EXPIRY_COUNTERS)}): the transfer "
-                          f"finished by a timeout")
+    raise_if_failed_loads(pair)
+    raise_if_expired(pair)
     if settled is not None:
         settled()
     if witness.wrong:
@@ -332,13 +343,14 @@ def leaked_blocks(side: EngineStandIn) -> int:
     return int(pool.num_gpu_blocks - 1 - pool.get_num_free_blocks())
 
 
-def raise_if_leaked(pair: LivePair, what: str) -> None:
-    """``PairFailure`` naming each side of the drained ``pair`` that still holds blocks (``what``: the message's
-    start, the connector and the situation)."""
-    leaks = {role: leaked_blocks(log.side) for role, log in pair.logs.items()}
+def raise_if_leaked(pair: LivePair, what: str, roles: tuple[str, ...] = ("consumer", "producer")) -> None:
+    """``PairFailure`` naming each side of the drained ``pair`` (of ``roles``) that still holds blocks (``what``: the
+    message's start, the connector and the situation)."""
+    leaks = {role: leaked_blocks(pair.logs[role].side) for role in roles}
     if any(leaks.values()):
         held = ", ".join(f"the {role} still holds {count} block(s)" for role, count in leaks.items() if count)
-        raise PairFailure(f"{what}after both sides drained, {held}: they never return to the free pool")
+        sides = "both sides" if len(roles) == 2 else f"the {' and the '.join(roles)}"
+        raise PairFailure(f"{what}after {sides} drained, {held}: they never return to the free pool")
 
 
 def abort(side: EngineStandIn, request_ids: list[str]) -> None:

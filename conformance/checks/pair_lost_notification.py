@@ -7,8 +7,10 @@ changes: vLLM already computes it, so the consumer must neither report it receiv
 tracks neither for a request that never waited for remote KV), and must keep no block. The producer then frees its
 pages when their lease runs out, which this situation does not wait for.
 
-It passes when the consumer finishes every request within the notification bound, reports none received or failed
-and no load-error block, and holds no block once drained.
+It passes when the consumer finishes every request and tries a notification for each within the notification
+bound, reports none received or failed and no load-error block, and holds no block once drained. Whether it tried
+the notifications is judged apart from the rest (conformance/checks/verdicts.py): a consumer that tries none fails
+that verdict only, and what it reported and held is still judged.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from ..engine.rig import EngineStandIn, Rig
 from .pair_core import NOTIFY_TIMEOUT_S, PairFailure, drained, leaked_blocks, open_pair
 from .pair_transport import wrap_transport
 from .roundtrip import ROUNDTRIP_SCENARIOS, scenario_prompts
+from .verdicts import Verdicts
 
 HEARTBEAT_PREFIX = b"HB:"  # NIXL's lease-extending messages, delivered as usual here
 
@@ -57,23 +60,31 @@ def run_pair_lost_notification(rig: Rig) -> int:
     name = rig.connector.name
     doc = ("the consumer's requests read nothing (they asked for prompt logprobs) and the notification telling the "
            "producer so could not be sent (send_notif raised)")
-    with open_pair(rig, stored) as pair:
+    with open_pair(rig, stored) as pair, Verdicts() as verdicts:
         losing = install_losing_notifications(pair.consumer)
         pair.add_consumer_requests(stored, prompt_logprobs=1)
-        # the notification goes once the consumer's handshake with the producer is done, after the requests ran
-        pair.step_until(lambda: drained(pair.consumer) and losing.lost >= len(stored),
-                        f"{name}: the consumer's requests read nothing (they asked for prompt logprobs); the consumer "
-                        f"did not finish them, or did not try to notify the producer for each ({losing.lost} "
-                        f"notification(s) tried): it must notify even when it reads nothing (a notification-only "
-                        f"read), or the producer holds the pages until their lease ends", roles=("consumer",),
-                        timeout_s=NOTIFY_TIMEOUT_S)
+        with verdicts.judge() as consumer_drained:
+            pair.step_until(lambda: drained(pair.consumer),
+                            f"{name}: the consumer's requests read nothing (they asked for prompt logprobs); the "
+                            f"consumer did not finish them", roles=("consumer",), timeout_s=NOTIFY_TIMEOUT_S)
+        if consumer_drained.held:  # the notification goes once the consumer's handshake with the producer is done
+            with verdicts.judge():
+                pair.step_until(lambda: losing.lost >= len(stored),
+                                lambda: f"{name}: the consumer's requests read nothing (they asked for prompt "
+                                        f"logprobs); the consumer did not try to notify the producer for each "
+                                        f"({losing.lost} notification(s) tried): it must notify even when it reads "
+                                        f"nothing (a notification-only read), or the producer holds the pages until "
+                                        f"their lease ends", roles=("consumer",), timeout_s=NOTIFY_TIMEOUT_S)
         log = pair.logs["consumer"]
-        if log.failed_requests or log.invalid_blocks or log.received:
-            raise PairFailure(f"{name}: {doc}, yet it reported {sorted(log.received)} received, "
-                              f"{sorted(log.failed_requests)} failed (failed_recving) and load-error block(s) "
-                              f"{sorted(log.invalid_blocks)}: vLLM computes these requests itself and waits for no "
-                              f"transfer of theirs")
-        held = leaked_blocks(pair.consumer)
-        if held:
-            raise PairFailure(f"{name}: {doc}; after it drained, the consumer still holds {held} block(s)")
-        return losing.lost
+        with verdicts.judge():
+            if log.failed_requests or log.invalid_blocks or log.received:
+                raise PairFailure(f"{name}: {doc}, yet it reported {sorted(log.received)} received, "
+                                  f"{sorted(log.failed_requests)} failed (failed_recving) and load-error block(s) "
+                                  f"{sorted(log.invalid_blocks)}: vLLM computes these requests itself and waits for "
+                                  f"no transfer of theirs")
+        if consumer_drained.held:  # a consumer still running its requests holds their blocks
+            with verdicts.judge():
+                held = leaked_blocks(pair.consumer)
+                if held:
+                    raise PairFailure(f"{name}: {doc}; after it drained, the consumer still holds {held} block(s)")
+    return losing.lost

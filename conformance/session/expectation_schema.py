@@ -27,9 +27,11 @@ FINDING_CLASSES = {
 # failure is exactly that failure: the exception (``raises``) and its message (``match``) or, for the
 # lint check, its findings (``findings``) are pinned. A tuple is alternatives: one of them at least.
 REQUIRED = {"pass": (), "xfail": ("reason", "link", "class", "raises", ("match", "findings")), "skip": ("reason",)}
-# Exception names too broad to pin one cause: any failure at all (or any check's) would match them.
-TOO_BROAD = frozenset({"BaseException", "Exception", "builtins.BaseException", "builtins.Exception", "CheckFailure",
-                       "kvconform.conformance.engine.check_failure.CheckFailure"})
+# Exception names too broad to pin one cause: any failure at all (or any check's) would match them; and the failure
+# that stands for several of one check's (conformance/checks/verdicts.py), never one cause.
+TOO_BROAD = frozenset({"BaseException", "Exception", "builtins.BaseException", "builtins.Exception", "object",
+                       "builtins.object", "CheckFailure", "kvconform.conformance.engine.check_failure.CheckFailure",
+                       "SeveralFailures", "kvconform.conformance.checks.verdicts.SeveralFailures"})
 
 # A link points at one thing. On GitHub: an issue, a pull request, a commit, or source lines.
 _GITHUB_SPECIFIC = re.compile(
