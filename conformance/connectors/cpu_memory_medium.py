@@ -169,12 +169,14 @@ class CPUMemoryWorker(OffloadingWorker):
             raise ValueError(f"CPU-memory medium {held.key!r} holds chunks of shapes "
                              f"{[tuple(t.shape) for t in held.store]}; this worker's KV cache needs {shapes}")
         self.store = held.store
+        self.num_chunks = num_chunks
         self.finished: list[TransferResult] = []
         self.store_delay = store_delay
         self.pending_stores: dict[int, tuple[int, Callable[[], bool]]] = {}  # job -> (polls left, run it)
 
     def submit_store(self, job_id: int, src_spec: GPULoadStoreSpec, dst_spec: LoadStoreSpec) -> bool:
         assert isinstance(dst_spec, BlockIDsLoadStoreSpec)
+        self.check_chunks(job_id, "store", dst_spec)
         if self.store_delay == 0:
             return self._run(job_id, src_spec, dst_spec, to_store=True)
         self.pending_stores[job_id] = (self.store_delay,
@@ -184,7 +186,18 @@ class CPUMemoryWorker(OffloadingWorker):
     def submit_load(self, job_id: int, src_spec: LoadStoreSpec, dst_spec: GPULoadStoreSpec,
                     expedited: bool = False) -> bool:
         assert isinstance(src_spec, BlockIDsLoadStoreSpec)
+        self.check_chunks(job_id, "load", src_spec)
         return self._run(job_id, dst_spec, src_spec, to_store=False)
+
+    def check_chunks(self, job_id: int, kind: str, store_spec: BlockIDsLoadStoreSpec) -> None:
+        """The job's chunks are chunks of the store: vLLM's manager hands out ids ``0 .. num_chunks - 1`` of the
+        spec's ``num_chunks``, and any other id is memory outside the tier (a negative one would otherwise wrap to
+        the store's last rows here, as torch indexes, and pass)."""
+        outside = [int(chunk) for chunk in store_spec.block_ids if not 0 <= int(chunk) < self.num_chunks]
+        if outside:
+            raise ValueError(f"vLLM's offloading manager gave {kind} job {job_id} CPU chunk(s) {outside} of "
+                             f"{[int(c) for c in store_spec.block_ids]}, outside the medium's {self.num_chunks} chunks "
+                             f"(0 to {self.num_chunks - 1}): the job would {kind} KV in memory the tier does not hold")
 
     def _run(self, job_id: int, cache_spec: GPULoadStoreSpec, store_spec: BlockIDsLoadStoreSpec,
              to_store: bool) -> bool:
