@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..engine.rig import EngineStandIn, Rig
-from .pair_core import NOTIFY_TIMEOUT_S, PairFailure, drained, leaked_blocks, open_pair
+from .pair_core import NOTIFY_TIMEOUT_S, PairFailure, drained, open_pair, raise_if_leaked
 from .pair_transport import wrap_transport
 from .roundtrip import ROUNDTRIP_SCENARIOS, scenario_prompts
 from .verdicts import Verdicts
@@ -84,7 +84,5 @@ def run_pair_lost_notification(rig: Rig) -> int:
                                   f"no transfer of theirs")
         if consumer_drained.held:  # a consumer still running its requests holds their blocks
             with verdicts.judge():
-                held = leaked_blocks(pair.consumer)
-                if held:
-                    raise PairFailure(f"{name}: {doc}; after it drained, the consumer still holds {held} block(s)")
+                raise_if_leaked(pair, f"{name}: {doc}; ", roles=("consumer",))
     return losing.lost
