@@ -82,11 +82,21 @@ class Identity:
         return pairs
 
 
+class ConnectorUnderTest:
+    """What a conformance test's ``connector`` parameter is an instance of (``connectors.selection.ConnectorParam``
+    derives from it). The plugin is installed into other projects' environments: a test of theirs may have a
+    ``connector`` parameter of its own, of any type, and only this type makes a test one the plugins watch."""
+
+    name: str
+
+
 def connector_of(item: pytest.Item) -> Any:
-    """The ``ConnectorParam`` a conformance test runs, or None for any other test (Any: another project's test
-    may have a ``connector`` parameter of its own, of any type)."""
+    """The ``ConnectorParam`` a conformance test runs, or None for any other test, another project's test with a
+    ``connector`` parameter of its own included (Any: the reliability plugins read the fields of a type this
+    layer cannot import)."""
     callspec = getattr(item, "callspec", None)
-    return callspec.params.get("connector") if callspec is not None else None
+    connector = callspec.params.get("connector") if callspec is not None else None
+    return connector if isinstance(connector, ConnectorUnderTest) else None
 
 
 def is_conformance(item: pytest.Item) -> bool:

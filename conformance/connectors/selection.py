@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from kvconform.reports.identity import ConnectorUnderTest
+
 from ..session.target import TARGET_KEY, run_target
 from ..vllm_install.factory import FactorySourceError, installed_factory_file, parse_registrations
 from ..vllm_install.plugins import PluginConnector, PluginRegistry, discover, register_in_vllm
@@ -31,7 +33,7 @@ class ConnectorSpecError(Exception):
 
 
 @dataclass(frozen=True)
-class ConnectorParam:
+class ConnectorParam(ConnectorUnderTest):
     """One connector under test: what a test's ``connector`` parameter is."""
 
     name: str  # the factory name, or the class name of a third-party connector

@@ -24,8 +24,8 @@ class FakeItem:
         self.callspec = SimpleNamespace(params={"connector": connector})
 
 
-def _param(name: str, env: dict[str, str]) -> SimpleNamespace:
-    return SimpleNamespace(name=name, id=name, profile=ConnectorProfile(env=env))
+def _param(name: str, env: dict[str, str]) -> selection.ConnectorParam:
+    return selection.ConnectorParam(name=name, class_name=name, module_path=None, profile=ConnectorProfile(env=env))
 
 
 def _run_test(item: FakeItem, seen: dict[str, str | None]) -> None:

@@ -41,8 +41,8 @@ class FakeItem:
         return self.markers.get(name)
 
 
-def _param(name: str) -> SimpleNamespace:
-    return SimpleNamespace(name=name, profile=profile_for(name))
+def _param(name: str) -> selection.ConnectorParam:
+    return selection.ConnectorParam(name=name, class_name=name, module_path=None, profile=profile_for(name))
 
 
 def test_a_connector_no_profile_names_keeps_the_host_to_itself():
