@@ -6,6 +6,7 @@ test clones it, so tests can commit freely without seeing each other's changes.
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -30,12 +31,17 @@ def gate(tmp_path, monkeypatch, capfd):
     """Run ``kvconform gate ARGS`` in process, from an empty working folder of its own.
 
     The working folder is where a shell would create ``pwned`` if a hostile file
-    name were ever interpreted: tests look for it there. Output is read at the file
+    name were ever interpreted: tests look for it there. The system's temporary folder is one of the test's own. Output is read at the file
     descriptors, so what the gate's pytest run wrote there would be seen too.
     """
     workdir = tmp_path / "cwd"
     workdir.mkdir()
     monkeypatch.chdir(workdir)
+    # the gate keeps its run's log in the system's temporary folder for the user to read; a test's goes with its
+    # tmp_path instead of piling up there
+    temporary = tmp_path / "system-tmp"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
 
     def call(*argv: str) -> GateResult:
         status = main(["gate", *argv])
