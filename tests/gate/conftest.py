@@ -31,7 +31,8 @@ def gate(tmp_path, monkeypatch, capfd):
     """Run ``kvconform gate ARGS`` in process, from an empty working folder of its own.
 
     The working folder is where a shell would create ``pwned`` if a hostile file
-    name were ever interpreted: tests look for it there. The system's temporary folder is one of the test's own. Output is read at the file
+    name were ever interpreted: tests look for it there. The system's temporary folder
+    is one of the test's own. Output is read at the file
     descriptors, so what the gate's pytest run wrote there would be seen too.
     """
     workdir = tmp_path / "cwd"
