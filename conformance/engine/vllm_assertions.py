@@ -102,7 +102,8 @@ def tripped(error: AssertionError) -> Tripped | None:
     innermost: TracebackType | None = None
     traceback = error.__traceback__
     while traceback is not None:
-        path = Path(traceback.tb_frame.f_code.co_filename)
+        # both sides resolved: a venv reached through a link names vLLM's files by the link, vllm.__file__ too
+        path = Path(traceback.tb_frame.f_code.co_filename).resolve()
         if path.is_relative_to(root):
             innermost = traceback
         traceback = traceback.tb_next
