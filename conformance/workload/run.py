@@ -17,6 +17,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..checks.offload_events import EventsRecord
 from ..engine.prompts import prompts_of
 from ..engine.rig import Rig
 from ..engine.scheduler import watch_request_finished
@@ -30,6 +31,7 @@ from .spec import OCCUPANT_LENGTH, OCCUPANT_TOKENS, RequestSpec, WorkloadSpec
 
 if TYPE_CHECKING:
     import torch
+    from vllm.config import VllmConfig
     from vllm.v1.core.sched.output import SchedulerOutput
     from vllm.v1.outputs import KVConnectorOutput
     from vllm.v1.request import Request
@@ -54,6 +56,16 @@ class WorkloadRig(Rig):
     def scheduler_limits(self) -> tuple[int, int]:
         return self.workload.max_seqs, self.workload.token_budget
 
+    def vllm_config(self, role: str) -> VllmConfig:
+        """The rig's config; with the workload's ``kv_events``, KV cache events enabled as a user enables them
+        (published through vLLM's null publisher: the check reads what it is handed, nothing leaves the process)."""
+        config = super().vllm_config(role)
+        if self.workload.kv_events:
+            from vllm.config import KVEventsConfig
+
+            config.kv_events_config = KVEventsConfig(enable_kv_cache_events=True, publisher="null")
+        return config
+
 
 @dataclass
 class WorkloadReport:
@@ -69,6 +81,7 @@ class WorkloadReport:
     peer_hits: int = 0  # consumer requests that claimed a prompt only the peer engine had computed
     resumed_loads_beside_others: int = 0  # a request resumed from preemption loading external KV, others scheduled too
     boundary_finishes: int = 0  # requests finished (not aborted) with all their tokens filling whole blocks
+    kv_events_followed: int = 0  # offloading manager stores and evictions followed to vLLM's event publisher
 
 
 @dataclass
@@ -93,7 +106,7 @@ class EnginePhase:
     """One engine (producer or consumer) stepped through its part of the workload."""
 
     def __init__(self, name: str, rig: WorkloadRig, side: EngineStandIn, spec: WorkloadSpec, ledger: Ledger,
-                 report: WorkloadReport, tested: ConnectorUnderTest | None = None):
+                 report: WorkloadReport, tested: ConnectorUnderTest | None = None, events: EventsRecord | None = None):
         self.name, self.rig, self.side, self.spec = name, rig, side, spec
         self.tested = tested or rig.connector  # the connector under test (the peer may run one of its children)
         self.ledger, self.report = ledger, report
@@ -115,6 +128,9 @@ class EnginePhase:
         self.loading_now: set[str] = set()  # requests that claimed external tokens for the step being run
         side.runner.forward = self._forward
         self._watch_request_finished()
+        self.events = events  # the KV events followed, when the workload enables them
+        if events is not None:
+            events.watch(name, self.driver)
 
     def _occupants(self) -> dict[str, RequestSpec]:
         count = self.spec.occupant_count(self.name)
@@ -165,6 +181,8 @@ class EnginePhase:
                 self.driver.add(rid, self.requests[rid].prompt(), self.requests[rid].max_tokens)
             self._abort_due()
             self.loading_now = set()
+            if self.events is not None:
+                self.events.step = self.step_index
             try:
                 self.driver.step(self)
             except (WorkloadFailure, vllm_api.VllmApiError):  # the latter: kvconform cannot drive this vLLM
@@ -238,6 +256,9 @@ class EnginePhase:
         return kv_output
 
     def _after_update(self) -> None:
+        if self.events is not None:
+            self._check(self.events.problem())
+            self.report.kv_events_followed = self.events.followed()
         for rid, req in self.scheduler.requests.items():
             if req.num_computed_tokens:
                 self.ledger.record(self.name, rid, list(req.all_token_ids[:req.num_computed_tokens]))
@@ -351,6 +372,7 @@ def run_workload(rig: WorkloadRig, spec: WorkloadSpec) -> WorkloadReport:
 
 def _run_phases(rig: WorkloadRig, spec: WorkloadSpec) -> WorkloadReport:
     report, ledger = WorkloadReport(), Ledger()
+    events = EventsRecord() if spec.kv_events else None
     producer_role, consumer_role = rig.roles()
     phases = [("producer", rig, producer_role)]
     if spec.peer:
@@ -360,7 +382,11 @@ def _run_phases(rig: WorkloadRig, spec: WorkloadSpec) -> WorkloadReport:
     for name, phase_rig, role in phases:
         side = phase_rig.engine(role, fill_seed=PHASE_FILL_SEEDS[name])
         try:
-            EnginePhase(name, phase_rig, side, spec, ledger, report, tested=rig.connector).run()
+            EnginePhase(name, phase_rig, side, spec, ledger, report, tested=rig.connector, events=events).run()
         finally:
             side.close()
+    if events is not None and events.managers and not events.stores():
+        raise WorkloadFailure(f"{rig.connector.name}: KV events: the workload's engines completed no store through "
+                              f"the connector's offloading manager, so no event was followed: nothing was checked\n"
+                              f"  workload: {spec.to_text()}")
     return report

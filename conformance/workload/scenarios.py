@@ -137,6 +137,14 @@ WORKLOAD_SCENARIOS: dict[str, WorkloadSpec] = {s.label: s for s in (
         producer=(R(family=23, shared=48, length=48), R(family=24, length=70)),
         consumer=(R(family=23, shared=48, length=128, tail=1), R(family=24, length=70))),
     WorkloadSpec(
+        label="kv-events",
+        # with vLLM's KV cache events enabled: the producer stores three prompts over steps, the consumer loads the
+        # last one and stores the others again; every store and eviction of an offloading connector's manager must
+        # reach vLLM's event publisher in its step (a tier of a few chunks evicts the oldest prompts)
+        producer=(R(family=27, length=100), R(family=28, length=100, arrive=2), R(family=29, length=70, arrive=4)),
+        consumer=(R(family=29, length=70), R(family=28, length=100, arrive=1), R(family=27, length=100, arrive=2)),
+        kv_events=True),
+    WorkloadSpec(
         label="abort",
         # the producer aborts one request before it runs and one mid-decode; the consumer aborts one
         # while it loads; the stored prompts still serve the requests that stay

@@ -58,6 +58,9 @@ class WorkloadSpec:
     producer_occupants: int = 0  # the same on the producer (so block ids differ on both sides)
     max_seqs: int = 16  # max_num_seqs
     block_size: int = 32  # tokens per block (CPU_ATTN runs multiples of 32; GPU backends take 32 too)
+    # vLLM's kv_events_config enables KV cache events (a user's setting): the connector's events are followed to
+    # vLLM's event publisher (checks/offload_events.py)
+    kv_events: bool = False
     label: str = field(default="", compare=False)  # a name for people; not part of the workload
     # whose prompts: the token ids are drawn for this owner (engine/prompts.py), one per run, so no other
     # workload's or test's KV is a hit; printed with the spec, so a replay draws the same tokens
@@ -92,6 +95,8 @@ class WorkloadSpec:
         for name in ("token_budget", "num_blocks", "max_seqs", "block_size"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise SpecError(f"{name} must be a positive integer, not {getattr(self, name)!r}")
+        if not isinstance(self.kv_events, bool):
+            raise SpecError(f"kv_events must be true or false, not {self.kv_events!r}")
         if self.token_budget < self.max_seqs:
             raise SpecError(f"token_budget ({self.token_budget}) must be at least max_seqs ({self.max_seqs}), "
                             "as vLLM's SchedulerConfig requires")
