@@ -1,5 +1,6 @@
 """Push pairs whose halves meet in the orders a deployment produces, or that stop mid-WRITE (``PUSH_SITUATIONS`` in
-conformance/checks/pair_push.py), and a push producer whose WRITE fails.
+conformance/checks/pair_push.py), or in which one side drops a request the other counts on (``PUSH_ABORTS`` in
+conformance/checks/pair_push_aborts.py), and a push producer whose WRITE fails.
 
 A consumer registered before the producer's prefill finished, request ids each engine suffixed on its own, WRITE
 submissions slower than vLLM's 200 ms mark: each passes as the pair round-trip does (the consumer's bytes are the
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from kvconform.conformance.checks.pair_push import PUSH_SITUATIONS, NotInMode
+from kvconform.conformance.checks.pair_push_aborts import PUSH_ABORTS
 from kvconform.conformance.checks.pair_transport import NoTransportHook
 from kvconform.conformance.checks.pair_write_faults import PUSH_FAULTS, run_pair_write_failure
 from kvconform.conformance.connectors.requirements import refusals_skip
@@ -33,15 +35,18 @@ pytestmark = pytest.mark.check("roundtrip")
 # vLLM's kv_load_failure_policy acts on what the consumer reports; a push fault's question is whether it reports at all
 # (test_pair_load_failure runs both policies over a report), so one policy keeps each fault's bounded wait single.
 POLICY = "fail"
+# the meeting situations, and those in which one side drops a request the other counts on
+SITUATIONS = {**PUSH_SITUATIONS, **PUSH_ABORTS}
 
 
 @pytest.mark.producer_consumer(required=True, because="its requests have no second engine to meet")
-@pytest.mark.parametrize("situation", list(PUSH_SITUATIONS))
+@pytest.mark.parametrize("situation", list(SITUATIONS))
 def test_pair_orders(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, situation: str,
                      make_rig: MakeRig, record_property: Callable[[str, object], None]) -> None:
     with refusals_skip():
         try:
-            result = PUSH_SITUATIONS[situation].run(make_rig(CacheShape()), PUSH_SITUATIONS[situation])
+            chosen = SITUATIONS[situation]
+            result = chosen.run(make_rig(CacheShape(), chosen.rig_class), chosen)
         except NotInMode as exc:
             pytest.skip(str(exc))
     if result is not None:

@@ -135,7 +135,7 @@ def _drain_and_check(pair: LivePair, doc: str, stored: dict[str, list[int]], wan
     return result[0] if result else None
 
 
-def _hand_over(pair: LivePair, consumer_ids: dict[str, str], prompts: dict[str, list[int]]) -> None:
+def hand_over(pair: LivePair, consumer_ids: dict[str, str], prompts: dict[str, list[int]]) -> None:
     """The router's requests to the consumer, each under its consumer id, with its producer request's params."""
     for producer_id, consumer_id in consumer_ids.items():
         pair.producer_ids[consumer_id] = producer_id
@@ -165,7 +165,7 @@ def _register_first(pair: LivePair, consumer_ids: dict[str, str], prompts: dict[
         add_request(pair.producer, producer_id, prompts[producer_id], PRODUCER_REQUEST_PARAMS)
 
 
-def _prompts(rig: Rig, first: int, lengths: tuple[int, ...]) -> dict[str, list[int]]:
+def numbered_prompts(rig: Rig, first: int, lengths: tuple[int, ...]) -> dict[str, list[int]]:
     """Requests ``req-<first>``, ``req-<first+1>``, ... of ``lengths`` (in blocks and a few tokens past)."""
     block_size = rig.block_size
     return {f"req-{first + i}": request_prompt(first + i, blocks * block_size + 3 + i)
@@ -175,13 +175,13 @@ def _prompts(rig: Rig, first: int, lengths: tuple[int, ...]) -> dict[str, list[i
 def run_registered_before_prefill(rig: Rig, situation: PushSituation) -> RoundTripResult | None:
     """req-0 as the round-trip hands it over (so the sides have shaken hands); then req-1 and req-2 reach the
     consumer first, and the producer once the consumer has registered them."""
-    handed = _prompts(rig, 0, (3,))
-    early = _prompts(rig, 1, (4, 2))
+    handed = numbered_prompts(rig, 0, (3,))
+    early = numbered_prompts(rig, 1, (4, 2))
     with open_pair(rig, handed) as pair:
         require_mode(pair, situation)
         witness = CompletionWitness(pair)
         pair.logs["consumer"].on_received = witness
-        _hand_over(pair, {rid: rid for rid in handed}, handed)
+        hand_over(pair, {rid: rid for rid in handed}, handed)
         result = _drain_and_check(pair, "req-0 was handed over after the producer's prefill", handed, handed,
                                   witness, compare_all=True)
         _register_first(pair, {rid: rid for rid in early}, early, pair.params["req-0"])
@@ -192,15 +192,15 @@ def run_registered_before_prefill(rig: Rig, situation: PushSituation) -> RoundTr
 def run_engine_suffixed_ids(rig: Rig, situation: PushSituation) -> RoundTripResult | None:
     """Each engine suffixes the router's ids: req-0 and req-1 handed over after the producer's prefill, req-2 and
     req-3 registered before it."""
-    handed = _prompts(rig, 0, (3, 2))
-    early = _prompts(rig, 2, (4, 1))
+    handed = numbered_prompts(rig, 0, (3, 2))
+    early = numbered_prompts(rig, 2, (4, 1))
     producer_ids = {rid: suffixed(rid) for rid in (*handed, *early)}
     stored = {producer_ids[rid]: prompt for rid, prompt in {**handed, **early}.items()}
     with open_pair(rig, {producer_ids[rid]: handed[rid] for rid in handed}) as pair:
         require_mode(pair, situation)
         witness = CompletionWitness(pair)
         pair.logs["consumer"].on_received = witness
-        _hand_over(pair, {producer_ids[rid]: suffixed(rid) for rid in handed}, stored)
+        hand_over(pair, {producer_ids[rid]: suffixed(rid) for rid in handed}, stored)
         wanted = {consumer_id: stored[producer_id] for consumer_id, producer_id in pair.producer_ids.items()}
         result = _drain_and_check(pair, situation.doc, stored, wanted, witness, compare_all=True)
         _register_first(pair, {producer_ids[rid]: suffixed(rid) for rid in early}, stored,
@@ -232,7 +232,7 @@ class HandleLedger(FaultyTransport):
 def run_shutdown_mid_write(rig: Rig, situation: PushSituation) -> RoundTripResult | None:
     """The producer's WRITE for req-0 stays in flight (its transport reports it running); the producer's engine
     shuts down then: every transfer handle it prepared must be released by the time its worker's shutdown returns."""
-    stored = _prompts(rig, 0, (3,))
+    stored = numbered_prompts(rig, 0, (3,))
     name = rig.connector.name
     with open_pair(rig, stored) as pair:
         require_mode(pair, situation)
@@ -291,7 +291,7 @@ def _round_trip_through(rig: Rig, situation: PushSituation, fault: PairFault, tr
                         ) -> tuple[RoundTripResult | None, FaultyTransport]:
     """The round-trip of req-0 and req-1 over a producer's ``transport`` acting out ``fault`` (``prepare`` sets it up
     once the pair is open); the result, and the transport for what it counted."""
-    stored = _prompts(rig, 0, (3, 2))
+    stored = numbered_prompts(rig, 0, (3, 2))
     with open_pair(rig, stored) as pair:
         require_mode(pair, situation)
         witness = CompletionWitness(pair)
@@ -299,7 +299,7 @@ def _round_trip_through(rig: Rig, situation: PushSituation, fault: PairFault, tr
         installed = install_transport(pair.producer, fault, waiting=pair.consumer, transport=transport)
         if prepare is not None:
             prepare(pair, installed)
-        _hand_over(pair, {rid: rid for rid in stored}, stored)
+        hand_over(pair, {rid: rid for rid in stored}, stored)
         return _drain_and_check(pair, situation.doc, stored, stored, witness, compare_all=True), installed
 
 
@@ -351,6 +351,7 @@ class PushSituation:
     run: Callable[[Rig, PushSituation], RoundTripResult | None]
     modes: tuple[str, ...]  # the transfer modes (``pair_transport.POSTING_ROLE``'s keys) it applies to
     why_not: str = ""  # why it does not apply to the other modes
+    rig_class: type[Rig] = Rig  # the rig its engines are built by (one that chunks prefills, say)
 
 
 PUSH_SITUATIONS: dict[str, PushSituation] = {
