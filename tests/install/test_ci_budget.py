@@ -7,6 +7,7 @@ two files (``.ci/run`` up to its steps, and docs/maintaining.md with the budgets
 from __future__ import annotations
 
 import re
+import time
 import subprocess
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 RUN = REPO / ".ci" / "run"
 BUDGETS = REPO / "docs" / "maintaining.md"
-STEPS_START = "trap summary EXIT\n"
+STEPS_START = "trap 'stop_beside; summary' EXIT\n"
 BURN = """python3 -c 'while __import__("time").process_time() < 0.3: pass'"""
 
 
@@ -76,3 +77,26 @@ def test_a_failed_step_ends_the_run_with_its_status_and_the_times_so_far(tmp_pat
     lines = [line for line in result.stdout.splitlines() if line.startswith("ci:   ")]
     assert len(lines) == 2 and lines[1].endswith(f", failed: exit {status}"), result.stdout
     assert "never" not in result.stdout
+
+
+def test_work_beside_the_steps_is_joined_with_its_times_and_its_failure_fails_no_step(tmp_path):
+    steps = ("beside built bash -c 'echo \"ci: environment .venv-x: built afresh\"; printf \"no%s\\n\" ise'\n"
+             "beside broken bash -c 'echo half; exit 4'\n"
+             "step python3 -c pass\njoined built\njoined broken\n")
+    result = _run(tmp_path, steps, whole_run_budget=100)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "ci: environment .venv-x: built afresh" in out and "noise" not in out, out
+    assert re.search(r"^ci:   built +[\d.]+ s wall +[\d.]+ s CPU  \(beside the steps\)$", out, re.M), out
+    assert re.search(r"^ci:   broken .*\(beside the steps\), failed: exit 4$", out, re.M), out
+    assert "half" in out and "ci: broken failed; the steps build again" in out
+    assert (tmp_path / "reports" / "out" / "ci" / "built.log").read_text() == (
+        "ci: environment .venv-x: built afresh\nnoise\n")
+
+
+def test_a_run_that_ends_early_stops_the_work_beside_it(tmp_path):
+    steps = "beside slow bash -c 'sleep 3; touch late'\nstep bash -c 'exit 2'\n"
+    result = _run(tmp_path, steps, whole_run_budget=100)
+    assert result.returncode == 2
+    time.sleep(4)
+    assert not (tmp_path / "late").exists(), "the work beside the run outlived it"
