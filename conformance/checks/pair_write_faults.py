@@ -4,7 +4,9 @@ A push pair's producer WRITEs into the blocks the consumer registers with it, so
 makes it: the producer's WRITE cannot be posted (or its handle not released), the consumer's registration cannot be
 sent, or it advertises a side channel the producer cannot reach. The consumer's answer is judged as a failed read's
 is (``pair_failed_load.py``), within a short bound (``PUSH_FAULTS``), its registration watchdog shortened to fire
-inside it (``WatchdogRig``).
+inside it (``WatchdogRig``). Whether the fault was staged at all is judged apart from whether the consumer drained
+(conformance/checks/verdicts.py): a producer that posts no transfer fails that verdict even where the consumer's
+known hang (finding 23) is pinned.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from .pair_transport import (
     install_transport,
     transfer_mode,
 )
+from .verdicts import Verdicts
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -124,22 +127,29 @@ def run_pair_write_failure(rig: Rig, push_fault: PushFault, policy: str) -> Load
     """A push pair's transfer fails (``PUSH_FAULTS``); the consumer's answer is judged as a failed read's is: it raises
     or reports the request (failed_recving, load-error blocks) within ``WRITE_FAILURE_BOUND_S``, never reports it
     received, and every slot it keeps holds the producer's bytes. The consumer's registration watchdog fires
-    within the bound (``WatchdogRig``)."""
+    within the bound (``WatchdogRig``). Whether the fault was staged at all (the transport acted on a transfer) is
+    judged apart from whether the consumer drained (conformance/checks/verdicts.py); the answer only when both held."""
     rig = WatchdogRig.of(rig, policy)
     stored = {"req-0": request_prompt(0, 4 * rig.block_size + 5)}
     name, fault = rig.connector.name, push_fault.fault
-    with reserved_port() as dead_port, open_pair(rig, stored) as pair:
-        mode = transfer_mode(pair.consumer)
-        if mode not in WRITE_FAULT_MODES:
-            raise NoTransportHook(f"{name} transfers in {mode} mode: its {POSTING_ROLE.get(mode)} posts the "
-                                  f"transfers, which the read faults (test_pair_load_failure) act on")
-        side = pair.logs[push_fault.role].side
-        transport = install_transport(side, fault, waiting=pair.consumer, transport=push_fault.transport)
-        if isinstance(transport, RedirectedRegistrations):
-            transport.dead_port = dead_port
-        consumer_drains(pair, stored, f"{name}: after {fault.doc}, the consumer neither failed nor finished its "
-                                      f"request", timeout_s=push_fault.bound_s)
-    if not transport.failed:
-        raise LoadFailureViolation(f"{name}'s {push_fault.role} posted nothing the fault could act on "
-                                   f"({transport.posted} posted): no transfer failure could be staged")
-    return judge_failed_load(rig, pair, stored, fault, policy)
+    with Verdicts() as verdicts:
+        with reserved_port() as dead_port, open_pair(rig, stored) as pair:
+            mode = transfer_mode(pair.consumer)
+            if mode not in WRITE_FAULT_MODES:
+                raise NoTransportHook(f"{name} transfers in {mode} mode: its {POSTING_ROLE.get(mode)} posts the "
+                                      f"transfers, which the read faults (test_pair_load_failure) act on")
+            side = pair.logs[push_fault.role].side
+            transport = install_transport(side, fault, waiting=pair.consumer, transport=push_fault.transport)
+            if isinstance(transport, RedirectedRegistrations):
+                transport.dead_port = dead_port
+            with verdicts.judge() as consumer_drained:
+                consumer_drains(pair, stored, f"{name}: after {fault.doc}, the consumer neither failed nor finished "
+                                              f"its request", timeout_s=push_fault.bound_s)
+        with verdicts.judge() as staged:
+            if not transport.failed:
+                raise LoadFailureViolation(f"{name}'s {push_fault.role} posted nothing the fault could act on "
+                                           f"({transport.posted} posted): no transfer failure could be staged")
+        # a consumer still waiting has loaded nothing to compare, and an unstaged fault failed no transfer
+        if consumer_drained.held and staged.held:
+            return judge_failed_load(rig, pair, stored, fault, policy)
+    raise AssertionError("unreachable: Verdicts raises the failure of a verdict that did not hold")

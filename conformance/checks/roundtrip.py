@@ -3,6 +3,11 @@
 Scenarios are data: prompt lengths in blocks plus a remainder, so one table
 covers aligned and unaligned prompts, partial last blocks, several requests in
 one step, and prompts that extend a stored one, for any block size.
+
+Each request's claim, the profile's promised hit, the loaded bytes (every layer) and the writes outside the
+loaded slots are judged apart (conformance/checks/verdicts.py), so a pinned finding on one (a lost hit, garbled
+bytes) hides no other. After a claim beyond what was stored, that request's bytes are not compared and no
+stray write is judged: nothing was saved to compare them with, nor are the slots it loaded known.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from ..engine.check_failure import CheckFailure
 from ..engine.prompts import request_prompt
 from ..engine.rig import EngineStandIn, Rig
 from ..engine.slots import token_slots
+from .verdicts import Verdicts
 
 
 @dataclass(frozen=True)
@@ -185,58 +191,98 @@ def verify_roundtrip(rig: Rig, producer: EngineStandIn, consumer: EngineStandIn,
     ``producer_ids``: the producer's request id of each consumer request, where a router gave the consumer
     ids of its own (``stored`` is keyed by the producer's, ``wanted`` by the consumer's); the same by default.
     """
-    block_size = rig.block_size
     source = producer_ids or {rid: rid for rid in wanted}
     stored = {rid: stored[source[rid]] for rid in wanted}
     claimed = {rid: consumer.scheduler.external_tokens(rid) for rid in wanted}
     local = {rid: computed_locally(consumer, rid) for rid in wanted}
-    for rid, tokens in claimed.items():
-        if local[rid] + tokens > len(stored[rid]):
-            raise RoundTripFailure(
-                f"{rig.connector.name} claimed {tokens} external tokens for {rid} beyond {local[rid]} computed "
-                f"locally, but the producer stored a prompt of only {len(stored[rid])} tokens (vLLM guards this "
-                f"with a bare assert only)")
-        if tokens <= 0:
-            raise RoundTripFailure(
-                f"{rig.connector.name} reported no cache hit for {rid} ({len(wanted[rid])} tokens) after the "
-                f"producer stored its {len(stored[rid])}-token prefix: nothing was loaded, so nothing can be checked")
     promised = promised_hits(rig, stored, wanted)
-    check_promise(rig, consumer, claimed, promised)
+    # a claim beyond what was stored has no saved bytes to compare, nor known slots past the consumer's blocks
+    bounded = {rid for rid, tokens in claimed.items() if local[rid] + tokens <= len(stored[rid])}
+    with Verdicts() as verdicts:
+        for rid, tokens in claimed.items():
+            with verdicts.judge():
+                check_claim(rig, rid, tokens, local[rid], stored[rid], wanted[rid])
+        with verdicts.judge():  # a claim that failed above (no hit, or beyond what was stored) is not judged twice
+            check_promise(rig, consumer, claimed, {rid: bounds for rid, bounds in (promised or {}).items()
+                                                   if rid in bounded and claimed[rid] > 0})
+        with verdicts.judge():
+            check_loaded_bytes(rig, producer, consumer, claimed, local, source, bounded)
+        if bounded == set(claimed):
+            with verdicts.judge():
+                check_no_stray_writes(rig, consumer, claimed, local, whole_blocks)
+    return RoundTripResult(claimed, {rid: len(t) for rid, t in stored.items()}, promised)
 
-    expected_touched = {}
+
+def check_claim(rig: Rig, rid: str, tokens: int, local: int, stored: list[int], wanted: list[int]) -> None:
+    """A request's claim is a hit within what the producer stored (vLLM guards the bound with a bare assert only)."""
+    if local + tokens > len(stored):
+        raise RoundTripFailure(
+            f"{rig.connector.name} claimed {tokens} external tokens for {rid} beyond {local} computed "
+            f"locally, but the producer stored a prompt of only {len(stored)} tokens (vLLM guards this "
+            f"with a bare assert only)")
+    if tokens <= 0:
+        raise RoundTripFailure(
+            f"{rig.connector.name} reported no cache hit for {rid} ({len(wanted)} tokens) after the "
+            f"producer stored its {len(stored)}-token prefix: nothing was loaded for it")
+
+
+def _loaded_span(consumer: EngineStandIn, rid: str, local: int, tokens: int, block_size: int,
+                 device: torch.device) -> tuple[range, torch.Tensor, torch.Tensor]:
+    """The tokens a request's claim covers, and the consumer's (blocks, offsets) that hold them."""
+    span = range(local, local + tokens)
+    blocks, offsets = token_slots(consumer.scheduler.block_ids[rid][0], span, block_size, device)
+    return span, blocks, offsets
+
+
+def check_loaded_bytes(rig: Rig, producer: EngineStandIn, consumer: EngineStandIn, claimed: dict[str, int],
+                       local: dict[str, int], source: dict[str, str], bounded: set[str]) -> None:
+    """Every slot the claims of ``bounded`` requests cover holds the bytes the producer saved, in every layer: one
+    verdict, whose failure details the first wrong slot and names every other layer with one."""
+    block_size = rig.block_size
+    wrong: list[str] = []  # per layer, its first wrong slot: the first in full, the others by layer and token
     for name, view_b in consumer.caches.items():
         view_a = producer.caches[name]
-        touched = torch.zeros(view_b.shape[0], view_b.shape[2], dtype=torch.bool, device=view_b.device)
-        for rid, tokens in claimed.items():
-            span = range(local[rid], local[rid] + tokens)
+        for rid in (rid for rid in claimed if rid in bounded):
+            span, blocks_b, offsets_b = _loaded_span(consumer, rid, local[rid], claimed[rid], block_size,
+                                                     view_b.device)
             blocks_a, offsets_a = token_slots(producer.scheduler.block_ids[source[rid]][0], span, block_size,
                                               view_a.device)
-            blocks_b, offsets_b = token_slots(consumer.scheduler.block_ids[rid][0], span, block_size,
-                                              view_b.device)
-            saved = _as_bytes(view_a[blocks_a, :, offsets_a])
-            loaded = _as_bytes(view_b[blocks_b, :, offsets_b])
-            same = (saved == loaded).flatten(1).all(dim=1)
-            if not bool(same.all()):
-                first = int((~same).nonzero()[0])
-                slot_a, slot_b = ((int(blocks_a[first]), int(offsets_a[first])),
-                                  (int(blocks_b[first]), int(offsets_b[first])))
-                found = where_saved_bytes_are(producer, consumer, name, rid, source[rid], slot_a, slot_b, block_size)
-                raise RoundTripFailure(
-                    f"{rig.connector.name}: {rid}, layer {name}: token {span[first]} of {span.stop} loaded wrong "
-                    f"bytes: {found} (block {slot_b[0]} slot {slot_b[1]} of the consumer's cache differs from block "
-                    f"{slot_a[0]} slot {slot_a[1]} the producer saved)")
+            same = (_as_bytes(view_a[blocks_a, :, offsets_a]) == _as_bytes(view_b[blocks_b, :, offsets_b])
+                    ).flatten(1).all(dim=1)
+            if bool(same.all()):
+                continue
+            first = int((~same).nonzero()[0])
+            if wrong:
+                wrong.append(f"{name} ({rid}, token {span[first]})")
+                break
+            slot_a, slot_b = ((int(blocks_a[first]), int(offsets_a[first])),
+                              (int(blocks_b[first]), int(offsets_b[first])))
+            found = where_saved_bytes_are(producer, consumer, name, rid, source[rid], slot_a, slot_b, block_size)
+            wrong.append(f"{rig.connector.name}: {rid}, layer {name}: token {span[first]} of {span.stop} loaded wrong "
+                         f"bytes: {found} (block {slot_b[0]} slot {slot_b[1]} of the consumer's cache differs from "
+                         f"block {slot_a[0]} slot {slot_a[1]} the producer saved)")
+            break
+    if wrong:
+        raise RoundTripFailure(wrong[0] + (f"; other layers with wrong bytes: {', '.join(wrong[1:])}"
+                                           if wrong[1:] else ""))
+
+
+def check_no_stray_writes(rig: Rig, consumer: EngineStandIn, claimed: dict[str, int], local: dict[str, int],
+                          whole_blocks: bool) -> None:
+    """Nothing outside the slots the claims cover changed in the consumer's cache (with ``whole_blocks``: outside
+    the claimed tokens' blocks)."""
+    for name, view_b in consumer.caches.items():
+        touched = torch.zeros(view_b.shape[0], view_b.shape[2], dtype=torch.bool, device=view_b.device)
+        for rid, tokens in claimed.items():
+            _, blocks_b, offsets_b = _loaded_span(consumer, rid, local[rid], tokens, rig.block_size, view_b.device)
             if whole_blocks:
                 touched[blocks_b] = True
             else:
                 touched[blocks_b, offsets_b] = True
-        expected_touched[name] = touched
-
-    for name, view_b in consumer.caches.items():
         written = (_as_bytes(view_b) != 0).any(dim=-1).any(dim=1)  # [B, N]: slots holding any byte
-        stray = written & ~expected_touched[name]
+        stray = written & ~touched
         if bool(stray.any()):
             block, slot = (int(x) for x in stray.nonzero()[0])
             raise RoundTripFailure(
                 f"{rig.connector.name}: layer {name}: block {block} slot {slot} changed in the consumer's cache "
                 f"but lies outside the slots it loaded ({int(stray.sum())} stray slot(s) in all)")
-    return RoundTripResult(claimed, {rid: len(t) for rid, t in stored.items()}, promised)

@@ -62,9 +62,10 @@ def test_the_first_line_states_the_mistake(run, name):
     _, selection, words = CAUGHT[name]
     failed = of_test(outcomes, name, selection)
     assert [o.outcome for o in failed] == ["failed"], output[-3000:]
-    # the exception's first line, as the traceback prints it (JUnit's message attribute is cut short)
+    # the exception's first line, as the traceback prints it (JUnit's message attribute is cut short); where the
+    # check found several independent failures (checks/verdicts.py), the first line of the one that carries them
     first_line = next((line for line in failed[0].message.splitlines()
-                       if re.match(r"E\s+kvconform\.", line) and words[0] in line), "")
+                       if re.match(r"E\s+(kvconform\.|\(\d+\) \w+Failure at )", line) and words[0] in line), "")
     for phrase in words:
         assert phrase in first_line, (phrase, failed[0].message[:3000])
 
