@@ -1,0 +1,55 @@
+"""Deliberately broken copies of vLLM's DecodeBenchConnector whose scheduler half loses track of what it filled.
+
+The resumed-fill check (``conformance/test_resume_fill.py``) must fail both
+(tests/checks/test_decode_bench_resume_catches.py): the first only there (the other fill checks never preempt),
+the second also where a prefix hit's blocks are filled again (``test_fill_prefix_hit``). Each replaces only the
+scheduler-half method that carries its bug; their profiles are DecodeBenchConnector's
+(decode_bench_resume_broken.yaml beside this file).
+"""
+
+from __future__ import annotations
+
+from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+from vllm.distributed.kv_transfer.kv_connector.v1.decode_bench_connector import (
+    DecodeBenchConnector,
+    DecodeBenchConnectorMetadata,
+    DecodeBenchConnectorScheduler,
+)
+
+
+class _WithScheduler(DecodeBenchConnector):
+    """DecodeBenchConnector whose scheduler half is a subclass carrying the bug."""
+
+    scheduler_class = DecodeBenchConnectorScheduler
+
+    def __init__(self, vllm_config, role, kv_cache_config):
+        super().__init__(vllm_config, role, kv_cache_config)
+        if role == KVConnectorRole.SCHEDULER:
+            self.connector_scheduler = self.scheduler_class(vllm_config, kv_cache_config)
+
+
+class _ForgetsPreempted(DecodeBenchConnectorScheduler):
+    def build_connector_meta(self, scheduler_output):
+        # "a preempted request's blocks were freed, so its fill is gone: fill it again when it resumes"
+        for req_id in scheduler_output.preempted_req_ids or ():
+            self._filled_requests.discard(req_id)
+        return super().build_connector_meta(scheduler_output)
+
+
+class RefillOnResumeConnector(_WithScheduler):
+    """Forgets, when vLLM preempts a request, that it filled it: the resumed request is claimed and filled again
+    as a new one, every token but the last, so the fill lands over the slots of the tokens it generated."""
+
+    scheduler_class = _ForgetsPreempted
+
+
+class _PendingFillsKept(DecodeBenchConnectorScheduler):
+    def build_connector_meta(self, scheduler_output):
+        return DecodeBenchConnectorMetadata(reqs_to_fill=self._pending_fills.copy())  # never cleared
+
+
+class RefillEveryStepConnector(_WithScheduler):
+    """Never clears its pending fills after building the step's metadata: every later step fills each request's
+    blocks again, over the KV its decode steps computed."""
+
+    scheduler_class = _PendingFillsKept
