@@ -7,8 +7,8 @@ two files (``.ci/run`` up to its steps, and docs/maintaining.md with the budgets
 from __future__ import annotations
 
 import re
-import time
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
