@@ -9,23 +9,12 @@ scheduler-half method that carries its bug; their profiles are DecodeBenchConnec
 
 from __future__ import annotations
 
-from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
 from vllm.distributed.kv_transfer.kv_connector.v1.decode_bench_connector import (
-    DecodeBenchConnector,
     DecodeBenchConnectorMetadata,
     DecodeBenchConnectorScheduler,
 )
 
-
-class _WithScheduler(DecodeBenchConnector):
-    """DecodeBenchConnector whose scheduler half is a subclass carrying the bug."""
-
-    scheduler_class = DecodeBenchConnectorScheduler
-
-    def __init__(self, vllm_config, role, kv_cache_config):
-        super().__init__(vllm_config, role, kv_cache_config)
-        if role == KVConnectorRole.SCHEDULER:
-            self.connector_scheduler = self.scheduler_class(vllm_config, kv_cache_config)
+from tests.checks.scheduler_halves import DecodeBenchWithScheduler
 
 
 class _ForgetsPreempted(DecodeBenchConnectorScheduler):
@@ -36,7 +25,7 @@ class _ForgetsPreempted(DecodeBenchConnectorScheduler):
         return super().build_connector_meta(scheduler_output)
 
 
-class RefillOnResumeConnector(_WithScheduler):
+class RefillOnResumeConnector(DecodeBenchWithScheduler):
     """Forgets, when vLLM preempts a request, that it filled it: the resumed request is claimed and filled again
     as a new one, every token but the last, so the fill lands over the slots of the tokens it generated."""
 
@@ -48,7 +37,7 @@ class _PendingFillsKept(DecodeBenchConnectorScheduler):
         return DecodeBenchConnectorMetadata(reqs_to_fill=self._pending_fills.copy())  # never cleared
 
 
-class RefillEveryStepConnector(_WithScheduler):
+class RefillEveryStepConnector(DecodeBenchWithScheduler):
     """Never clears its pending fills after building the step's metadata: every later step fills each request's
     blocks again, over the KV its decode steps computed."""
 

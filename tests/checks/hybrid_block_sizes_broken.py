@@ -10,23 +10,12 @@ test_hybrid_block_sizes_catches.py). Their profiles are DecodeBenchConnector's
 
 from __future__ import annotations
 
-from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
 from vllm.distributed.kv_transfer.kv_connector.v1.decode_bench_connector import (
-    DecodeBenchConnector,
     DecodeBenchConnectorScheduler,
 )
 from vllm.utils.math_utils import cdiv
 
-
-class _WithScheduler(DecodeBenchConnector):
-    """DecodeBenchConnector whose scheduler half is a subclass carrying the bug."""
-
-    scheduler_class = DecodeBenchConnectorScheduler
-
-    def __init__(self, vllm_config, role, kv_cache_config):
-        super().__init__(vllm_config, role, kv_cache_config)
-        if role == KVConnectorRole.SCHEDULER:
-            self.connector_scheduler = self.scheduler_class(vllm_config, kv_cache_config)
+from tests.checks.scheduler_halves import DecodeBenchWithScheduler
 
 
 class _FirstGroupsBlockSize(DecodeBenchConnectorScheduler):
@@ -35,7 +24,7 @@ class _FirstGroupsBlockSize(DecodeBenchConnectorScheduler):
         self.group_block_sizes = (self.group_block_sizes[0],) * len(self.group_block_sizes)
 
 
-class FirstGroupBlockSizeConnector(_WithScheduler):
+class FirstGroupBlockSizeConnector(DecodeBenchWithScheduler):
     """Every group's blocks counted in the first group's block size (a larger one here): too few blocks
     of the smaller groups are filled, and after a prefix hit the hit's own blocks are refilled."""
 
@@ -57,7 +46,7 @@ class _SlicedInCacheBlockSize(DecodeBenchConnectorScheduler):
         self._pending_fills[request.request_id] = (table, num_external_tokens)
 
 
-class SlicedBlockSizeConnector(_WithScheduler):
+class SlicedBlockSizeConnector(DecodeBenchWithScheduler):
     """Every group's range in the cache config's block size (the smallest group's), cut with a slice, which
     clamps instead of failing: without a local hit the range covers every block the request was allocated in
     the larger group, which is right by luck while the last prompt token (the engine computes it) shares a

@@ -15,16 +15,7 @@ from __future__ import annotations
 from vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler import OffloadingConnectorScheduler
 from vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector import OffloadingConnector
 
-
-class _Scheduled(OffloadingConnector):
-    """OffloadingConnector whose scheduler half is ``scheduler_class``."""
-
-    scheduler_class: type[OffloadingConnectorScheduler] = OffloadingConnectorScheduler
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        if self.connector_scheduler is not None:
-            self.connector_scheduler.__class__ = self.scheduler_class
+from tests.checks.scheduler_halves import OffloadingWithScheduler
 
 
 class _DroppingScheduler(OffloadingConnectorScheduler):
@@ -40,11 +31,11 @@ class _DroppingRemovalsScheduler(OffloadingConnectorScheduler):
         return [event for event in super().take_events() if type(event).__name__ != "BlockRemoved"]
 
 
-class DroppedEventsOffloadingConnector(_Scheduled):
+class DroppedEventsOffloadingConnector(OffloadingWithScheduler):
     scheduler_class = _DroppingScheduler
 
 
-class DroppedRemovalsOffloadingConnector(_Scheduled):
+class DroppedRemovalsOffloadingConnector(OffloadingWithScheduler):
     scheduler_class = _DroppingRemovalsScheduler
 
 

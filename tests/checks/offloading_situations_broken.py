@@ -14,18 +14,8 @@ the profile, offloading_situations_broken.yaml, gives each the cpu-medium varian
 from __future__ import annotations
 
 from vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler import OffloadingConnectorScheduler
-from vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector import OffloadingConnector
 
-
-class _Scheduled(OffloadingConnector):
-    """OffloadingConnector whose scheduler half is ``scheduler_class``."""
-
-    scheduler_class: type[OffloadingConnectorScheduler] = OffloadingConnectorScheduler
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        if self.connector_scheduler is not None:
-            self.connector_scheduler.__class__ = self.scheduler_class
+from tests.checks.scheduler_halves import OffloadingWithScheduler
 
 
 class _UnfencedFinishScheduler(OffloadingConnectorScheduler):
@@ -39,7 +29,7 @@ class _UnfencedFinishScheduler(OffloadingConnectorScheduler):
         return False, None
 
 
-class UnfencedFinishOffloadingConnector(_Scheduled):
+class UnfencedFinishOffloadingConnector(OffloadingWithScheduler):
     scheduler_class = _UnfencedFinishScheduler
 
 
@@ -59,5 +49,5 @@ class _SampledSlotScheduler(OffloadingConnectorScheduler):
                 req.num_prompt_tokens = prompt
 
 
-class SampledSlotOffloadingConnector(_Scheduled):
+class SampledSlotOffloadingConnector(OffloadingWithScheduler):
     scheduler_class = _SampledSlotScheduler
