@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, overload
 
 from ..vllm_install import api as vllm_api
-from . import closing, kvcache
+from . import closing, kvcache, scheduler_class
 from .backends import MLA_BACKENDS, backend_class, metadata_instance
 from .kvcache import CacheShape, LayerCache
 from .model import MAX_MODEL_LEN, attention_layer_names
@@ -222,8 +222,10 @@ class Rig:
             attention_config=AttentionConfig(backend=AttentionBackendEnum[self.effective_backend]),
             model_config=model,
             device_config=DeviceConfig(self.platform.torch_device_type),
+            # the run's --kvconform-scheduler-cls, where a user's --scheduler-cls goes (engine/scheduler_class.py)
             scheduler_config=SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                                             max_model_len=self.max_model_len, is_encoder_decoder=False),
+                                             max_model_len=self.max_model_len, is_encoder_decoder=False,
+                                             **scheduler_class.config_fields()),
             cache_config=CacheConfig(block_size=self.block_size, enable_prefix_caching=True,
                                      cache_dtype=self.shape.cache_dtype),
             kv_transfer_config=transfer,

@@ -7,7 +7,9 @@ builds it); its ``get_num_new_matched_tokens`` and ``request_finished`` answers 
 recorded so the checks can compare the claim with what was stored, and so an ``assert``
 of vLLM's scheduler that trips on them fails naming the connector's mistake
 (``vllm_assertions``). With ``async_scheduling`` it is vLLM's ``AsyncScheduler`` (the class the scheduler
-config names for that flag), stepped in the engine core's batch-queue order (``step_with_batch_queue``).
+config names for that flag), stepped in the engine core's batch-queue order (``step_with_batch_queue``). A config
+that names a scheduler class (``SchedulerConfig.scheduler_cls``: ``scheduler_class``) gets that class, as the engine
+core gives it.
 """
 
 from __future__ import annotations
@@ -84,10 +86,12 @@ class SchedulerDriver:
     _batches: deque[tuple[SchedulerOutput, ModelRunnerOutput]] = field(default_factory=deque)  # newest first
 
     def __post_init__(self) -> None:
+        scheduler_config = self.vllm_config.scheduler_config
         if self.async_scheduling:
-            self.vllm_config.scheduler_config.async_scheduling = True
-            Scheduler = self.vllm_config.scheduler_config.get_scheduler_cls()  # as the engine core picks it
-        else:
+            scheduler_config.async_scheduling = True
+        if self.async_scheduling or scheduler_config.scheduler_cls is not None:
+            Scheduler = scheduler_config.get_scheduler_cls()  # as the engine core picks it: a user's class first
+        else:  # stepped synchronously: vLLM's Scheduler, whatever the platform's default timing
             Scheduler = vllm_api.find("Scheduler")
         StructuredOutputManager = vllm_api.find("StructuredOutputManager")
 

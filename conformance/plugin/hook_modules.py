@@ -20,6 +20,7 @@ HOOK_MODULES = (
     "kvconform.conformance.plugin.coverage",
     "kvconform.conformance.reliability",
     "kvconform.conformance.plugin.workload_options",
+    "kvconform.conformance.plugin.scheduler_option",
     "kvconform.conformance.connectors.services",
     "kvconform.conformance.reliability.host_lock",
     "kvconform.conformance.connectors.connector_env",

@@ -121,6 +121,7 @@ class _Collector:
         from ..reliability.library_copies import notes
         from .expectations import passing_as_dicts, stale_as_dicts
         from .preflight import mismatch_lines, waivers
+        from .scheduler_option import notes as scheduler_notes
 
         commits = {c for c in (_vllm_commit(), *self.worker_commits) if c}
         return RunInfo.model_validate(dict(  # the expectations and imports as dicts: pydantic builds their models
@@ -128,7 +129,7 @@ class _Collector:
             started=self.started.isoformat(timespec="seconds"), duration=round(time.monotonic() - self.clock, 3),
             exitstatus=int(exitstatus), stale_expectations=stale_as_dicts(self.config),
             passing_expectations=passing_as_dicts(self.config),
-            environment_notes=[*waivers(), *notes(self.config)],
+            environment_notes=[*waivers(), *notes(self.config), *scheduler_notes(self.config)],
             vllm_mismatches=mismatch_lines(self.config),
             vllm_imports=[*filter(None, [vllm_source.imported("controller")]), *self.vllm_imports],
         ))

@@ -88,6 +88,11 @@ OPTIONS: tuple[Option, ...] = (
     _flag("--kvconform-public-apis-only",
           "use only pytest's and pytest-xdist's public APIs, as where the private names kvconform feature-tests "
           "are missing: slower under xdist, and no run properties in JUnit"),
+    # vLLM's side of the path (plugin/scheduler_option.py)
+    Option("--kvconform-scheduler-cls",
+           "run every engine with this scheduler class instead of vLLM's own, set where vLLM's --scheduler-cls "
+           "sets it (SchedulerConfig.scheduler_cls): judges a scheduler's handling of what connectors return",
+           extra={"metavar": "module:Class"}),
     # the workload check
     Option("--kvconform-replay",
            "run test_workload_replay on this workload spec (the JSON line a workload failure prints)",

@@ -8,7 +8,8 @@ the engine core steps it (``SchedulerDriver``); the worker side is the
 ``ModelRunnerStandIn`` in the model runner's call order, whose forward writes every
 scheduled token's KV (a hash of its prefix, see ``workload_kv``). Arrivals,
 aborts and the pool size come from the ``WorkloadSpec``; chunked prefill, decode
-after a hit, waiting and preemption under a small pool are vLLM's own doing.
+after a hit, waiting and preemption under a small pool are vLLM's own doing. What vLLM's
+scheduler hands the connector at each finish is checked too (checks/finished_blocks.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..checks.finished_blocks import finished_blocks_problem
 from ..checks.offload_events import EventsRecord
 from ..engine.prompts import prompts_of
 from ..engine.rig import Rig
@@ -81,6 +83,7 @@ class WorkloadReport:
     peer_hits: int = 0  # consumer requests that claimed a prompt only the peer engine had computed
     resumed_loads_beside_others: int = 0  # a request resumed from preemption loading external KV, others scheduled too
     boundary_finishes: int = 0  # requests finished (not aborted) with all their tokens filling whole blocks
+    finished_block_lists: int = 0  # request_finished block lists checked against the requests' computed blocks
     kv_events_followed: int = 0  # offloading manager stores and evictions followed to vLLM's event publisher
 
 
@@ -141,8 +144,13 @@ class EnginePhase:
                 for i in range(count)}
 
     def _watch_request_finished(self) -> None:
-        """Record which finished requests the connector keeps blocks for (delayed frees)."""
+        """Check the block ids vLLM's scheduler hands each finished request's ``request_finished`` (its computed
+        blocks exactly: checks/finished_blocks.py); record which finished requests the connector keeps blocks for."""
         def note(request: Request, table: list[int], kept: bool) -> None:
+            rid = request.request_id
+            self._check(finished_blocks_problem(rid, table, self._blocks(rid), request.num_computed_tokens,
+                                                request.num_tokens, self.block_size))
+            self.report.finished_block_lists += 1
             if request.num_tokens % self.block_size == 0 and request.status.name != "FINISHED_ABORTED":
                 self.report.boundary_finishes += 1
             if kept:
