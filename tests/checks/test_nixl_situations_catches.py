@@ -24,7 +24,8 @@ PROFILES = REPO / "tests" / "checks" / "nixl_broken.yaml"
 
 
 NOTIFY_NO_REMOTE = Case("no-remote-blocks", "no-remote-blocks]")
-NOTIFY_ABORTED = Case("aborted-unscheduled", "aborted-unscheduled]")
+# test_pair_notify_only's, not test_pair_orders' consumer-aborted-unscheduled (push mode's own)
+NOTIFY_ABORTED = Case("(test_pair_notify_only and aborted-unscheduled)", "Connector-aborted-unscheduled]")
 UNKNOWN_ENGINE = Case("unknown-engine-fail", "unknown-engine-fail]")
 LEASE_EXPIRED = ["when its lease expired", "num_kv_expired_reqs"]
 
