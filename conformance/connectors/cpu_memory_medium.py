@@ -21,8 +21,10 @@ nothing of the configuration, so a medium shared between engines must keep confi
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -130,11 +132,30 @@ def configuration_of(config: OffloadingConfig) -> str:
                  config.cache.tokens_per_hash, config.cache.blocks_per_chunk, config.kv_cache_layout))
 
 
+# written into a medium's folder when its first medium is made: the folder's incarnation
+INCARNATION_FILE = ".kvconform-medium"
+
+
+def incarnation(key: str) -> str:
+    """``key`` with the incarnation of the folder it names (the profiles name ``{storage}``, a fresh folder per test):
+    pytest numbers a test's folder anew once an earlier one is removed, so a later test may get the same path, and
+    must not get the media, stores and manager settings (events on or off) of the test that had it before. A key
+    that names no folder is kept as it is."""
+    folder = Path(key)
+    if not folder.is_dir():
+        return key
+    mark = folder / INCARNATION_FILE
+    if not mark.exists():
+        mark.write_text(uuid.uuid4().hex)
+    return f"{key}#{mark.read_text()}"
+
+
 def medium(key: str | None, configuration: str, new_manager: Callable[[], OffloadingManager]) -> Medium:
     """The medium named ``key`` for engines of ``configuration``, made with ``new_manager`` when this process holds
     none; a private one (for this spec alone) when ``key`` is None."""
     if key is None:
         return Medium(None, new_manager())
+    key = incarnation(key)
     if any(held.key != key for held in _shared.values()):
         _shared.clear()
     if configuration not in _shared:

@@ -4,6 +4,8 @@ torch's indexing and pass (the mutation floor's CPUOffloadingManager survivor, c
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 import torch
 from vllm.v1.kv_offload.base import CanonicalKVCacheRef, CanonicalKVCaches, CanonicalKVCacheTensor, GPULoadStoreSpec
@@ -48,3 +50,18 @@ def test_chunks_of_the_store_round_trip():
     assert worker.submit_load(2, CPULoadStoreSpec([last]), _blocks(3))
     assert torch.equal(worker.caches[0][3], worker.caches[0][2])
     assert [result.job_id for result in worker.get_finished()] == [1, 2]
+
+
+def test_a_folder_made_again_at_the_same_path_gets_media_of_its_own(tmp_path):
+    """pytest may give a later test the path of an earlier, removed test's folder: the media are the folder's, not
+    the path's (the kv-events scenario once got an earlier test's manager, made with events off)."""
+    from kvconform.conformance.connectors.cpu_memory_medium import medium
+
+    folder = tmp_path / "kv-storage"
+    folder.mkdir()
+    first = medium(str(folder), "configuration", lambda: "manager of the first test")  # type: ignore[arg-type,return-value]
+    assert medium(str(folder), "configuration", lambda: "another") is first  # type: ignore[arg-type,return-value]
+    shutil.rmtree(folder)
+    folder.mkdir()
+    later = medium(str(folder), "configuration", lambda: "manager of the later test")  # type: ignore[arg-type,return-value]
+    assert later is not first and later.manager == "manager of the later test"
