@@ -1,13 +1,11 @@
-"""What the KV connector API promises each caller, as data, and the calls that test the promises.
+"""The contract check's calls: each method of the KV connector API asked alone, its answer judged at once.
 
-vLLM unpacks a connector's answers without looking at them: a wrong type shows
-up steps later as an unrelated error in the scheduler or the runner, or (for the
-claim) only through a bare ``assert``. So every answer is checked where it is
-given, and a broken promise names the connector, the call, the type
-``vllm/distributed/kv_transfer/kv_connector/v1/base.py`` documents and what came
-back. The inputs are vLLM's own objects (``Request``, ``SchedulerOutput``,
-``KVCacheBlocks``, caches from its allocator), built from the same ``Rig`` the
-round-trip uses, but the connector is constructed directly as
+The promises themselves (what ``vllm/distributed/kv_transfer/kv_connector/v1/base.py`` documents each
+channel returns: ``PROMISES``, ``check_answer``) are the engine's (``engine/promises.py``), which every
+driver of vLLM's scheduler enforces at every call; they are re-exported here for the contract check.
+Here a broken promise names the connector, the call, the documented type and what came back. The inputs
+are vLLM's own objects (``Request``, ``SchedulerOutput``, ``KVCacheBlocks``, caches from its allocator),
+built from the same ``Rig`` the round-trip uses, but the connector is constructed directly as
 ``cls(vllm_config, role, kv_cache_config)``, the way the factory does it.
 """
 
@@ -23,9 +21,11 @@ import torch
 
 from ..engine import kvcache
 from ..engine.affinity import restore_harness_affinity
-from ..engine.check_failure import CheckFailure
 from ..engine.device_guard import DeviceGuard
 from ..engine.model import attention_layer_names
+from ..engine.promises import PROMISES as PROMISES
+from ..engine.promises import ContractViolation as ContractViolation
+from ..engine.promises import check_answer as check_answer
 from ..engine.requests import block_hasher, new_request
 from ..engine.rig import ConnectorRefused, Rig, refusal_as
 from ..engine.runner import AttentionLayerStandIn, with_modules_without_kv_cache
@@ -33,7 +33,7 @@ from ..engine.step_order import connector_step
 from ..vllm_install import api as vllm_api
 
 if TYPE_CHECKING:
-    from typing_extensions import Self, TypeIs
+    from typing_extensions import Self
     from vllm.config import VllmConfig
     from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1, KVConnectorMetadata
     from vllm.v1.core.kv_cache_manager import KVCacheBlocks
@@ -43,150 +43,6 @@ if TYPE_CHECKING:
 
 # What get_finished answers (the promise checks the shape before a caller reads it)
 FinishedIds = tuple[set[str] | None, set[str] | None]
-
-class ContractViolation(CheckFailure):
-    """A connector answered a documented call with something else."""
-
-
-# --- the promises: each rule returns None when the answer conforms, else what is wrong with it ---
-
-def _is_int(value: object) -> TypeIs[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _a(name: str) -> str:
-    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
-
-
-def _type_name(value: object) -> str:
-    if isinstance(value, tuple):
-        return "tuple[" + ", ".join(type(v).__name__ for v in value) + "]"
-    return type(value).__name__
-
-
-def _not_pair(value: object) -> str | None:
-    if not isinstance(value, tuple):
-        return f"it is {_a(type(value).__name__)}, not a tuple"
-    if len(value) != 2:
-        return f"a tuple of {len(value)}, not a pair"
-    return None
-
-
-def _claim(value: object) -> str | None:
-    if problem := _not_pair(value):
-        return problem
-    tokens, load_async = cast("tuple[object, object]", value)  # a pair: _not_pair said so
-    if tokens is not None and not _is_int(tokens):
-        return f"the token count is {_a(type(tokens).__name__)}"
-    if tokens is not None and tokens < 0:
-        return "the token count is negative"
-    if not isinstance(load_async, bool):
-        return f"the load-async flag is {_a(type(load_async).__name__)}"
-    if tokens == 0 and load_async:
-        return "the load-async flag is True for 0 tokens (base.py: it must be False when the count is 0)"
-    return None
-
-
-def _finish(value: object) -> str | None:
-    if problem := _not_pair(value):
-        return problem
-    delay_free, transfer_params = cast("tuple[object, object]", value)  # a pair: _not_pair said so
-    if not isinstance(delay_free, bool):
-        return f"the delay-free flag is {_a(type(delay_free).__name__)}"
-    if transfer_params is not None and not isinstance(transfer_params, dict):
-        return f"the transfer params are {_a(type(transfer_params).__name__)}"
-    return None
-
-
-def _instance_of(type_path: str, optional: bool = False) -> Callable[[object], str | None]:
-    """A rule for "an instance of vLLM's ``module:Class``", imported only when a value is checked."""
-    module, _, name = type_path.partition(":")
-
-    def rule(value: object) -> str | None:
-        import importlib
-
-        expected = getattr(importlib.import_module(module), name)
-        if (optional and value is None) or isinstance(value, expected):
-            return None
-        return f"it is {_a(type(value).__name__)}, not {_a(name)}"
-
-    return rule
-
-
-def _events(value: object) -> str | None:
-    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-        return f"{_a(type(value).__name__)} is not an iterable of events"
-    return None
-
-
-def _id_set(value: object, what: str, element: Callable[[object], bool], element_name: str) -> str | None:
-    if not isinstance(value, set):
-        return f"{what}: {_a(type(value).__name__)}, not a set"
-    strays = [v for v in value if not element(v)]
-    return f"{what}: {strays[0]!r} ({type(strays[0]).__name__}) is not {_a(element_name)}" if strays else None
-
-
-def _finished(value: object) -> str | None:
-    if problem := _not_pair(value):
-        return problem
-    pair = cast("tuple[object, object]", value)  # a pair: _not_pair said so
-    for what, ids in zip(("the finished-sending ids", "the finished-receiving ids"), pair, strict=True):
-        if ids is not None and (problem := _id_set(ids, what, lambda v: isinstance(v, str), "str")):
-            return problem
-    return None
-
-
-def _load_errors(value: object) -> str | None:
-    return _id_set(value, "the block ids", _is_int, "block id (int)")
-
-
-def _transfer_results(value: object) -> str | None:
-    if problem := _instance_of("vllm.distributed.kv_transfer.kv_connector.v1.base:KVConnectorTransferResults")(value):
-        return problem
-    for what in ("finished_sending", "finished_recving", "failed_recving"):
-        if hasattr(value, what) and (problem := _id_set(getattr(value, what), what, lambda v: isinstance(v, str),
-                                                        "str")):
-            return problem
-    return None
-
-
-@dataclass(frozen=True)
-class Promise:
-    expected: str  # as base.py documents it
-    problem: Callable[[object], str | None]
-
-
-_BASE = "vllm.distributed.kv_transfer.kv_connector.v1.base"
-FINISH = Promise("(bool, dict | None)", _finish)
-PROMISES: dict[str, Promise] = {
-    # scheduler side
-    "get_num_new_matched_tokens": Promise("(int | None, bool)", _claim),
-    "build_connector_meta": Promise("a KVConnectorMetadata instance", _instance_of(f"{_BASE}:KVConnectorMetadata")),
-    "request_finished": FINISH,
-    "request_finished_all_groups": FINISH,
-    "take_events": Promise("an iterable (of KVCacheEvent)", _events),
-    # worker side
-    "get_finished": Promise("(set[str] | None, set[str] | None)", _finished),
-    "get_transfer_results": Promise("a KVConnectorTransferResults of sets of request ids", _transfer_results),
-    "get_block_ids_with_load_errors": Promise("set[int]", _load_errors),
-    "build_connector_worker_meta": Promise("a KVConnectorWorkerMetadata or None",
-                                           _instance_of(f"{_BASE}:KVConnectorWorkerMetadata", optional=True)),
-}
-
-
-def _shown(value: object) -> str:
-    text = " ".join(repr(value).split())
-    return (text if len(text) <= 120 else text[:117] + "...") + f" ({_type_name(value)})"
-
-
-def check_answer(label: str, method: str, call: str, value: object) -> object:
-    """``value`` if it keeps ``method``'s promise, else a ContractViolation that says who broke it and how."""
-    promise = PROMISES[method]
-    problem = promise.problem(value)
-    if problem:
-        raise ContractViolation(f"{label}: {call} returned {_shown(value)}; expected {promise.expected}: {problem}")
-    return value
-
 
 def ask(label: str, connector: KVConnectorBase_V1, method: str, *args: object, shown_args: str = "...") -> object:
     """Call ``connector.method(*args)`` and check the answer against its promise."""

@@ -6,7 +6,8 @@ layers when the step has synchronous loads, after them otherwise; per attention
 layer ``wait_for_layer_load`` then ``save_kv_layer``, only while the connector
 ``has_connector_metadata()``; ``wait_for_save``;
 ``get_finished`` (through ``get_transfer_results`` where vLLM has it);
-``get_block_ids_with_load_errors``; clear metadata. All of it
+``get_block_ids_with_load_errors``; clear metadata. Every answer the connector gives is judged against
+base.py's promises as it is given (``enforce_promises``), naming the driver's step. All of it
 inside vLLM's own ``set_forward_context`` and under a ``DeviceGuard``. The order
 from binding to clearing is ``engine.step_order``'s, shared with the contract checks.
 """
@@ -14,7 +15,7 @@ from binding to clearing is ``engine.step_order``'s, shared with the contract ch
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
@@ -22,6 +23,7 @@ import torch
 from ..vllm_install import api as vllm_api
 from .affinity import restore_harness_affinity
 from .device_guard import DeviceGuard
+from .promises import enforce_promises
 from .step_order import Call, connector_step
 
 if TYPE_CHECKING:  # types only: vLLM is imported when a runner is built, never when the harness is imported
@@ -189,6 +191,9 @@ class ModelRunnerStandIn:
     # The model's forward, per attention layer, between wait_for_layer_load and save_kv_layer:
     # ``forward(layer_name, scheduler_output)`` writes the step's new KV (workloads use it).
     forward: Callable[[str, SchedulerOutput], None] | None = None
+    # the runner's own count, where a violation outside every driver's step (a rank's process) says it stands
+    steps_run: int = field(default=0, init=False)
+    stepping: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
@@ -202,14 +207,25 @@ class ModelRunnerStandIn:
         with restore_harness_affinity():  # NIXL's worker side pins the building thread
             self.connector = KVConnectorFactory.create_connector(self.vllm_config, KVConnectorRole.WORKER,
                                                                  self.kv_cache_config)
+            kv_role = self.vllm_config.kv_transfer_config.kv_role if self.vllm_config.kv_transfer_config else None
+            enforce_promises(self.connector, f"{self.connector_name} ({kv_role}, worker side)",
+                             step=self._where)
             if self.register:
                 with self.guard:
                     self.connector.register_kv_caches(self.caches)
         if self.attention_layers is None:
             self.attention_layers = list(self.caches)
 
+    def _where(self) -> str:
+        if self.stepping:
+            return f"the runner's step {self.steps_run - 1}"
+        return f"after the runner's step {self.steps_run - 1}" if self.steps_run else "before the runner's first step"
+
     def step(self, scheduler_output: SchedulerOutput) -> KVConnectorOutput:
         from vllm.forward_context import get_forward_context, set_forward_context
+
+        self.steps_run += 1
+        self.stepping = True  # left set if the step raises: the check fails there, and a later call is past it
 
         KVConnectorOutput = vllm_api.find("KVConnectorOutput")
         connector = self.connector
@@ -242,6 +258,7 @@ class ModelRunnerStandIn:
                 _plain_call(connector), metadata, get_forward_context,
                 sync_loads=bool(getattr(scheduler_output, "has_sync_kv_loads", True)),
                 report=report, forward=layers if runs_forward else None)
+        self.stepping = False
         return KVConnectorOutput(finished_sending=sending, finished_recving=recving, failed_recving=failed,
                                  invalid_block_ids=set(load_errors or ()), **worker_meta)
 

@@ -3,7 +3,8 @@
 The engine core would call ``schedule()``, run the model, then
 ``update_from_output()``; this does the same with a ``ModelRunnerStandIn`` in place
 of the model runner. The scheduler's connector is vLLM's own (the scheduler
-builds it); its ``get_num_new_matched_tokens`` and ``request_finished`` answers are
+builds it); every answer it gives is judged against base.py's promises as it is given (``enforce_promises``,
+naming the step: ``at_step``), and its ``get_num_new_matched_tokens`` and ``request_finished`` answers are
 recorded so the checks can compare the claim with what was stored, and so an ``assert``
 of vLLM's scheduler that trips on them fails naming the connector's mistake
 (``vllm_assertions``). With ``async_scheduling`` it is vLLM's ``AsyncScheduler`` (the class the scheduler
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..vllm_install import api as vllm_api
 from .block_sizes import engine_block_sizes
+from .promises import at_step, enforce_promises
 from .requests import Image, block_hasher, new_request
 from .vllm_assertions import ConnectorAnswers, vllm_assertions_translated
 
@@ -83,7 +85,10 @@ class SchedulerDriver:
     async_scheduling: bool = False
     # vLLM's Scheduler collects stats (the connector's, its prefix-cache hits and their sources) and returns them
     log_stats: bool = False
-    _batches: deque[tuple[SchedulerOutput, ModelRunnerOutput]] = field(default_factory=deque)  # newest first
+    # batches scheduled so far: the next is step ``steps`` (counted from 0, as the workload counts its steps)
+    steps: int = field(default=0, init=False)
+    # (output, the model runner's output, its step), newest first
+    _batches: deque[tuple[SchedulerOutput, ModelRunnerOutput, int]] = field(default_factory=deque)
 
     def __post_init__(self) -> None:
         scheduler_config = self.vllm_config.scheduler_config
@@ -109,8 +114,16 @@ class SchedulerDriver:
         self.connector = self.scheduler.connector
         self.answers = ConnectorAnswers(type(self.connector).__name__, self.claims)
         if self.connector is not None:
+            kv_role = self.vllm_config.kv_transfer_config.kv_role if self.vllm_config.kv_transfer_config else None
+            # innermost, so every answer is judged before a recorder below (or a check's own) reads it
+            enforce_promises(self.connector, f"{type(self.connector).__name__} ({kv_role}, scheduler side)",
+                             step=self._between_steps)
             self._record_claims(self.connector)
             watch_request_finished(self.connector, self._record_finished)
+
+    def _between_steps(self) -> str:
+        """Where a call made outside the driver's steps (an abort's finish hook, a check's question) stands."""
+        return "before the first step" if self.steps == 0 else f"after step {self.steps - 1}"
 
     def _record_finished(self, request: Request, block_ids: list[int], kept: bool) -> None:
         self.answers.kept_blocks.setdefault(request.request_id, kept)
@@ -136,8 +149,8 @@ class SchedulerDriver:
 
     def step(self, worker: WorkerStep) -> SchedulerOutput:
         """One engine step: schedule, run the worker side, feed the result back."""
-        output, runner_output = self._schedule_and_run(worker)
-        self._update(output, runner_output)
+        output, runner_output, number = self._schedule_and_run(worker)
+        self._update(output, runner_output, number)
         return output
 
     def step_with_batch_queue(self, worker: WorkerStep) -> SchedulerOutput | None:
@@ -148,9 +161,9 @@ class SchedulerDriver:
         step N+1 is scheduled before step N's output, and the transfers its connector output reports, arrive."""
         scheduled = None
         if self.scheduler.has_requests():
-            output, runner_output = self._schedule_and_run(worker)
+            output, runner_output, number = self._schedule_and_run(worker)
             scheduled = output
-            self._batches.appendleft((output, runner_output))
+            self._batches.appendleft((output, runner_output, number))
             if len(self._batches) < self.vllm_config.max_concurrent_batches and (
                     output.total_num_scheduled_tokens > 0 or self.scheduler.has_requests()):
                 return scheduled
@@ -163,25 +176,29 @@ class SchedulerDriver:
         """Batches scheduled and run whose output the scheduler has not had yet (async scheduling)."""
         return len(self._batches)
 
-    def _schedule_and_run(self, worker: WorkerStep) -> tuple[SchedulerOutput, ModelRunnerOutput]:
-        """Schedule a batch and run the worker side on it; the model runner's output, not yet fed back."""
+    def _schedule_and_run(self, worker: WorkerStep) -> tuple[SchedulerOutput, ModelRunnerOutput, int]:
+        """Schedule a batch and run the worker side on it; the model runner's output, not yet fed back, and the
+        batch's step number."""
         runner_output_class = vllm_api.find("ModelRunnerOutput")
 
-        with vllm_assertions_translated(self.answers):
+        number = self.steps
+        self.steps += 1
+        with at_step(f"step {number} (schedule)"), vllm_assertions_translated(self.answers):
             output = self.scheduler.schedule()
         for req_id in output.num_scheduled_tokens:
             self.block_ids[req_id] = self.scheduler.kv_cache_manager.get_block_ids(req_id)
-        kv_output = worker.step(output)
+        with at_step(f"step {number} (the worker's step)"):
+            kv_output = worker.step(output)
         req_ids = list(output.num_scheduled_tokens)
         sampled = [[self._next_token(r)] if self._prompt_done(r) else [] for r in req_ids]
         index = ({"req_id_to_index": {r: i for i, r in enumerate(req_ids)}}
                  if vllm_api.has_field("ModelRunnerOutput.req_id_to_index") else {})
         runner_output: ModelRunnerOutput = runner_output_class(
             req_ids=req_ids, sampled_token_ids=sampled, kv_connector_output=kv_output, **index)
-        return output, runner_output
+        return output, runner_output, number
 
-    def _update(self, output: SchedulerOutput, runner_output: ModelRunnerOutput) -> None:
-        with vllm_assertions_translated(self.answers):
+    def _update(self, output: SchedulerOutput, runner_output: ModelRunnerOutput, number: int) -> None:
+        with at_step(f"step {number} (update_from_output)"), vllm_assertions_translated(self.answers):
             self.scheduler.update_from_output(output, runner_output)
         self.outputs.append(output)
 

@@ -29,8 +29,10 @@ CAUGHT = {
         "claimed 64 external tokens of a 90-token prompt (c2) after 32 computed locally: 96 in all, past the "
         "prompt's end", "ignores the 32 tokens computed locally",
         "(vLLM asserts num_computed_tokens <= request.num_tokens, scheduler.py:"]),
+    # base.py's promise too: the contract oracle (conformance/engine/promises.py) fails it before vLLM asserts
     "AsyncNothingDictConnector": ("vllm_assertions_broken", ALIGNED, [
-        "answered (0, True) for req-0", "(vLLM asserts num_external_computed_tokens > 0, scheduler.py:"]),
+        "request req-0: get_num_new_matched_tokens(request req-0, 0) returned (0, True)",
+        "the load-async flag is True for 0 tokens"]),
     "SendWithoutHoldDictConnector": ("vllm_assertions_broken", ALIGNED, [
         "get_finished reported req-0 as finished sending", "its request_finished returned False for req-0",
         "(vLLM asserts req_id in self.requests, scheduler.py:"]),
