@@ -37,6 +37,7 @@ NO_VLLM = (
     "checks/test_claims.py",
     "checks/test_offload_events.py",
     "checks/test_finished_blocks.py",
+    "checks/test_usage_gauges.py",
     "checks/test_verdicts.py",
     "connectors/test_missing_module.py",
     "connectors/test_plugin_discovery.py",
@@ -120,7 +121,8 @@ ONE_RELEASE_TESTS = ("gate/", "reliability/", "pipelines/", "smoke/", "connector
                      "connectors/test_nixl_device_buffer.py", "engine/test_accelerator_worker.py",
                      "engine/test_backend_reaches_vllm.py", "plugin/test_scheduling.py", "session/test_devices.py",
                      "mutation/test_mutate_command.py", "checks/test_offloading_situations_catches.py",
-                     "checks/test_scheduler_paths_catches.py")
+                     "checks/test_scheduler_paths_catches.py", "checks/test_offloading_sliding_catches.py",
+                     "checks/test_offloading_stats_catches.py")
 
 
 def one_release(path: Path) -> bool:

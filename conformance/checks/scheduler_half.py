@@ -10,7 +10,9 @@ scheduler half to vLLM's contract with its worker half: each job asked for once;
 write only their request's blocks, at ``GPULoadStoreSpec.block_indices``; no block a store has not read
 is overwritten first (vLLM frees blocks at once, so such stores must be flushed: ``jobs_to_flush``); no
 hit claimed for a block whose store the scheduler half has not been told finished (a load issued then may read
-KV not yet written); at
+KV not yet written); the stats it hands vLLM's scheduler (``get_kv_connector_stats``, every step) keep the CPU
+cache's usage gauges whole: usage is the share pinned by transfers in flight, split into the stores' (write) and
+the loads' (read) shares, as vLLM's CPU spec documents them, so write + read == usage; at
 the end nothing pending and every block back in the pool. The result names the half that ran
 (``kvconform.half``). docs/checks.md says more. The rules live here, not in workload/invariants.py:
 those judge bytes a worker moved, none moves here, and checks/ may not import workload/.
@@ -37,6 +39,12 @@ if TYPE_CHECKING:
 
 BLOCK_SIZE = 32  # tokens per block: CPU_ATTN runs multiples of 32, GPU backends take 32 too
 IDLE_STEPS = 8  # steps an engine with nothing in flight may keep stepping for the scheduler half's pending work
+# vLLM's CPU offloading manager's usage gauges (CPUOffloadingMetrics, vllm/v1/kv_offload/cpu/common.py): the share of
+# the CPU cache pinned by transfers in flight, by in-flight stores, by in-flight loads
+USAGE_GAUGE = "vllm:kv_offload_cpu_cache_usage_perc"
+WRITE_USAGE_GAUGE = "vllm:kv_offload_cpu_cache_write_usage_perc"
+READ_USAGE_GAUGE = "vllm:kv_offload_cpu_cache_read_usage_perc"
+GAUGE_TOLERANCE = 1e-9  # the gauges are ratios of chunk counts: float rounding only
 
 
 class SchedulerHalfFailure(CheckFailure):
@@ -117,6 +125,8 @@ class HalfReport:
     # lookups of a request while a store of one of its prompt's blocks was not yet reported finished to vLLM's
     # scheduler (a preempted request's own, or another request's with the same prefix)
     lookups_with_store_in_flight: int = 0
+    # stats snapshots whose CPU cache usage gauges showed stores in flight (write usage above 0)
+    usage_gauges_with_stores_in_flight: int = 0
 
     def describe(self) -> str:
         return ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in vars(self).items())
@@ -190,6 +200,26 @@ def blocks_outside_table(what: str, blocks: list[int], rid: str, table: list[int
     return None
 
 
+def usage_gauges_problem(values: dict[str, float]) -> str | None:
+    """None when a stats snapshot's CPU cache gauges (``reduce()``'s names -> values) are shares in [0, 1] whose
+    write and read parts add up to the usage; else what is wrong, in words. A snapshot without them: None."""
+    gauges = {name: values.get(name) for name in (USAGE_GAUGE, WRITE_USAGE_GAUGE, READ_USAGE_GAUGE)}
+    if all(value is None for value in gauges.values()):
+        return None
+    shown = ", ".join(f"{name} {value}" for name, value in gauges.items())
+    out_of_range = [name for name, value in gauges.items() if value is None or not 0.0 <= value <= 1.0]
+    if out_of_range:
+        return (f"the connector's stats hand vLLM the CPU cache gauges {shown}: {', '.join(out_of_range)} missing or "
+                f"outside [0, 1] (a share of the CPU cache)")
+    usage, write, read = (float(value) for value in gauges.values() if value is not None)
+    if abs(write + read - usage) > GAUGE_TOLERANCE:
+        return (f"the connector's stats hand vLLM the CPU cache gauges {shown}: the shares pinned by stores in "
+                f"flight (write) and by loads in flight (read) add up to {write + read}, not to the share pinned by "
+                f"transfers in flight ({usage}); vLLM's Prometheus logger would publish a read usage that no load "
+                f"pins")
+    return None
+
+
 def load_out_of_place(what: str, blocks: list[int], first_index: int, rid: str, table: list[int]) -> str | None:
     """None when a load's destination blocks are request ``rid``'s blocks ``first_index``, ``first_index + 1``, ...
     in order (a ``GPULoadStoreSpec``'s block ids and ``block_indices``); else the first misplaced one, in words."""
@@ -220,6 +250,7 @@ class HalfRun:
         self.finished_at: dict[str, int] = {}
         self._watch_request_finished()
         self._watch_lookups()
+        self._watch_stats()
 
     # -- failure --------------------------------------------------------------------------------------
 
@@ -434,6 +465,23 @@ class HalfRun:
                           f"half had not been told was finished ({where}): a block whose store is in flight is no "
                           f"hit yet (vLLM's offloading manager answers HIT_PENDING for it: ask again), and a load "
                           f"issued now may read KV not yet written")
+
+    def _watch_stats(self) -> None:
+        """Hold each stats snapshot vLLM's scheduler takes (once per ``update_from_output``) to
+        ``usage_gauges_problem``; the snapshot goes to vLLM unchanged."""
+        connector = self.scheduler.connector
+        answer = connector.get_kv_connector_stats
+
+        def checked() -> object:
+            stats = answer()
+            reduce = getattr(stats, "reduce", None)
+            values = reduce() if callable(reduce) and not stats.is_empty() else {}
+            self._check(usage_gauges_problem(values))
+            if values.get(WRITE_USAGE_GAUGE, 0) > 0:
+                self.report.usage_gauges_with_stores_in_flight += 1
+            return stats
+
+        connector.get_kv_connector_stats = checked
 
     def _watch_request_finished(self) -> None:
         """Record each finished request's blocks as vLLM hands them to the connector, and whether it kept them."""
