@@ -24,7 +24,7 @@ from kvconform.conformance.checks.contract import (
     FinishedIds,
     check_answer,
     check_reported_ids,
-    install_checks,
+    count_calls,
     make_request,
     no_blocks,
     scheduler_output,
@@ -109,8 +109,8 @@ def test_contract_driven(platform: PlatformSpec, attn_backend: str, contract: Co
 def _drive_one_request(subject: ContractRig, side: EngineStandIn, role: str, index: int) -> None:
     label = f"{subject.name} ({role} side, driven by vLLM's Scheduler)"
     scheduler_connector = side.scheduler.connector
-    scheduler_calls = install_checks(scheduler_connector, label)
-    worker_calls = install_checks(side.runner.connector, label)
+    scheduler_calls = count_calls(scheduler_connector)
+    worker_calls = count_calls(side.runner.connector)
     check_reported_ids(side.runner.connector, label, lambda: side.scheduler.scheduler.requests)
     request_id = f"contract-driven-{index}"
     side.scheduler.add(request_id, _prompt(PROMPT_UNIT))

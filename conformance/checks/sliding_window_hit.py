@@ -27,11 +27,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import torch
-
 from ..engine.check_failure import CheckFailure
 from ..engine.hybrid_cache import engine_over
 from ..engine.prompts import request_prompt
+from ..engine.slots import token_slot_bytes, token_slots
 
 if TYPE_CHECKING:
     from ..engine.hybrid_cache import HybridCaches
@@ -134,29 +133,26 @@ def check_loaded_bytes(rig: Rig, producer: tuple[EngineStandIn, HybridCaches],
         group = _group_index(caches_b, kind)
         table_b = engine_b.scheduler.block_ids[ASKED_ID][group]
         table_a = engine_a.scheduler.block_ids[STORED_ID][group]
-        held = [position for position in span if table_b[position // block_size] != NULL_BLOCK]
+        blocks_b, _ = token_slots(table_b, span, block_size)
+        held = [position for position, block in zip(span, blocks_b.tolist(), strict=True) if block != NULL_BLOCK]
         compared[kind] = len(held)
         if not held:
             raise SlidingWindowHitFailure(
                 f"{rig.connector.name}: {ASKED_ID}: vLLM's scheduler held no block of the {kind} group for the "
                 f"{len(span)} claimed token(s) {span.start}..{span.stop - 1}, so nothing it loaded there can be "
                 f"compared (block table {table_b})")
-        index = torch.tensor(held, dtype=torch.long)
-        blocks_a = torch.tensor(table_a, dtype=torch.long)[index // block_size]
-        blocks_b = torch.tensor(table_b, dtype=torch.long)[index // block_size]
-        offsets_a = offsets_b = index % block_size
         for layer in (name for name, of_kind in caches_b.kinds.items() if of_kind == kind):
             view_a, view_b = caches_a.pages[layer], caches_b.pages[layer]
-            rows_a = view_a[blocks_a.to(view_a.device), :, offsets_a.to(view_a.device)]
-            rows_b = view_b[blocks_b.to(view_b.device), :, offsets_b.to(view_b.device)]
-            same = (rows_a.contiguous().view(torch.uint8).flatten(1) == rows_b.contiguous().view(torch.uint8)
-                    .flatten(1)).all(dim=1).cpu()
+            saved = token_slot_bytes(view_a, table_a, held, block_size)
+            same = (saved.to(view_b.device) == token_slot_bytes(view_b, table_b, held, block_size)).all(dim=1).cpu()
             if not bool(same.all()):
                 first = int((~same).nonzero()[0])
+                (block_a,), (offset,) = token_slots(table_a, held[first:first + 1], block_size)
+                (block_b,), _ = token_slots(table_b, held[first:first + 1], block_size)
                 raise SlidingWindowHitFailure(
                     f"{rig.connector.name}: {ASKED_ID}, layer {layer} ({kind} group): token {held[first]} of the "
-                    f"{claimed} claimed after {local} loaded wrong bytes (block {int(blocks_b[first])} slot "
-                    f"{int(offsets_b[first])} of the consumer's cache differs from block {int(blocks_a[first])} slot "
-                    f"{int(offsets_a[first])} the producer saved); {sum(not s for s in same.tolist())} of "
+                    f"{claimed} claimed after {local} loaded wrong bytes (block {int(block_b)} slot "
+                    f"{int(offset)} of the consumer's cache differs from block {int(block_a)} slot "
+                    f"{int(offset)} the producer saved); {sum(not s for s in same.tolist())} of "
                     f"{len(held)} held slot(s) wrong")
     return HitResult(claimed, local, compared)

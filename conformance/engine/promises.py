@@ -249,6 +249,12 @@ def _call(method: str, args: tuple[object, ...]) -> str:
     return f"{method}({shown if len(shown) <= 100 else shown[:97] + '...'})"
 
 
+def side_label(name: str, vllm_config: Any, side: str) -> str:
+    """How a violation names the connector: its class, its kv_role and which side ("scheduler", "worker")."""
+    kv_role = vllm_config.kv_transfer_config.kv_role if vllm_config.kv_transfer_config else None
+    return f"{name} ({kv_role}, {side} side)"
+
+
 def enforce_promises(connector: Any, label: str, step: Callable[[], str] = lambda: "outside any step") -> None:
     """Judge every answer ``connector`` gives on a channel of ``PROMISES`` before its caller reads it.
 

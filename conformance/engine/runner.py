@@ -23,7 +23,7 @@ import torch
 from ..vllm_install import api as vllm_api
 from .affinity import restore_harness_affinity
 from .device_guard import DeviceGuard
-from .promises import enforce_promises
+from .promises import enforce_promises, side_label
 from .step_order import Call, connector_step
 
 if TYPE_CHECKING:  # types only: vLLM is imported when a runner is built, never when the harness is imported
@@ -207,8 +207,7 @@ class ModelRunnerStandIn:
         with restore_harness_affinity():  # NIXL's worker side pins the building thread
             self.connector = KVConnectorFactory.create_connector(self.vllm_config, KVConnectorRole.WORKER,
                                                                  self.kv_cache_config)
-            kv_role = self.vllm_config.kv_transfer_config.kv_role if self.vllm_config.kv_transfer_config else None
-            enforce_promises(self.connector, f"{self.connector_name} ({kv_role}, worker side)",
+            enforce_promises(self.connector, side_label(self.connector_name, self.vllm_config, "worker"),
                              step=self._where)
             if self.register:
                 with self.guard:

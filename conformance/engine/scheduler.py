@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..vllm_install import api as vllm_api
 from .block_sizes import engine_block_sizes
-from .promises import at_step, enforce_promises
+from .promises import at_step, enforce_promises, side_label
 from .requests import Image, block_hasher, new_request
 from .vllm_assertions import ConnectorAnswers, vllm_assertions_translated
 
@@ -114,9 +114,8 @@ class SchedulerDriver:
         self.connector = self.scheduler.connector
         self.answers = ConnectorAnswers(type(self.connector).__name__, self.claims)
         if self.connector is not None:
-            kv_role = self.vllm_config.kv_transfer_config.kv_role if self.vllm_config.kv_transfer_config else None
             # innermost, so every answer is judged before a recorder below (or a check's own) reads it
-            enforce_promises(self.connector, f"{type(self.connector).__name__} ({kv_role}, scheduler side)",
+            enforce_promises(self.connector, side_label(type(self.connector).__name__, self.vllm_config, "scheduler"),
                              step=self._between_steps)
             self._record_claims(self.connector)
             watch_request_finished(self.connector, self._record_finished)
