@@ -1,12 +1,14 @@
 """The mutation floor: what the suite notices of each CPU connector's code today, so that it cannot silently fall.
 
-``conformance/mutation/floor.yaml`` keeps, per connector, one seeded sample of mutants (``kvconform mutate
---sample N --seed S``) as it last ran: each module's tally and score, the ids of the mutants a test detected, and
+``conformance/mutation/floor.yaml`` keeps, per connector, one fixed set of mutants (first drawn by ``kvconform
+mutate --sample N --seed S``) as it last ran: each module's score, the ids of the mutants a test detected, and
 every survivor with the reason it survives (an equivalent mutant, code no CPU run reaches) or the issue that will
-turn it into a check. ``kvconform mutate ... --floor FILE`` compares a run of the same sample with it: a mutant the
-floor says was detected that now survives is a regression, a survivor the floor does not explain is a finding to
-explain or check, and a listed survivor that is now detected is an explanation out of date. Like the coverage
-floor it is measured on one vLLM release; a run on another release's files says so and is not compared.
+turn it into a check. ``kvconform mutate ... --floor FILE`` runs exactly the row's mutants (``listed``), so that
+the scores of two runs compare like for like however far the suite's reach grows: a mutant the floor says was
+detected that is not detected now is a regression, a survivor the floor does not explain is a finding to explain or
+check, a listed survivor that is now detected is an explanation out of date, and a listed mutant the source no
+longer has means the row must be rewritten. Like the coverage floor it is measured on one vLLM release; a run on
+another release's files says so and is not compared.
 """
 
 from __future__ import annotations
@@ -26,11 +28,15 @@ class MutationFloorError(Exception):
 
 class ConnectorFloor(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    sample: int | None = None  # the run's --sample (None: every reached mutant)
-    seed: int = 0
+    sample: int | None = None  # the --sample that first drew the row's mutants (None: every reached mutant)
+    seed: int = 0  # and its --seed
     scores: dict[str, float] = Field(default_factory=dict)  # module -> score of the sample, 0..1
     detected: list[str] = Field(default_factory=list)  # mutant ids a test killed or timed out
     survivors: dict[str, str] = Field(default_factory=dict)  # mutant id -> why it survives
+
+    def listed(self) -> set[str]:
+        """The row's mutants: a run held to it runs these and no others."""
+        return {*self.detected, *self.survivors}
 
 
 class MutationFloor(BaseModel):
@@ -70,11 +76,13 @@ def floor_problems(run: MutationRun, floor: MutationFloor) -> list[str]:
     if comparable(run, floor) is not None:
         return []
     entry = floor.connectors[run.connector]
-    problems = []
+    fates = {mutant.id: mutant for mutant in run.mutants}
+    problems = [f"{ident} is the floor's, and this source has no such mutant: rewrite the row (--update-floor "
+                f"--sample N draws a new set)" for ident in sorted(entry.listed() - fates.keys())]
     for mutant in sorted(run.mutants, key=lambda m: m.id):
         where = f"{mutant.id} ({mutant.module}:{mutant.line}, {mutant.function}, {mutant.operator})"
-        if mutant.fate == "survived" and mutant.id in entry.detected:
-            problems.append(f"{where} survived; the floor says a test detected it")
+        if mutant.fate not in DETECTED and mutant.id in entry.detected:
+            problems.append(f"{where} {mutant.fate.replace('_', ' ')}; the floor says a test detected it")
         elif mutant.fate == "survived" and mutant.id not in entry.survivors:
             problems.append(f"{where} survived, and the floor does not explain it: add a check that notices it, "
                             f"or list it under survivors with the reason it cannot be noticed")
@@ -85,10 +93,11 @@ def floor_problems(run: MutationRun, floor: MutationFloor) -> list[str]:
 
 
 HEADER = """\
-# The mutation floor (docs/mutation.md): per CPU connector, one seeded sample of kvconform mutate as it last ran on
-# this vLLM: each module's score, the mutants a test detected, and every survivor with why it survives (an
-# equivalent mutant, code no CPU run reaches) or which issue turns it into a check. kvconform mutate --floor holds
-# a run of the same sample to it; --update-floor rewrites a connector's row, keeping the reasons written here.
+# The mutation floor (docs/mutation.md): per CPU connector, one fixed set of mutants (first drawn with sample and
+# seed) as kvconform mutate last ran it on this vLLM: each module's score, the mutants a test detected, and every
+# survivor with why it survives (an equivalent mutant, code no CPU run reaches) or which issue turns it into a check.
+# kvconform mutate --floor runs exactly a row's mutants and holds them to it, so scores compare like for like;
+# --update-floor rewrites a connector's row from such a run (or from a new draw, given --sample), keeping the reasons.
 """
 
 
@@ -104,6 +113,20 @@ def update(path: Path, run: MutationRun) -> None:
     floor.connectors[run.connector] = floor_entry(run, old.survivors if old else {})
     floor.connectors = dict(sorted(floor.connectors.items()))
     path.write_text(HEADER + yaml.safe_dump(floor.model_dump(), sort_keys=False, width=120))
+
+
+def score_changes(run: MutationRun, floor: MutationFloor) -> list[str]:
+    """Each module's score in the floor's row and in ``run`` (a run of the row's own mutants), one line each."""
+    if comparable(run, floor) is not None:
+        return []
+    now = floor_entry(run, {}).scores
+    kept = floor.connectors[run.connector].scores
+    return [f"{module}: {_score(kept.get(module))} in the floor, {_score(now.get(module))} now"
+            for module in sorted(kept.keys() | now.keys())]
+
+
+def _score(score: float | None) -> str:
+    return "-" if score is None else f"{score:.3f}"
 
 
 def floor_entry(run: MutationRun, reasons: dict[str, str]) -> ConnectorFloor:

@@ -2,9 +2,10 @@
 
 The order a run takes: check the input; list every mutant of the connector's own modules (``generate``) and keep
 those on the lines ``--changed-lines`` names; load the suite once (``warm``); run the baseline with per-test
-coverage (``reach``); draw ``--sample`` of the reached mutants; run them (``runner``), a progress line each; write
-the JSON and the HTML page; print the summary. Exit status 0 once it ran (a survivor is a finding, not an
-error), 2 on bad input.
+coverage (``reach``); draw ``--sample`` of the reached mutants, or take the mutation floor's row for the connector
+(``--floor``, ``--update-floor``: a fixed set, so that runs compare like for like); run them (``runner``), a progress
+line each; write the JSON and the HTML page; print the summary. Exit status 0 once it ran (a survivor is a finding,
+not an error), 2 on bad input.
 """
 
 from __future__ import annotations
@@ -15,11 +16,15 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kvconform.errors import UserError
 from kvconform.reports.mutants import Mutant, MutationRun
 
 from .warm import PLATFORM, OwnModule
+
+if TYPE_CHECKING:
+    from kvconform.reports.mutation_floor import ConnectorFloor
 
 DEFAULT_JOBS = 2
 JSON_NAME, HTML_NAME = "mutation.json", "index.html"
@@ -38,10 +43,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help=f"mutants run at once (default: {DEFAULT_JOBS})")
     floor = parser.add_mutually_exclusive_group()
     floor.add_argument("--floor", type=Path, metavar="FILE",
-                       help="hold the run to the mutation floor FILE (conformance/mutation/floor.yaml): exit 1 where "
-                            "a detected mutant survives or a survivor is not explained there")
+                       help="run the mutants of the connector's row in the mutation floor FILE "
+                            "(conformance/mutation/floor.yaml) and hold them to it: exit 1 where a detected mutant "
+                            "is not detected now or a survivor is not explained there")
     floor.add_argument("--update-floor", type=Path, metavar="FILE",
-                       help="write this run's row into the mutation floor FILE, keeping the reasons it gives")
+                       help="run the mutants of the connector's row in the mutation floor FILE (a new draw where "
+                            "--sample is given or there is no row) and write the run as its row, keeping the reasons "
+                            "it gives")
     parser.add_argument("pytest_args", nargs=argparse.REMAINDER, metavar="-- PYTEST_ARGS",
                         help="arguments for pytest, after --, passed to every run of the suite")
 
@@ -53,9 +61,11 @@ def _check(args: argparse.Namespace) -> dict[str, set[int]] | None:
             raise UserError(f"{option}: {value} must be at least 1")
     if args.json is not None and not args.json.resolve().parent.is_dir():
         raise UserError(f"--json: the folder of {args.json} does not exist")
-    floor = args.floor or args.update_floor
-    if floor is not None and args.floor is not None and not floor.is_file():
-        raise UserError(f"--floor: {floor} does not exist")
+    if args.floor is not None and (args.sample is not None or args.changed_lines is not None):
+        raise UserError("--floor runs the mutants its row lists: --sample and --changed-lines choose others "
+                        "(--update-floor --sample N draws the row anew)")
+    if args.floor is not None and not args.floor.is_file():
+        raise UserError(f"--floor: {args.floor} does not exist")
     if args.pytest_args[:1] == ["--"]:
         args.pytest_args = args.pytest_args[1:]
     try:
@@ -106,12 +116,30 @@ def _vllm_version() -> str:
     return found[0] if found else "unknown"
 
 
+def _floor_row(args: argparse.Namespace) -> ConnectorFloor | None:
+    """The floor's row whose mutants this run takes instead of a draw: ``--floor``'s, or ``--update-floor``'s where
+    the file has a row for the connector and neither ``--sample`` nor ``--changed-lines`` asks for other mutants."""
+    from kvconform.reports.mutation_floor import MutationFloorError, load_floor
+
+    path = args.floor or args.update_floor
+    if path is None or (args.floor is None and (args.sample is not None or args.changed_lines is not None
+                                                 or not path.exists())):
+        return None
+    try:
+        return load_floor(path).connectors.get(args.connector)
+    except MutationFloorError as exc:
+        raise UserError(str(exc)) from None
+
+
 def run(args: argparse.Namespace) -> int:
     from .plan import plan_run
     from .runner import run_mutants
     from .warm import suite_args, warm_up
 
     changed = _check(args)
+    row = _floor_row(args)
+    if row is not None:
+        args.sample, args.seed = row.sample, row.seed  # the row's provenance: the draw that first chose its mutants
     started = time.monotonic()
     own = own_modules(args.connector)
     pytest_args = suite_args(args.connector, list(args.pytest_args))
@@ -121,7 +149,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"kvconform mutate: {file} does not import here, its mutants are left out: {why}", file=sys.stderr)
     mutated = [m for m in own if m.file in warm.modules]
     with tempfile.TemporaryDirectory(prefix="kvconform-mutate-") as folder:
-        plan = plan_run(mutated, pytest_args, Path(folder), changed, args.sample, args.seed)
+        plan = plan_run(mutated, pytest_args, Path(folder), changed, args.sample, args.seed,
+                        listed=row.listed() if row is not None else None)
         print(plan.summary(), flush=True)
         ran = list(run_mutants(plan.to_run, warm.modules, warm.live, pytest_args, Path(folder), args.jobs,
                                _progress(len(plan.to_run))))
@@ -137,7 +166,14 @@ def run(args: argparse.Namespace) -> int:
 
 def _hold_to_floor(result: MutationRun, args: argparse.Namespace) -> int:
     """``--floor``: 1 where the run falls below it; ``--update-floor``: the run's row written into it."""
-    from kvconform.reports.mutation_floor import MutationFloorError, comparable, floor_problems, load_floor, update
+    from kvconform.reports.mutation_floor import (
+        MutationFloorError,
+        comparable,
+        floor_problems,
+        load_floor,
+        score_changes,
+        update,
+    )
 
     try:
         if args.update_floor is not None:
@@ -152,11 +188,13 @@ def _hold_to_floor(result: MutationRun, args: argparse.Namespace) -> int:
     if why := comparable(result, floor):
         print(f"kvconform mutate: not held to {args.floor}: {why}")
         return 0
+    for change in score_changes(result, floor):
+        print(f"kvconform mutate: score of {change}")
     problems = floor_problems(result, floor)
     for problem in problems:
         print(f"kvconform mutate: below the floor: {problem}")
     print(f"kvconform mutate: {len(problems)} problem(s) against {args.floor}" if problems
-          else f"kvconform mutate: every mutant of the sample as {args.floor} has it")
+          else f"kvconform mutate: every mutant of the row as {args.floor} has it")
     return 1 if problems else 0
 
 

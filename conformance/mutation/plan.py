@@ -2,12 +2,14 @@
 
 Every mutant of the connector's own modules (``generate``), those on ``--changed-lines``'s lines where given;
 the baseline (``reach``) says which tests reached each. A mutant no test that can fail reached is settled
-``not_reached``; ``--sample`` then draws from the reached ones (by id, so the same seed draws the same mutants
-of the same source); a drawn mutant whose source does not compile is settled ``not_viable``; the rest run.
+``not_reached``; of the reached ones, those a mutation floor's row lists run, or ``--sample`` draws (by id, so the
+same seed draws the same mutants of the same source, until the suite's reach changes); a mutant to run whose source
+does not compile is settled ``not_viable``; the rest run.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,7 +39,8 @@ class Plan:
 
 
 def plan_run(own: list[OwnModule], suite_args: list[str], folder: Path, changed: dict[str, set[int]] | None,
-             size: int | None, seed: int) -> Plan:
+             size: int | None, seed: int, listed: Collection[str] | None = None) -> Plan:
+    """``listed``: the ids to run (a floor's row) instead of a draw of ``size`` with ``seed``."""
     sources = {m.file: Path(m.file).read_text(encoding="utf-8") for m in own}
     found: list[tuple[OwnModule, Candidate]] = []
     for module in own:
@@ -56,7 +59,8 @@ def plan_run(own: list[OwnModule], suite_args: list[str], folder: Path, changed:
             reached.append(planned)
         else:
             plan.settled.append(planned.record("not_reached"))
-    for planned in sample(reached, size, seed):
+    chosen = sample(reached, size, seed) if listed is None else [p for p in reached if p.candidate.id in listed]
+    for planned in chosen:
         why = swap.viable(planned.candidate.edit.apply(planned.source), planned.file)
         if why is None:
             plan.to_run.append(planned)

@@ -14,6 +14,9 @@ from kvconform.conformance.cli import main
     (["--jobs", "-1"], "--jobs: -1 must be at least 1"),
     (["--json", "no/such/folder/m.json"], "--json: the folder of no/such/folder/m.json does not exist"),
     (["--changed-lines", "no-such.diff"], "--changed-lines: cannot read no-such.diff"),
+    (["--floor", "no-such.yaml"], "--floor: no-such.yaml does not exist"),
+    (["--floor", "floor.yaml", "--sample", "3"],
+     "--floor runs the mutants its row lists: --sample and --changed-lines choose others"),
 ])
 def test_bad_options_are_one_line_and_exit_2(options: list[str], message: str,
                                              capsys: pytest.CaptureFixture[str]) -> None:

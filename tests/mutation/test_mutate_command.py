@@ -1,4 +1,5 @@
-"""``kvconform mutate`` for real on ExampleConnector: a small sample, the JSON's shape, and a mutant the suite kills.
+"""``kvconform mutate`` for real on ExampleConnector: a small sample, the JSON's shape, a mutant the suite kills, and
+the floor row written from it, which lists exactly the mutants that ran.
 
 One subprocess, as a user runs it; ``-k roundtrip`` keeps the suite (and so the baseline) to the round-trip
 checks, which reach most of the connector's worker side.
@@ -12,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kvconform.reports.mutants import FATES, read_run
+from kvconform.reports.mutants import DETECTED, FATES, read_run
+from kvconform.reports.mutation_floor import load_floor
 
 pytest.importorskip("cosmic_ray", reason="cosmic-ray (the 'mutate' extra) is not installed")
 
@@ -21,9 +23,9 @@ TIMEOUT_S = 300
 
 
 def test_a_sampled_run_of_example_connector(tmp_path: Path) -> None:
-    out = tmp_path / "m.json"
+    out, floor = tmp_path / "m.json", tmp_path / "floor.yaml"
     proc = subprocess.run([sys.executable, "-m", "kvconform", "mutate", "--connector", "ExampleConnector",
-                           "--sample", "3", "--json", str(out), "--", "-k", "roundtrip"],
+                           "--sample", "3", "--json", str(out), "--update-floor", str(floor), "--", "-k", "roundtrip"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT_S)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = read_run(out)
@@ -37,6 +39,9 @@ def test_a_sampled_run_of_example_connector(tmp_path: Path) -> None:
     killed = [m for m in ran if m.fate == "killed"]
     assert killed and all("::" in m.killed_by for m in killed)
     assert [line.split()[1] for line in proc.stdout.splitlines() if line.startswith("mutant ")] == ["1/3", "2/3", "3/3"]
+    row = load_floor(floor).connectors["ExampleConnector"]
+    assert (row.sample, row.seed) == (3, 0) and row.listed() == {m.id for m in ran}
+    assert set(row.detected) == {m.id for m in ran if m.fate in DETECTED}
 
 
 def test_an_unknown_connector_is_one_line_and_exit_2(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
-"""reports/mutation_floor.py: a run of the floor's sample is held to it mutant by mutant; another sample, release
-or connector is not compared, and says why."""
+"""reports/mutation_floor.py: a run of the floor's row is held to it mutant by mutant, scores side by side; another
+sample, release or connector is not compared, and says why."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from kvconform.reports.mutation_floor import (
     floor_entry,
     floor_problems,
     load_floor,
+    score_changes,
 )
 
 MODULE = "vllm/distributed/kv_transfer/kv_connector/v1/example_connector.py"
@@ -46,6 +47,21 @@ def test_a_detected_mutant_that_survives_is_a_regression_naming_its_place():
                                     _mutant("c", "survived")), FLOOR)
     assert problem.startswith(f"a ({MODULE}:42, ExampleConnector.start_load_kv, core/NumberReplacer) survived; "
                               f"the floor says a test detected it")
+
+
+def test_a_detected_mutant_no_test_reaches_now_or_one_the_source_lost_is_a_problem():
+    problems = floor_problems(_run(_mutant("a", "not_reached"), _mutant("c", "survived")), FLOOR)
+    assert problems[0].startswith("b is the floor's, and this source has no such mutant: rewrite the row")
+    assert problems[1].startswith(f"a ({MODULE}:10, ExampleConnector.start_load_kv, core/NumberReplacer) not "
+                                  f"reached; the floor says a test detected it")
+    assert len(problems) == 2
+
+
+def test_the_row_lists_its_mutants_and_scores_compare_with_the_run_s():
+    assert FLOOR.connectors["ExampleConnector"].listed() == {"a", "b", "c"}
+    better = _run(_mutant("a", "killed"), _mutant("b", "killed"), _mutant("c", "killed"))
+    assert score_changes(better, FLOOR) == [f"{MODULE}: 0.667 in the floor, 1.000 now"]
+    assert score_changes(_run(sample=8), FLOOR) == []
 
 
 def test_an_unexplained_survivor_and_an_out_of_date_explanation_fail():
