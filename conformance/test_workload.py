@@ -71,9 +71,26 @@ def _run(workload_rig: MakeWorkloadRig, spec: WorkloadSpec) -> WorkloadReport:
         return run_workload(*workload_rig(spec))
 
 
+def _run_only_its_scenarios(subject: ConnectorParam, scenario: str | None) -> None:
+    """A profile naming its scenarios (``scenarios``: settings that serve one situation) runs those alone: a skip for
+    the others and for generated workloads (``scenario`` None); a name no scenario has is a failure."""
+    named = subject.profile.scenarios
+    if named is None:
+        return
+    unknown = [name for name in named if name not in WORKLOAD_SCENARIOS]
+    if unknown:
+        pytest.fail(f"{subject.id}: its profile's scenarios name {', '.join(unknown)}, no workload scenario; known: "
+                    f"{', '.join(WORKLOAD_SCENARIOS)}", pytrace=False)
+    if scenario not in named:
+        what = f"the {scenario} scenario" if scenario else "generated workloads"
+        pytest.skip(f"{subject.id}: its profile's settings serve the {', '.join(named)} workload scenario(s) only: "
+                    f"{what} not run")
+
+
 @pytest.mark.parametrize("scenario", list(WORKLOAD_SCENARIOS))
 def test_workload_scenario(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, scenario: str,
                            workload_rig: MakeWorkloadRig) -> None:
+    _run_only_its_scenarios(subject, scenario)
     spec = WORKLOAD_SCENARIOS[scenario]
     report = _run(workload_rig, spec)
     assert report.verified_loaded_tokens > 0, (
@@ -89,6 +106,7 @@ def test_workload_scenario(platform: PlatformSpec, attn_backend: str, subject: C
 def test_workload_generated(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, prefill: str,
                             workload_rig: MakeWorkloadRig, request: pytest.FixtureRequest) -> None:
     """Generated workloads, the first anchored to a verified load; a failure prints its spec and the replay command."""
+    _run_only_its_scenarios(subject, None)
     from kvconform.conformance.session.options import NORMAL_EXAMPLES
     from kvconform.conformance.workload.strategies import seeded_workloads
 

@@ -36,7 +36,9 @@ NO_VLLM = (
     "expectations/test_expectations_vllm.py",
     "checks/test_claims.py",
     "checks/test_offload_events.py",
+    "checks/test_offload_tier.py",
     "checks/test_finished_blocks.py",
+    "checks/test_wrapper_claims.py",
     "checks/test_usage_gauges.py",
     "checks/test_verdicts.py",
     "connectors/test_missing_module.py",
@@ -122,7 +124,8 @@ ONE_RELEASE_TESTS = ("gate/", "reliability/", "pipelines/", "smoke/", "connector
                      "engine/test_backend_reaches_vllm.py", "plugin/test_scheduling.py", "session/test_devices.py",
                      "mutation/test_mutate_command.py", "checks/test_offloading_situations_catches.py",
                      "checks/test_scheduler_paths_catches.py", "checks/test_offloading_sliding_catches.py",
-                     "checks/test_offloading_stats_catches.py",
+                     "checks/test_offloading_stats_catches.py", "checks/test_offloading_eviction_catches.py",
+                     "checks/test_simple_offload_catches.py", "checks/test_example_resume_catches.py",
                      # kvconform's own machinery run on a real suite: held reports and background shutdowns, the
                      # CLI and options, coverage combined across workers, the report's reading of real sessions,
                      # the plugin inert elsewhere, expectations under xdist

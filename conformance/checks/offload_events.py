@@ -14,7 +14,8 @@ it stored), which vLLM's offloading API defines for every medium, and what the p
 cache manager's own events. Blocks are compared as vLLM's default payload names them: the offload key's block hash
 (bytes, or the 64-bit int ``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES`` asks for), its KV cache group and the manager's
 medium. A connector without such a manager has no ground truth here; its events are still held to one rule: a
-``BlockRemoved`` names only blocks an earlier ``BlockStored`` of it named.
+``BlockRemoved`` names only blocks an earlier ``BlockStored`` of it named. A manager on a tier vLLM's CPU spec sizes is
+also held to the tier's room, store by store (``offload_tier.py``): the eviction counts its events announce.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from collections import Counter
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
+
+from .offload_tier import TierRoom, tier_chunks
 
 if TYPE_CHECKING:
     from ..engine.scheduler import SchedulerDriver
@@ -83,6 +86,7 @@ class EventsRecord:
         self.unwatched: list[tuple[str, int, BlockEvent]] = []  # the same, of engines without a watched manager
         self.engine, self.step = "", 0
         self._managers: dict[int, Any] = {}
+        self._tiers: list[TierRoom] = []  # the room of each watched manager's tier, where vLLM's CPU spec sizes it
 
     @property
     def managers(self) -> int:
@@ -95,6 +99,10 @@ class EventsRecord:
         manager = _offloading_manager(scheduler.connector)
         if manager is not None and id(manager) not in self._managers:
             self._managers[id(manager)] = manager
+            chunks = tier_chunks(scheduler, manager)
+            if chunks is not None:
+                self._tiers.append(TierRoom(chunks))
+                self._tiers[-1].watch(manager)
             self._watch_manager(manager)
         own: list[Any] = []
         take_own = scheduler.kv_cache_manager.take_events
@@ -151,7 +159,8 @@ class EventsRecord:
 
     def problem(self) -> str | None:
         """What went wrong so far, in words naming the step, the request and the event; None if nothing."""
-        return changes_problem(self.changes, self.published) or removals_problem(self.unwatched)
+        tiers = next((tier.problem for tier in self._tiers if tier.problem), None)
+        return tiers or changes_problem(self.changes, self.published) or removals_problem(self.unwatched)
 
     def followed(self) -> int:
         """Manager changes whose events reached the publisher (all of them, while ``problem`` says nothing)."""

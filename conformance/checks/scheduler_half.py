@@ -1,9 +1,10 @@
 """The scheduler half of a connector whose worker half cannot run here, driven through vLLM's real Scheduler.
 
-OffloadingConnector's worker half refuses CPU, so every other check skips it there. This one runs its
-scheduler half in vLLM's ``Scheduler`` (``SchedulerDriver``) over a small block pool, under preemption,
-aborts and finishes with stores in flight, block reuse and a reload, with ``OffloadingWorkerFeeder``
-(engine/offloading_worker_feeder.py) playing the worker half on a chosen ``Timing``; the ``async`` timing
+OffloadingConnector's worker half refuses CPU (SimpleCPUOffloadConnector's crashes there), so every other check
+skips (or fails) it there. This one runs its scheduler half in vLLM's ``Scheduler`` (``SchedulerDriver``) over a
+small block pool, under preemption, aborts and finishes with stores in flight, block reuse and a reload, with a
+feeder for the family's worker contract (checks/half_families.py: ``OffloadingWorkerFeeder``,
+``SimpleOffloadWorkerFeeder``) playing the worker half on a chosen ``Timing``; the ``async`` timing
 drives vLLM's ``AsyncScheduler`` in the engine core's batch-queue order, so step N+1 is scheduled (and its
 lookups asked) before step N's output reports the transfers that finished. Per step it holds the
 scheduler half to vLLM's contract with its worker half: each job asked for once; stores read and loads
@@ -13,23 +14,26 @@ hit claimed for a block whose store the scheduler half has not been told finishe
 KV not yet written); the stats it hands vLLM's scheduler (``get_kv_connector_stats``, every step) keep the CPU
 cache's usage gauges whole: usage is the share pinned by transfers in flight, split into the stores' (write) and
 the loads' (read) shares, as vLLM's CPU spec documents them, so write + read == usage; at
-the end nothing pending and every block back in the pool. The result names the half that ran
+the end nothing pending and every block back in the pool; and each family's own promises about its claims
+(``WorkerContract``). The result names the half that ran
 (``kvconform.half``). docs/checks.md says more. The rules live here, not in workload/invariants.py:
 those judge bytes a worker moved, none moves here, and checks/ may not import workload/.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..engine import kvcache
 from ..engine.check_failure import CheckFailure
-from ..engine.offloading_worker_feeder import OffloadingWorkerFeeder, Timing, Transfer, gpu_block_ids, offloading_jobs
+from ..engine.offloading_worker_feeder import Ask, JobId, Timing, Transfer
 from ..engine.prompts import request_prompt
 from ..engine.rig import ConnectorRefused, Rig, refusal_as
 from ..engine.scheduler import SchedulerDriver, watch_request_finished
 from ..vllm_install import api as vllm_api
+from .half_families import worker_contract
 from .half_timings import ASYNC
 
 if TYPE_CHECKING:
@@ -99,6 +103,21 @@ ASYNC_DOC = ("; under async scheduling, the preempted request's prompt again rig
              "looked up while its stores are in flight")
 
 
+# what a family's workload adds (by the family's name, checks/half_families.py): for SimpleCPUOffloadConnector,
+# whose hits must leave the last token, n0's prompt (filling 5 blocks exactly, all of them stored) asked again while
+# r0's copy still sits in vLLM's prefix cache: the local hit covers 4 blocks, the offload cache the fifth
+FAMILY_ARRIVALS = {"SimpleCPUOffloadConnector": (Arrival("r1", 84, 2, 160, 2),)}
+FAMILY_DOC = "; then n0's prompt once more, its leading blocks in vLLM's prefix cache and its last one offloaded (r1)"
+
+
+def with_family_arrivals(workload: HalfWorkload, family: str) -> HalfWorkload:
+    """The workload with ``FAMILY_ARRIVALS`` of ``family`` added."""
+    extra = FAMILY_ARRIVALS.get(family, ())
+    if not extra:
+        return workload
+    return replace(workload, arrivals=workload.arrivals + extra, doc=workload.doc + FAMILY_DOC)
+
+
 def workload_for(timing: Timing, workload: HalfWorkload) -> HalfWorkload:
     """The workload a timing runs: the async timing adds ``ASYNC_ARRIVALS``."""
     if timing is not ASYNC:
@@ -147,15 +166,19 @@ class SchedulerHalfRig(Rig):
 
 
 def worker_half_refusal(rig: Rig) -> str | None:
-    """The worker half's refusal of this platform, in its own words; None when it builds here.
+    """Why the worker half does not run on this platform, in its own words; None when it builds here.
 
     Built the way every other check builds it (``Rig.engine``: the worker half first, as vLLM's worker
-    builds it), so the words are what those checks' skips quote.
+    builds it), so the words are what those checks' skips quote, or, where it crashes (SimpleCPUOffloadConnector
+    on CPU), the crash those checks fail on: this check judges the scheduler half, the others judge that crash.
     """
     try:
         engine = rig.engine()
     except ConnectorRefused as exc:
-        return str(exc.__cause__ or exc)
+        return f"it refuses it: {exc.__cause__ or exc}"
+    except Exception as exc:  # a crash of the worker half: the round-trip and contract checks fail on it
+        rig.close_engines()
+        return f"it crashes there ({type(exc).__name__}: {exc}; the round-trip and contract checks fail on that)"
     engine.close()
     return None
 
@@ -163,7 +186,7 @@ def worker_half_refusal(rig: Rig) -> str | None:
 def half_label(platform: str, refusal: str | None) -> str:
     """The ``kvconform.half`` property: which half the check exercised, and why not the other."""
     if refusal is not None:
-        return f"scheduler half; the worker half refuses {platform}: {refusal}"
+        return f"scheduler half; the worker half does not run on {platform}: {refusal}"
     return (f"scheduler half, its worker half played by the feeder for the timing; the worker half runs on "
             f"{platform} too (the round-trip and contract checks drive it)")
 
@@ -237,14 +260,18 @@ class HalfRun:
     """One workload through vLLM's Scheduler with the feeder as the worker half, checked every step."""
 
     def __init__(self, name: str, driver: SchedulerDriver, timing: Timing, workload: HalfWorkload):
-        self.name, self.driver, self.workload = name, driver, workload
+        self.name, self.driver = name, driver
         self.scheduler = driver.scheduler
-        self.feeder = OffloadingWorkerFeeder(timing, forward=self._forward)
+        self.contract = worker_contract(self.scheduler.connector)
+        self.workload = with_family_arrivals(workload, self.contract.family)
+        self.feeder = self.contract.feeder(timing, self._owner, self._forward)
         self.report = HalfReport()
         self.step_index = -1
         self.tables: dict[str, tuple[list[int], list[int]]] = {}  # last known (block table, tokens) per request
-        self.reads: dict[int, dict[int, tuple[int, ...]]] = {}  # store job -> block -> prefix it reads there
-        self.load_writes: dict[int, dict[int, tuple[str, int, tuple[int, ...]]]] = {}  # load job -> its writes
+        self.reads: dict[JobId, dict[int, tuple[int, ...]]] = {}  # store job -> block -> prefix it reads there
+        self.load_writes: dict[JobId, dict[int, tuple[str, int, tuple[int, ...]]]] = {}  # load job -> its writes
+        self.claims: dict[str, tuple[int, int]] = {}  # request -> (tokens computed, tokens claimed) of its last hit
+        self.asked_to_store = 0  # GPU blocks the scheduler half asked the worker to store, in all
         self.preempted_at: dict[str, int] = {}
         self.first_scheduled: dict[str, int] = {}
         self.finished_at: dict[str, int] = {}
@@ -326,16 +353,24 @@ class HalfRun:
         self._record_tables()
         for rid in scheduler_output.num_scheduled_tokens:
             self.first_scheduled.setdefault(rid, self.step_index)
-        loads, stores, flush = offloading_jobs(scheduler_output.kv_connector_metadata)
-        self._check_asks(loads, stores)
-        self.report.flushes += len(flush)
+        self._check_asks(self.contract.asks(scheduler_output.kv_connector_metadata, self._owner))
         for rid in scheduler_output.preempted_req_ids or ():
             self.preempted_at[rid] = self.step_index
             if any(t.req_id == rid and t.kind == "store" and not t.done for t in self.feeder.transfers.values()):
                 self.report.preempted_in_flight += 1
         output = self.feeder.step(scheduler_output)
+        self.report.flushes += sum(1 for t in self.feeder.transfers.values() if t.flushed == self.step_index)
         self._note_reports()
         return output
+
+    def _owner(self, block: int, among: Sequence[str] | None) -> str | None:
+        """The request holding GPU block ``block``: a live one (of ``among``, where given), else the one that
+        finished last with it in its table."""
+        for rid in among if among is not None else list(self.scheduler.requests):
+            if block in self._live_table(rid):
+                return rid
+        finished = sorted(self.finished_at, key=lambda rid: -self.finished_at[rid])
+        return next((rid for rid in finished if block in self.tables.get(rid, ([], []))[0]), None)
 
     def _record_tables(self) -> None:
         for rid, req in self.scheduler.requests.items():
@@ -349,33 +384,43 @@ class HalfRun:
         except (KeyError, IndexError):
             return []
 
-    def _check_asks(self, loads: dict[int, Any], stores: dict[int, Any]) -> None:
+    def _check_asks(self, asks: Sequence[Ask]) -> None:
         """The step's jobs: each asked for once; a store reads its request's blocks, a load writes its own."""
-        for job_id in (*loads, *stores):
-            first = self.feeder.transfers.get(job_id)
+        for ask in asks:
+            first = self.feeder.transfers.get(ask.job_id)
             if first is not None:
-                again = "store" if job_id in stores else "load"
-                self.fail(f"the metadata asks for {again} job {job_id} again, already asked for as "
+                self.fail(f"the metadata asks for {ask.kind} job {ask.job_id} again, already asked for as "
                           f"{first.describe()}: the worker would run it twice and report it finished twice")
-        for job_id, job in stores.items():
-            blocks = gpu_block_ids(job.src_spec, "store")
-            ids, tokens = self.tables.get(job.req_id, (None, []))
-            self._check(blocks_outside_table(f"store job {job_id}", blocks, job.req_id, ids))
-            assert ids is not None  # blocks_outside_table reports a request without a table
-            self.reads[job_id] = {b: tuple(tokens[:(ids.index(b) + 1) * BLOCK_SIZE]) for b in blocks}
-            self.report.stores += 1
-        for job_id, job in loads.items():
-            blocks = gpu_block_ids(job.dst_spec, "load")
-            ids = self._live_table(job.req_id) or None
-            self._check(blocks_outside_table(f"load job {job_id}", blocks, job.req_id, ids))
-            assert ids is not None  # blocks_outside_table reports a request without a table
-            indices = list(getattr(job.dst_spec, "block_indices", None) or [])
-            if len(indices) == 1:  # one KV cache group: its blocks are the request's, from that index on
-                self._check(load_out_of_place(f"load job {job_id}", blocks, int(indices[0]), job.req_id, ids))
-            tokens = list(self.scheduler.requests[job.req_id].all_token_ids)
-            self.load_writes[job_id] = {b: (job.req_id, k, tuple(tokens[:(k + 1) * BLOCK_SIZE]))
-                                        for b in blocks for k in [ids.index(b)]}
-            self.report.loads += 1
+            if ask.req_id is None:
+                self.fail(f"the metadata asks the worker to {ask.kind} GPU block(s) {ask.blocks}, which no request "
+                          f"in vLLM's scheduler holds (nor held when it finished)")
+        for ask in asks:
+            if ask.req_id is not None:
+                (self._note_store if ask.kind == "store" else self._note_load)(ask, ask.req_id)
+
+    def _note_store(self, ask: Ask, rid: str) -> None:
+        """A store reads blocks of its request's table (its last known one: a finished request's too)."""
+        ids, tokens = self.tables.get(rid, (None, []))
+        self._check(blocks_outside_table(f"store job {ask.job_id}", ask.blocks, rid, ids))
+        assert ids is not None  # blocks_outside_table reports a request without a table
+        self.reads[ask.job_id] = {b: tuple(tokens[:(ids.index(b) + 1) * BLOCK_SIZE]) for b in ask.blocks}
+        self.asked_to_store += len(ask.blocks)
+        self.report.stores += 1
+
+    def _note_load(self, ask: Ask, rid: str) -> None:
+        """A load writes blocks of its request's live table, from where its hit began."""
+        ids = self._live_table(rid) or None
+        self._check(blocks_outside_table(f"load job {ask.job_id}", ask.blocks, rid, ids))
+        assert ids is not None  # blocks_outside_table reports a request without a table
+        start = ask.first_index
+        if start is None and rid in self.claims:  # where its hit began: the tokens computed locally
+            start = self.claims[rid][0] // BLOCK_SIZE
+        if start is not None:
+            self._check(load_out_of_place(f"load job {ask.job_id}", ask.blocks, start, rid, ids))
+        tokens = list(self.scheduler.requests[rid].all_token_ids)
+        self.load_writes[ask.job_id] = {b: (rid, k, tuple(tokens[:(k + 1) * BLOCK_SIZE]))
+                                        for b in ask.blocks for k in [ids.index(b)]}
+        self.report.loads += 1
 
     def _forward(self, scheduler_output: SchedulerOutput) -> None:
         """After the step's flushes: what the forward and the step's loads write, against unread stores."""
@@ -439,6 +484,11 @@ class HalfRun:
         connector.get_num_new_matched_tokens = checked
 
     def _check_lookup(self, request: Request, computed: int, result: object) -> None:
+        answer = result[0] if isinstance(result, tuple) and len(result) == 2 else None
+        if isinstance(answer, int) and answer > 0:
+            self.claims[request.request_id] = (computed, answer)
+        if isinstance(answer, int):
+            self._check(self._family_claim_problem(request, computed, answer))
         heard = len(self.driver.outputs)  # steps whose output (and the transfers it reports) vLLM's scheduler has had
         stores = [t for t in self.feeder.transfers.values() if t.kind == "store"]
         tokens = list(request.all_token_ids)
@@ -465,6 +515,50 @@ class HalfRun:
                           f"half had not been told was finished ({where}): a block whose store is in flight is no "
                           f"hit yet (vLLM's offloading manager answers HIT_PENDING for it: ask again), and a load "
                           f"issued now may read KV not yet written")
+
+    def _stored_prefixes(self) -> set[tuple[int, ...]]:
+        """The prefixes whose stores vLLM's scheduler has had reported finished."""
+        heard = len(self.driver.outputs)
+        return {prefix for t in self.feeder.transfers.values()
+                if t.kind == "store" and t.reported is not None and t.reported < heard
+                for prefix in self.reads.get(t.job_id, {}).values()}
+
+    def _capacity_blocks(self) -> int | None:
+        """The blocks the family's offload cache holds (its capacity setting over a GPU block's bytes, less vLLM's
+        null block); None where the family names no capacity setting or the profile does not set it."""
+        key = self.contract.capacity_key
+        transfer_config = self.driver.vllm_config.kv_transfer_config
+        extra = (transfer_config.kv_connector_extra_config or {}) if transfer_config is not None else {}
+        config = self.driver.kv_cache_config
+        if key is None or key not in extra or not config.num_blocks:
+            return None
+        block_bytes = sum(t.size for t in config.kv_cache_tensors) // config.num_blocks
+        return int(extra[key]) // block_bytes - 1 if block_bytes else None
+
+    def _family_claim_problem(self, request: Request, computed: int, claimed: int) -> str | None:
+        """The family's own promises about a claim (``WorkerContract``): the last token left to compute; every
+        block stored, and never evicted, claimed."""
+        rid, total = request.request_id, request.num_tokens
+        claim = f"the lookup of request {rid} claimed {claimed} tokens beyond {computed} computed"
+        why_last = self.contract.leaves_last_token
+        if why_last and computed + claimed > total - 1:
+            return (f"{claim}, {computed + claimed} of its {total} tokens: none left for vLLM to compute, though "
+                    f"{why_last}; vLLM samples the next token from the last one's forward")
+        capacity = self._capacity_blocks()
+        if capacity is None or self.asked_to_store > capacity or computed % BLOCK_SIZE:
+            return None
+        stored, tokens = self._stored_prefixes(), list(request.all_token_ids)
+        first = end = computed // BLOCK_SIZE
+        while end < request.num_prompt_tokens // BLOCK_SIZE and tuple(tokens[:(end + 1) * BLOCK_SIZE]) in stored:
+            end += 1
+        most = (total - 1) // BLOCK_SIZE * BLOCK_SIZE if why_last else total
+        least = min(end * BLOCK_SIZE, most) - computed
+        if claimed >= least:
+            return None
+        return (f"{claim}, but its blocks {first} to {end - 1} were stored (their stores reported finished to vLLM's "
+                f"scheduler) and never evicted (the scheduler half was asked to store {self.asked_to_store} blocks, "
+                f"its {self.contract.capacity_key} holds {capacity}): a hit of {least} tokens was there, and the "
+                f"family's lookup returns its consecutive cached blocks")
 
     def _watch_stats(self) -> None:
         """Hold each stats snapshot vLLM's scheduler takes (once per ``update_from_output``) to
@@ -510,6 +604,7 @@ def build_driver(rig: Rig, async_scheduling: bool = False) -> SchedulerDriver:
 class HalfResult:
     report: HalfReport
     label: str  # which half ran (the ``kvconform.half`` property)
+    unexercisable: dict[str, str]  # report counters the family's worker contract never produces -> why
 
 
 def run_scheduler_half(rig: SchedulerHalfRig, timing: Timing) -> HalfResult:
@@ -521,10 +616,11 @@ def run_scheduler_half(rig: SchedulerHalfRig, timing: Timing) -> HalfResult:
     try:
         driver = build_driver(rig, async_scheduling=timing is ASYNC)
     except ConnectorRefused as exc:
-        raise ConnectorRefused(f"{exc} (its scheduler half; the worker half refuses too: {refusal})"
+        raise ConnectorRefused(f"{exc} (its scheduler half; nor does the worker half run: {refusal})"
                                if refusal else f"{exc} (its scheduler half)") from exc
     try:
-        report = HalfRun(rig.connector.name, driver, timing, workload_for(timing, rig.half)).run()
+        run = HalfRun(rig.connector.name, driver, timing, workload_for(timing, rig.half))
+        report = run.run()
     finally:
         driver.scheduler.shutdown()
-    return HalfResult(report, label)
+    return HalfResult(report, label, run.contract.not_exercised(timing.name))

@@ -59,6 +59,7 @@ class Variant(BaseModel):
     extra_config: dict[str, Any] | None = None
     checks: list[Check] | None = None
     scheduler_half: bool | None = None  # False: a variant that runs its worker half skips the scheduler-half check
+    scenarios: list[str] | None = None  # the workload check's hand-written scenarios it runs (default: every one)
     platforms: list[str] | None = None  # where the variant runs (default: everywhere); elsewhere not a parameter
 
 
@@ -78,6 +79,9 @@ class ConnectorProfile(BaseModel):
     # (checks/scheduler_half.py): for a connector whose worker half refuses a platform (OffloadingConnector on CPU)
     scheduler_half: bool = False
     promised_hit: str | None = None  # a name from checks/claims.py's PROMISED_HITS: the range of hits it promises
+    # the workload scenarios (workload/scenarios.py) it runs, none generated: settings that serve one situation
+    # (a tier small enough to evict); None: every scenario and the generated workloads
+    scenarios: list[str] | None = None
     services: dict[str, ServiceSpec] = Field(default_factory=dict)  # servers it needs (connectors/services.py)
     host: Host = "shared"  # "exclusive" for a connector no profile names (``profile_for``)
     env: dict[str, str] = Field(default_factory=dict)  # set around each of its tests (connectors/connector_env.py)

@@ -48,11 +48,14 @@ TIMINGS = {t.name: t for t in (
 )}
 
 
+JobId = int | str  # a job's id: OffloadingConnector's job id; "event:request" for a per-event worker's part
+
+
 @dataclass
 class Transfer:
     """One job of the scheduler half's metadata, as the feeder (the worker) runs it."""
 
-    job_id: int
+    job_id: JobId
     kind: str  # "store" (reads GPU blocks) or "load" (writes GPU blocks)
     req_id: str
     blocks: list[int]  # the GPU block ids it reads (a store) or writes (a load)
@@ -73,6 +76,17 @@ class Transfer:
         if self.submitted is not None:
             what += f", submitted at step {self.submitted}, due at step {self.due}"
         return what + ")"
+
+
+@dataclass(frozen=True)
+class Ask:
+    """One request's part of a transfer the scheduler half's metadata asks the worker for."""
+
+    job_id: JobId
+    kind: str  # "store" (reads GPU blocks) or "load" (writes GPU blocks)
+    req_id: str | None  # None: no request holds these blocks
+    blocks: list[int]
+    first_index: int | None = None  # a load's first block index in its request's table, where the metadata says
 
 
 class FeederMismatch(vllm_api.VllmApiError):
@@ -119,6 +133,18 @@ def offloading_jobs(metadata: object) -> tuple[dict[int, Any], dict[int, Any], s
     return dict(metadata.load_jobs), dict(metadata.store_jobs), set(metadata.jobs_to_flush or ())
 
 
+def offloading_asks(metadata: object) -> list[Ask]:
+    """An OffloadingConnectorMetadata's load and store jobs as ``Ask`` s (a load's ``block_indices``, where it names
+    one group's, as its first index)."""
+    loads, stores, _ = offloading_jobs(metadata)
+    asks = [Ask(job_id, "store", job.req_id, gpu_block_ids(job.src_spec, "store")) for job_id, job in stores.items()]
+    for job_id, job in loads.items():
+        indices = list(getattr(job.dst_spec, "block_indices", None) or [])
+        asks.append(Ask(job_id, "load", job.req_id, gpu_block_ids(job.dst_spec, "load"),
+                        int(indices[0]) if len(indices) == 1 else None))
+    return asks
+
+
 @dataclass
 class OffloadingWorkerFeeder:
     """OffloadingConnector's worker half as its scheduler half sees it: the step's jobs run, finished on a
@@ -149,7 +175,7 @@ class OffloadingWorkerFeeder:
     # check passes a callback that sees what the forward (and the step's loads) write while the feeder's
     # transfers are, or are not, done.
     forward: Callable[[object], None] | None = None
-    transfers: dict[int, Transfer] = field(default_factory=dict)  # every job ever asked for, by job id
+    transfers: dict[JobId, Transfer] = field(default_factory=dict)  # every job ever asked for, by job id
     step_index: int = -1
     _deferred: list[int] = field(default_factory=list)  # stores to submit at the next step's start
     _submitted: dict[str, int] = field(default_factory=lambda: {"store": 0, "load": 0})
@@ -200,7 +226,7 @@ class OffloadingWorkerFeeder:
             if transfer.due is None or transfer.due > step:
                 continue
             transfer.reported = step
-            meta.mark_completed(transfer.job_id)
+            meta.mark_completed(int(transfer.job_id))
             if transfer.kind == "load":
                 finished_recving.add(transfer.req_id)
         return KVConnectorOutput(finished_sending=set(), finished_recving=finished_recving,

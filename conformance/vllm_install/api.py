@@ -33,6 +33,9 @@ CONNECTOR_API: tuple[str, ...] = (
     # OffloadingConnector's media: the specs, workers and managers its spec registry (OffloadingSpecFactory) loads,
     # which third-party backends implement, as kvconform's CPU-memory medium does
     "vllm.v1.kv_offload",
+    # SimpleCPUOffloadConnector's own package: the metadata between its two halves, which the scheduler-half check's
+    # feeder reads as its worker half does (conformance/engine/simple_offload_worker_feeder.py)
+    "vllm.v1.simple_kv_offload",
 )
 
 

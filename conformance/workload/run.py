@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from ..checks.finished_blocks import finished_blocks_problem
 from ..checks.offload_events import EventsRecord
+from ..checks.wrapper_claims import watch_wrapper_claims
 from ..engine.prompts import prompts_of
 from ..engine.rig import Rig
 from ..engine.scheduler import watch_request_finished
@@ -82,6 +83,7 @@ class WorkloadReport:
     promised_tokens: int = 0  # hit the profile's promise required of the consumer's claims, in all
     peer_hits: int = 0  # consumer requests that claimed a prompt only the peer engine had computed
     resumed_loads_beside_others: int = 0  # a request resumed from preemption loading external KV, others scheduled too
+    resumed_chunked_loads: int = 0  # a request resumed from preemption loading external KV, scheduled in part
     boundary_finishes: int = 0  # requests finished (not aborted) with all their tokens filling whole blocks
     finished_block_lists: int = 0  # request_finished block lists checked against the requests' computed blocks
     kv_events_followed: int = 0  # offloading manager stores and evictions followed to vLLM's event publisher
@@ -131,6 +133,7 @@ class EnginePhase:
         self.loading_now: set[str] = set()  # requests that claimed external tokens for the step being run
         side.runner.forward = self._forward
         self._watch_request_finished()
+        self.child_claims = watch_wrapper_claims(self.driver.connector)  # a wrapper: which child serves each hit
         self.events = events  # the KV events followed, when the workload enables them
         if events is not None:
             events.watch(name, self.driver)
@@ -240,6 +243,7 @@ class EnginePhase:
 
     def step(self, scheduler_output: SchedulerOutput) -> KVConnectorOutput:
         """The worker side of one step (``SchedulerDriver.step`` calls this), checked before and after."""
+        self._check(self.child_claims.problem() if self.child_claims is not None else None)
         allocated = {rid: (self._blocks(rid), list(self.scheduler.requests[rid].all_token_ids))
                      for rid in scheduler_output.num_scheduled_tokens}
         self._check(checks.no_reuse_before_release(self.held, allocated, self.block_size))
@@ -250,6 +254,9 @@ class EnginePhase:
         resumed = {rid for rid in self.loading_now if self.scheduler.requests[rid].num_preemptions}
         if resumed and len(scheduler_output.num_scheduled_tokens) > 1:
             self.report.resumed_loads_beside_others += 1
+        if any(self.scheduler.requests[rid].num_computed_tokens < self.scheduler.requests[rid].num_tokens
+               for rid in resumed):  # vLLM advanced the count when scheduling: short of all tokens, a chunk
+            self.report.resumed_chunked_loads += 1
         before = self.kv.snapshot()
         kv_output = self.side.runner.step(scheduler_output)
         self._check(checks.finished_in_flight("receiving", kv_output.finished_recving or set(), self.awaiting_recv))

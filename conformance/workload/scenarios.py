@@ -22,6 +22,7 @@ EXERCISES: dict[str, str] = {"chunked-prefill": "chunked_steps", "memory-pressur
                              "abort": "aborts", "peer-store": "peer_hits", "preempt-mid-save": "preemptions",
                              "abort-mid-save": "aborts", "resumed-beside-running": "resumed_loads_beside_others",
                              "resumed-past-boundary": "resumed_loads_beside_others",
+                             "resumed-chunked": "resumed_chunked_loads",
                              "block-boundary": "boundary_finishes"}
 
 # 7 usable blocks, all taken by the first step's prefills (2 + 2 + 3); in the next step the two 64-token
@@ -102,6 +103,16 @@ WORKLOAD_SCENARIOS: dict[str, WorkloadSpec] = {s.label: s for s in (
         consumer=(R(family=14, length=62, max_tokens=5), R(family=15, length=62, max_tokens=12),
                   R(family=13, length=62, max_tokens=6)),
         num_blocks=7, max_seqs=4, token_budget=256),
+    WorkloadSpec(
+        label="resumed-chunked",
+        # the same pool under a token budget of one block: the prompts are prefilled in chunks, timed so that all three
+        # cross into their third block in one step (the stored prompt having generated 3 tokens, 65 in all), and its
+        # blocks go to the other two; it resumes beside the decoder loading its prompt's first block in a step that
+        # schedules 31 of its 33 uncomputed tokens: its claimed tokens' KV must load, however little of the rest runs
+        producer=(R(family=13, length=62),),
+        consumer=(R(family=14, length=59, max_tokens=8), R(family=15, length=61, max_tokens=14),
+                  R(family=13, length=62, max_tokens=6)),
+        num_blocks=7, max_seqs=4, token_budget=32),
     WorkloadSpec(
         label="staggered-finishes",
         # two requests finish one step apart, each in the step it was prefilled, so their saves are still in flight:

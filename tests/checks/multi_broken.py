@@ -121,3 +121,24 @@ class DroppedLoadErrorsMultiConnector(MultiConnector):
 
     def get_block_ids_with_load_errors(self):
         return self._connectors[0].get_block_ids_with_load_errors()
+
+
+class LastHitMultiConnector(MultiConnector):
+    """Assigns a request to the last child that claims a hit instead of the first (vLLM 0.32's lookup with ``>=`` for
+    ``==``, a survivor of the mutation floor): where two children hold the prompt, the last one loads it, though
+    vLLM's MultiConnector loads from the first in the config's order."""
+
+    def __init__(self, vllm_config, role, kv_cache_config=None):
+        vllm_config.scheduler_config.disable_hybrid_kv_cache_manager = True  # as UnflaggedMultiConnector's
+        super().__init__(vllm_config, role, kv_cache_config)
+
+    def get_num_new_matched_tokens(self, request, num_computed_tokens):
+        to_return = (0, False)
+        for i, c in enumerate(self._connectors):
+            toks, load_async = c.get_num_new_matched_tokens(request, num_computed_tokens)
+            if toks is None:
+                return (None, False)
+            if to_return[0] >= 0 and toks > 0:  # the fault: `>=` for `==`, so each later hit takes the request
+                self._requests_to_connector[request.request_id] = i
+                to_return = (toks, load_async)
+        return to_return

@@ -8,6 +8,8 @@
   FirstChildFinishMultiConnector reports a request finished when the first child does, so the second child's
   finish reports it again, and vLLM frees blocks a child has yet to read; EmptyBlocksMultiConnector hands
   the children it does not load from empty blocks, so they store nothing and promised hits are lost.
+  LastHitMultiConnector, over the plain profile's two children that both hold the stored prompts, hands a hit to the
+  last child that claims it, though vLLM's MultiConnector loads from the first (conformance/checks/wrapper_claims.py).
 * The lifecycle check (conformance/checks/wrapper_lifecycle.py) asks the wrapper's engine-lifecycle hooks through
   vLLM's callers: StopsAtFailedShutdownMultiConnector stops shutting its children down at the first child whose
   shutdown raises; FirstChildResetMultiConnector forwards a cache reset to its first child only;
@@ -50,6 +52,8 @@ BROKEN_LIFECYCLE = {
 BROKEN_WORKLOAD = {
     "FirstChildFinishMultiConnector": "as finished sending, but no such transfer was in flight",
     "EmptyBlocksMultiConnector": "the connector claimed 0 external tokens after 0 computed ones",
+    "LastHitMultiConnector": ("which it handed on as child 0 (ExampleConnector): 0, child 1 (ExampleConnector): 64; "
+                              "but child 0 (ExampleConnector), the first child that claimed them, is the one"),
 }
 BROKEN = "tests.checks.multi_broken"
 ROUNDTRIP_RUN = SelfTestRun.of_broken(ROUNDTRIP, "MultiConnector", BROKEN, ["UnflaggedMultiConnector"],

@@ -60,8 +60,9 @@ INHERITED = {
     "memory-pressure": r"returned \(-32, False\) .*the token count is negative",  # the contract oracle's words
     "resumed-past-boundary": r"FileNotFoundError raised while stepping",
 }
-# scenarios issue 49 added: where the copy of the resumed loads may fail too (both resume loads beside a decoder)
-NEW_FOR_RESUMED = {"resumed-beside-running", "resumed-past-boundary"}
+# scenarios that resume a load beside a decoder, where the copy of the resumed loads may fail too: issue 49's two, and
+# resumed-chunked (issue 60, tests/checks/test_example_resume_catches.py)
+NEW_FOR_RESUMED = {"resumed-beside-running", "resumed-past-boundary", "resumed-chunked"}
 BEFORE_ISSUE_49 = "OverwritesPendingSavesMultiConnector@one-step-child"
 # correct connector (test id name) -> the scenarios it must pass here
 CORRECT = {

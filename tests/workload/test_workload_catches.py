@@ -33,9 +33,10 @@ BROKEN_WORKLOAD = {
     "EarlySendDoneConnector": ("shared-prefix", ["EarlySendDoneConnector", "producer engine, step 0",
                                                  "as finished sending, but no such transfer was in flight"]),
     # the peer wrote only the second child: the wrapper claims its hit, then asks the first child to load it
+    # (checks/wrapper_claims.py names the handing before the first child's load fails on the missing file)
     "PrimaryLoadsMultiConnector": ("peer-store", ["PrimaryLoadsMultiConnector", "consumer engine, step 0",
-                                                  "FileNotFoundError raised while stepping", "/local/",
-                                                  "requests loading external KV: "]),
+                                                  "update_state_after_alloc gave it 64 external tokens to load",
+                                                  "the first child that claimed them"]),
     # only the first child is asked: the prompt only the second child holds is a lost hit
     "FirstChildOnlyMultiConnector": ("peer-store", ["consumer engine, step 0", "request c1",
                                                     "claimed 0 external tokens", "promises a hit of at least 64 tokens",
