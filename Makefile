@@ -17,7 +17,7 @@ WORKERS     ?= auto
 # pyproject.toml requires ranges; the project's own environments install these exact versions
 CONSTRAINTS := .ci/constraints.txt
 
-.PHONY: venv lint-self check test unit conformance conformance-cpu clean clean-env-cache venv-thirdparty \
+.PHONY: venv lint-self bytecode check test unit conformance conformance-cpu clean clean-env-cache venv-thirdparty \
 	test-thirdparty smoke-accelerator
 
 # The project's environments (.venv, .venv-thirdparty, .venv-vllm031/033/034, .oldest-tools) are built once per
@@ -95,8 +95,14 @@ test: venv check
 		--kvconform-json=$(OUT)/test-cpu/results.json $(PYTEST_ARGS)
 	[ -n "$(PYTEST_ARGS)" ] || $(BIN)/kvconform report $(OUT)/test-cpu/results.json --coverage-floor $(COVERAGE_FLOOR)
 
+# kvconform's and its tests' bytecode, written once beside the sources: where PYTHONDONTWRITEBYTECODE is set (this
+# machine's kind sets it) Python never writes it, and each of the few hundred processes the tests start compiled
+# them again, about 0.5 s of CPU each (benchmarks/README.md). Only changed files are compiled again.
+bytecode: venv
+	$(BIN)/python -m compileall -q -j 2 kvconform conformance platforms pipelines reports tests conftest.py > /dev/null
+
 # The loop for an edit (its time: benchmarks/README.md): the code checks, then every project test that needs no vLLM.
-check: venv lint-self
+check: venv lint-self bytecode
 	$(NO_VLLM_RUN) $(BIN)/python $(UNIT_PYTEST) $(NO_VLLM_TESTS) --durations=10 $(PYTEST_ARGS)
 
 # The main job: the suite on the detected platform, rendered into reports/out/ and printed.

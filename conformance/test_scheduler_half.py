@@ -36,7 +36,7 @@ pytestmark = pytest.mark.check("scheduler_half")
 
 # report fields each timing's run must have exercised (HalfReport in checks/scheduler_half.py)
 EXERCISED = ("stores", "loads", "flushes", "aborts", "preempted_in_flight", "finished_in_flight",
-             "reused_after_preemption", "reused_after_finish")
+             "reused_after_preemption", "reused_after_finish", "stored_events", "finished_fully_offloaded")
 # and what a timing is about: transfers reported out of order; a lookup meeting a preempted request's stores in flight
 EXERCISED_BY_TIMING = {"late-out-of-order": ("out_of_order",), "async": ("lookups_with_store_in_flight",)}
 
@@ -61,6 +61,9 @@ def test_scheduler_half(platform: PlatformSpec, attn_backend: str, subject: Conn
     record_property("kvconform.scheduler_half", report.describe())
     wanted = [*EXERCISED, *EXERCISED_BY_TIMING.get(timing, ())]
     missing = [name for name in wanted if name not in result.unexercisable and not getattr(report, name)]
+    if result.not_met:
+        record_property("kvconform.scheduler_half_not_met", "; ".join(
+            f"{situation}: {why}" for situation, why in result.not_met.items()))
     if result.unexercisable:
         record_property("kvconform.scheduler_half_unexercisable", "; ".join(
             f"{name.replace('_', ' ')}: {why}" for name, why in result.unexercisable.items()))

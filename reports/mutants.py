@@ -67,6 +67,7 @@ class MutationRun:
     sample: int | None = None  # how many reached mutants were drawn (None: all)
     seed: int = 0
     changed_lines: str | None = None  # the diff that restricted the lines, as given
+    floor_row: str | None = None  # the mutation floor file whose row listed the mutants run (sample, seed: its draw)
     duration: float = 0.0
     baseline: dict[str, int] = field(default_factory=dict)  # the unchanged code's outcomes: outcome -> count
 

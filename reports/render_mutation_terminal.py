@@ -55,6 +55,8 @@ def run_facts(run: MutationRun) -> list[str]:
     """What was mutated and how: platform and vLLM, the sample, the duration, the unchanged code's outcomes and
     the diff that restricted the lines."""
     sample = "every reached mutant" if run.sample is None else f"a sample of {run.sample} reached mutants"
+    if run.floor_row is not None:
+        sample = f"the mutants {run.floor_row} lists for it, first drawn as {sample}"
     ranked = sorted(run.baseline.items(), key=lambda item: ORDER.index(item[0]) if item[0] in ORDER else len(ORDER))
     baseline = ", ".join(f"{n} {outcome}" for outcome, n in ranked)
     return [f"{run.platform}, vLLM {run.vllm}", f"{sample} (seed {run.seed})", f"{len(run.mutants)} mutants in "

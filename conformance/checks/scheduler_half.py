@@ -14,10 +14,10 @@ hit claimed for a block whose store the scheduler half has not been told finishe
 KV not yet written); the stats it hands vLLM's scheduler (``get_kv_connector_stats``, every step) keep the CPU
 cache's usage gauges whole: usage is the share pinned by transfers in flight, split into the stores' (write) and
 the loads' (read) shares, as vLLM's CPU spec documents them, so write + read == usage; at
-the end nothing pending and every block back in the pool; and each family's own promises about its claims
-(``WorkerContract``). The result names the half that ran
-(``kvconform.half``). docs/checks.md says more. The rules live here, not in workload/invariants.py:
-those judge bytes a worker moved, none moves here, and checks/ may not import workload/.
+the end nothing pending and every block back in the pool; and each family's own promises about its claims, its
+stores and its KV events (``WorkerContract``; the events through vLLM's publisher: checks/half_events.py). The
+result names the half that ran (``kvconform.half``). docs/checks.md says more. The rules live here, not in
+workload/invariants.py: those judge bytes a worker moved, none moves here, and checks/ may not import workload/.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from ..engine.prompts import request_prompt
 from ..engine.rig import ConnectorRefused, Rig, refusal_as
 from ..engine.scheduler import SchedulerDriver, watch_request_finished
 from ..vllm_install import api as vllm_api
-from .half_families import worker_contract
+from .half_events import HalfEvents, StoredBlock, stored_blocks
+from .half_families import contract_of_class, worker_contract
 from .half_timings import ASYNC
 
 if TYPE_CHECKING:
@@ -146,6 +147,10 @@ class HalfReport:
     lookups_with_store_in_flight: int = 0
     # stats snapshots whose CPU cache usage gauges showed stores in flight (write usage above 0)
     usage_gauges_with_stores_in_flight: int = 0
+    # stored blocks whose BlockStored reached vLLM's event publisher (families whose KV events the check follows)
+    stored_events: int = 0
+    # finished requests every computed block of which had been asked to be stored by the store their finish queued
+    finished_fully_offloaded: int = 0
 
     def describe(self) -> str:
         return ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in vars(self).items())
@@ -275,6 +280,14 @@ class HalfRun:
         self.preempted_at: dict[str, int] = {}
         self.first_scheduled: dict[str, int] = {}
         self.finished_at: dict[str, int] = {}
+        self.hashes: dict[str, list[bytes]] = {}  # last known block hashes per request
+        self.store_blocks: dict[JobId, list[StoredBlock]] = {}  # store job -> the blocks its events must name
+        self.owed_events: set[JobId] = set()  # store jobs whose blocks' events are owed already
+        self.events = HalfEvents(BLOCK_SIZE) if self.contract.kv_events else None
+        if self.events is not None:
+            self.events.watch(self.scheduler)
+        # request -> (the first step scheduled after its finish, (block index, prefix) of each block it computed)
+        self.finish_stores_due: dict[str, tuple[int, list[tuple[int, tuple[int, ...]]]]] = {}
         self._watch_request_finished()
         self._watch_lookups()
         self._watch_stats()
@@ -324,6 +337,8 @@ class HalfRun:
             if not unfinished and self.feeder.idle():
                 if not self.scheduler.has_requests() and not self.driver.batches_in_flight():
                     self.report.steps = step + 1
+                    self._check_events()
+                    self._check_finish_stores(final=True)
                     self._check_drained()
                     return self.report
                 idle += 1
@@ -350,10 +365,12 @@ class HalfRun:
 
     def step(self, scheduler_output: SchedulerOutput) -> KVConnectorOutput:
         self.step_index = self.feeder.step_index + 1
+        self._check_events()
         self._record_tables()
         for rid in scheduler_output.num_scheduled_tokens:
             self.first_scheduled.setdefault(rid, self.step_index)
         self._check_asks(self.contract.asks(scheduler_output.kv_connector_metadata, self._owner))
+        self._check_finish_stores()
         for rid in scheduler_output.preempted_req_ids or ():
             self.preempted_at[rid] = self.step_index
             if any(t.req_id == rid and t.kind == "store" and not t.done for t in self.feeder.transfers.values()):
@@ -377,6 +394,7 @@ class HalfRun:
             ids = self._live_table(rid)
             if ids:
                 self.tables[rid] = (ids, list(req.all_token_ids))
+            self.hashes[rid] = list(req.block_hashes)
 
     def _live_table(self, rid: str) -> list[int]:
         try:
@@ -404,6 +422,9 @@ class HalfRun:
         self._check(blocks_outside_table(f"store job {ask.job_id}", ask.blocks, rid, ids))
         assert ids is not None  # blocks_outside_table reports a request without a table
         self.reads[ask.job_id] = {b: tuple(tokens[:(ids.index(b) + 1) * BLOCK_SIZE]) for b in ask.blocks}
+        if self.events is not None:
+            self.store_blocks[ask.job_id] = stored_blocks(rid, self.hashes.get(rid, []), tokens,
+                                                          [ids.index(b) for b in ask.blocks], BLOCK_SIZE)
         self.asked_to_store += len(ask.blocks)
         self.report.stores += 1
 
@@ -577,11 +598,57 @@ class HalfRun:
 
         connector.get_kv_connector_stats = checked
 
+    def _check_events(self) -> None:
+        """The events owed for every store whose finish vLLM's scheduler has heard (``HalfEvents``)."""
+        if self.events is None:
+            return
+        heard = len(self.driver.outputs)
+        for job_id, transfer in self.feeder.transfers.items():
+            if (transfer.kind == "store" and transfer.reported is not None and transfer.reported < heard
+                    and job_id not in self.owed_events):
+                self.owed_events.add(job_id)
+                self.events.owe(transfer.reported, self.store_blocks.get(job_id, ()))
+        self._check(self.events.problem())
+        self.report.stored_events = self.events.matched
+
+    def _check_finish_stores(self, final: bool = False) -> None:
+        """Hold each finished request to the family's ``stores_computed_blocks``: once the step after its finish is
+        scheduled (the store its finish queued asked for), every block it computed has been asked to be stored, by
+        it or by an earlier request with the same prefix (a block already offloaded is not stored twice)."""
+        why = self.contract.stores_computed_blocks
+        capacity = self._capacity_blocks()
+        if why is None or self._lazy() or capacity is None or self.asked_to_store > capacity:
+            return
+        asked = {prefix for reads in self.reads.values() for prefix in reads.values()}
+        for rid, (due, blocks) in list(self.finish_stores_due.items()):
+            if not final and self.step_index < due:
+                continue
+            del self.finish_stores_due[rid]
+            missing = [k for k, prefix in blocks if prefix not in asked]
+            if missing:
+                self.fail(f"request {rid} finished at step {self.finished_at.get(rid, '?')} having computed its "
+                          f"blocks 0 to {len(blocks) - 1}, yet by step {self.step_index} (the store its finish "
+                          f"queued asked for) its block(s) {missing} were never asked to be stored, by it or by a "
+                          f"request with the same prefix, though the CPU cache ({self.contract.capacity_key} holds "
+                          f"{capacity} blocks, {self.asked_to_store} asked for) had room: {why}; a later request "
+                          f"with this prefix misses them")
+            self.report.finished_fully_offloaded += 1
+
+    def _lazy(self) -> bool:
+        """Whether the profile turns the family's eager stores off (``WorkerContract.lazy_key``)."""
+        key, transfer_config = self.contract.lazy_key, self.driver.vllm_config.kv_transfer_config
+        extra = (transfer_config.kv_connector_extra_config or {}) if transfer_config is not None else {}
+        return bool(key and extra.get(key))
+
     def _watch_request_finished(self) -> None:
         """Record each finished request's blocks as vLLM hands them to the connector, and whether it kept them."""
         def note(request: Request, table: list[int], kept: bool) -> None:
             rid = request.request_id
             self.tables[rid] = (table, list(request.all_token_ids))
+            self.hashes[rid] = list(request.block_hashes)
+            tokens, computed = list(request.all_token_ids), request.num_computed_tokens
+            self.finish_stores_due[rid] = (self.driver.steps, [(k, tuple(tokens[:(k + 1) * BLOCK_SIZE]))
+                                                              for k in range(computed // BLOCK_SIZE)])
             if not kept:
                 self.finished_at[rid] = self.step_index
             if any(t.req_id == rid and t.kind == "store" and not t.done for t in self.feeder.transfers.values()):
@@ -590,11 +657,16 @@ class HalfRun:
         watch_request_finished(self.scheduler.connector, note)
 
 
-def build_driver(rig: Rig, async_scheduling: bool = False) -> SchedulerDriver:
+def build_driver(rig: Rig, async_scheduling: bool = False, kv_events: bool = False) -> SchedulerDriver:
     """vLLM's Scheduler (AsyncScheduler with ``async_scheduling``) over the rig's config and pool; it builds the
-    connector's scheduler half itself."""
+    connector's scheduler half itself. ``kv_events``: KV cache events enabled as a user enables them (through vLLM's
+    null publisher: the check reads what it is handed, nothing leaves the process)."""
     with refusal_as(ConnectorRefused, rig.connector):  # vLLM's config validation or the scheduler half may refuse
         config = rig.vllm_config("kv_both")
+        if kv_events:
+            from vllm.config import KVEventsConfig
+
+            config.kv_events_config = KVEventsConfig(enable_kv_cache_events=True, publisher="null")
         kv_cache_config = kvcache.build_kv_cache_config(config, [(rig.layer_names(), rig.attention_spec())],
                                                         rig.num_blocks)
         return SchedulerDriver(config, kv_cache_config, async_scheduling=async_scheduling)
@@ -605,6 +677,7 @@ class HalfResult:
     report: HalfReport
     label: str  # which half ran (the ``kvconform.half`` property)
     unexercisable: dict[str, str]  # report counters the family's worker contract never produces -> why
+    not_met: dict[str, str]  # situations the check does not meet for the family -> why (WorkerContract.not_met)
 
 
 def run_scheduler_half(rig: SchedulerHalfRig, timing: Timing) -> HalfResult:
@@ -614,7 +687,8 @@ def run_scheduler_half(rig: SchedulerHalfRig, timing: Timing) -> HalfResult:
     refusal = worker_half_refusal(rig)
     label = half_label(rig.platform.name, refusal)
     try:
-        driver = build_driver(rig, async_scheduling=timing is ASYNC)
+        driver = build_driver(rig, async_scheduling=timing is ASYNC,
+                              kv_events=contract_of_class(rig.connector.load_class()).kv_events)
     except ConnectorRefused as exc:
         raise ConnectorRefused(f"{exc} (its scheduler half; nor does the worker half run: {refusal})"
                                if refusal else f"{exc} (its scheduler half)") from exc
@@ -623,4 +697,4 @@ def run_scheduler_half(rig: SchedulerHalfRig, timing: Timing) -> HalfResult:
         report = run.run()
     finally:
         driver.scheduler.shutdown()
-    return HalfResult(report, label, run.contract.not_exercised(timing.name))
+    return HalfResult(report, label, run.contract.not_exercised(timing.name), run.contract.not_met)

@@ -159,6 +159,7 @@ def run(args: argparse.Namespace) -> int:
                          mutants=sorted([*plan.settled, *ran], key=lambda m: (m.module, m.line, m.id)),
                          sample=args.sample, seed=args.seed,
                          changed_lines=str(args.changed_lines) if args.changed_lines else None,
+                         floor_row=str(args.floor or args.update_floor) if row is not None else None,
                          duration=round(time.monotonic() - started, 1), baseline=plan.baseline.counts())
     _write(result, args)
     return _hold_to_floor(result, args)

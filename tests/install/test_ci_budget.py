@@ -94,6 +94,20 @@ def test_work_beside_the_steps_is_joined_with_its_times_and_its_failure_fails_no
         "ci: environment .venv-x: built afresh\nnoise\n")
 
 
+def test_work_beside_that_ends_during_a_step_counts_as_its_own_not_the_step_s(tmp_path):
+    burn = BURN.replace("0.3", "0.6")
+    steps = f"beside burner {burn}\nstep python3 -c 'import time; time.sleep(3)'\njoined burner\n"
+    result = _run(tmp_path, steps, whole_run_budget=100)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    step_cpu = re.search(r"^ci:   python3 -c import time.* ([-\d.]+) s CPU", out, re.M)
+    beside_cpu = re.search(r"^ci:   burner +[\d.]+ s wall +([\d.]+) s CPU  \(beside the steps\)$", out, re.M)
+    assert step_cpu and beside_cpu, out
+    assert float(step_cpu[1]) < 0.3 and float(beside_cpu[1]) >= 0.6, out
+    whole = re.search(r"^ci: whole run: [\d.]+ s wall, ([\d.]+) s CPU", out, re.M)
+    assert whole and float(whole[1]) >= 0.6, out
+
+
 def test_a_run_that_ends_early_stops_the_work_beside_it(tmp_path):
     steps = "beside slow bash -c 'sleep 3; touch late'\nstep bash -c 'exit 2'\n"
     result = _run(tmp_path, steps, whole_run_budget=100)

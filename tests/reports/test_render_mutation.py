@@ -43,6 +43,13 @@ def _run() -> MutationRun:
                        mutants=mutants, sample=20, seed=7, duration=192.4, baseline={"passed": 34, "skipped": 2})
 
 
+def test_a_run_of_a_floor_row_says_so():
+    run = _run()
+    run.floor_row = "conformance/mutation/floor.yaml"
+    assert render_mutation_terminal.run_facts(run)[1] == ("the mutants conformance/mutation/floor.yaml lists for it, "
+                                                          "first drawn as a sample of 20 reached mutants (seed 7)")
+
+
 def test_every_fate_is_in_the_record():
     assert {m.fate for m in _run().mutants} == set(FATES)
 
