@@ -108,14 +108,16 @@ def subject(request: pytest.FixtureRequest, platform: PlatformSpec, connector: C
 
 @pytest.fixture
 def make_rig(platform: PlatformSpec, attn_backend: str, connector: ConnectorParam, tiny_model: Path, storage: Path,
-             device: str, worker_process: None, connector_services: UseServices) -> Iterator[MakeRig]:
+             device: str, worker_process: None, connector_services: UseServices,
+             pytestconfig: pytest.Config) -> Iterator[MakeRig]:
     from kvconform.conformance.engine.rig import Rig
 
     rigs: list[Rig] = []
 
     def make(shape: CacheShape, rig_class: type[Rig] = Rig) -> Rig:
         rigs.append(rig_class(connector, platform, attn_backend, shape, tiny_model, storage, device,
-                              services=connector_services(connector)))
+                              services=connector_services(connector),
+                              wait_scale=pytestconfig.getoption("kvconform_wait_scale")))
         return rigs[-1]
 
     yield cast("MakeRig", make)  # MakeRig's overloads say make(shape, SomeRig) returns a SomeRig

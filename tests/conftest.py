@@ -37,6 +37,7 @@ NO_VLLM = (
     "checks/test_claims.py",
     "checks/test_offload_events.py",
     "checks/test_offload_tier.py",
+    "checks/test_pair_bounds.py",
     "checks/test_finished_blocks.py",
     "checks/test_wrapper_claims.py",
     "checks/test_usage_gauges.py",

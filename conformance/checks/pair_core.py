@@ -58,6 +58,15 @@ EXPIRY_COUNTERS = ("num_kv_expired_reqs",)
 # connector that never sends one fails at this bound, not at the round-trip's longer drain bound, which pinned
 # findings would otherwise wait out in every run.
 NOTIFY_TIMEOUT_S = 15.0
+# The shortest a bound becomes when --kvconform-wait-scale shortens it: vLLM's own handshake bound (5 s)
+SHORTEST_BOUND_S = 5.0
+
+
+def scaled_bound(rig: Rig, seconds: float) -> float:
+    """One of the pair checks' bounds as the run scales it (``Rig.wait_scale``, --kvconform-wait-scale); a bound
+    shortened stays at least ``SHORTEST_BOUND_S``, and one already shorter is not shortened."""
+    scaled = seconds * rig.wait_scale
+    return scaled if scaled >= seconds else max(scaled, min(seconds, SHORTEST_BOUND_S))
 
 
 class PairFailure(CheckFailure):
@@ -201,13 +210,15 @@ class LivePair:
 
     def step_until(self, done: Callable[[], bool], what: str | Callable[[], str],
                    roles: tuple[str, ...] = ("consumer", "producer"), timeout_s: float = DRAIN_TIMEOUT_S) -> None:
-        """Step the sides, consumer first, until ``done``; a ``PairFailure`` saying ``what`` after ``timeout_s`` (a
-        callable: what it says then, for a message that counts what happened while stepping)."""
-        deadline = time.monotonic() + timeout_s
+        """Step the sides, consumer first, until ``done``; a ``PairFailure`` saying ``what`` after ``timeout_s``, as
+        the run scales it (``scaled_bound``; ``what`` a callable: what it says then, for a message that counts what
+        happened while stepping)."""
+        bound = scaled_bound(self.rig, timeout_s)
+        deadline = time.monotonic() + bound
         while not done():
             if time.monotonic() > deadline:
                 said = what() if callable(what) else what
-                raise PairFailure(f"{said} within {timeout_s:.0f} s ({self._held()})")
+                raise PairFailure(f"{said} within {bound:g} s ({self._held()})")
             for role in roles:
                 log = self.logs[role]
                 log.side.scheduler.step(log)

@@ -39,6 +39,7 @@ from .pair_core import (
     add_request,
     drained,
     patched_environ,
+    scaled_bound,
     serving_side,
 )
 from .pair_lost_notification import install_losing_notifications
@@ -138,7 +139,7 @@ def run_pair_ranks(rig: Rig, model: RankedModel) -> RankedPairResult:
             _step_until(lambda: set(handed_over.params) >= set(stored),
                         [lambda: producer.scheduler.step(producer.workers)],
                         f"{name}'s producer of TP {PRODUCER_TP} did not return kv_transfer_params for every request",
-                        producer, None)
+                        producer, None, scaled_bound(rig, DRAIN_TIMEOUT_S))
             consumer = serving_side(rig, consumer_role)
             try:
                 if transfer_mode(consumer) not in READ_FAULT_MODES:
@@ -177,13 +178,15 @@ def _pull(rig: Rig, model: RankedModel, producer: RankedEngine, consumer: Engine
     if losing is None:
         _step_until(lambda: drained(consumer) and drained(producer), steps,
                     f"{name}: the consumer did not finish receiving from the producer's {PRODUCER_TP} ranks, or a "
-                    f"producer rank did not release its pages (finished_sending from every rank)", producer, consumer)
+                    f"producer rank did not release its pages (finished_sending from every rank)", producer, consumer,
+                    scaled_bound(rig, DRAIN_TIMEOUT_S))
         injected = "nothing was injected"
     else:
         _step_until(lambda: drained(consumer) and losing.lost >= len(stored), steps,
                     f"{name}: with notifications that cannot be sent, the consumer did not finish its requests, or "
                     f"did not try to notify the producer's replicas it did not read from ({losing.lost} "
-                    f"notification(s) tried for {len(stored)} request(s))", producer, consumer)
+                    f"notification(s) tried for {len(stored)} request(s))", producer, consumer,
+                    scaled_bound(rig, DRAIN_TIMEOUT_S))
         injected = (f"only the notifications to the replicas it did not read from were lost ({losing.lost}), its reads "
                     f"completed")
     if consumer_log.failed_requests or consumer_log.invalid_blocks:
@@ -203,15 +206,15 @@ def _pull(rig: Rig, model: RankedModel, producer: RankedEngine, consumer: Engine
 
 
 def _step_until(done: Callable[[], bool], steps: list[Callable[[], object]], what: str, producer: RankedEngine,
-                consumer: EngineStandIn | None) -> None:
-    """Run ``steps`` in turn until ``done()``; a ``PairFailure`` saying ``what`` after the pair's drain bound."""
-    deadline = time.monotonic() + DRAIN_TIMEOUT_S
+                consumer: EngineStandIn | None, bound_s: float) -> None:
+    """Run ``steps`` in turn until ``done()``; a ``PairFailure`` saying ``what`` after ``bound_s``."""
+    deadline = time.monotonic() + bound_s
     while not done():
         if time.monotonic() > deadline:
             held = {"producer": sorted(producer.scheduler.scheduler.requests)}
             if consumer is not None:
                 held["consumer"] = sorted(consumer.scheduler.scheduler.requests)
-            raise PairFailure(f"{what} within {DRAIN_TIMEOUT_S:.0f} s (still held: {held})")
+            raise PairFailure(f"{what} within {bound_s:g} s (still held: {held})")
         for step in steps:
             step()
         time.sleep(STEP_PAUSE_S)

@@ -139,6 +139,8 @@ class Rig:
     # an engine of several tensor-parallel ranks (engine/ranks.py): its TP size, and the engine id every rank and
     # its scheduler share (vLLM sets one KVTransferConfig per engine); one rank and a fresh id by default
     tensor_parallel_size: int = 1
+    # how the pair checks' waits for a connector's own threads scale (--kvconform-wait-scale; checks/pair_core.py)
+    wait_scale: float = 1.0
     engine_id: str | None = None
     # the model runner stand-in to build (the bench swaps in a timed one)
     runner_class: ClassVar[type[ModelRunnerStandIn]] = ModelRunnerStandIn

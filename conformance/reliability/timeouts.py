@@ -44,6 +44,9 @@ def pytest_configure(config: pytest.Config) -> None:
     timeout = config.getoption("kvconform_timeout")
     if timeout is not None and timeout < 0:
         raise pytest.UsageError(f"--kvconform-timeout {timeout:g}: expected a number of seconds >= 0")
+    scale = config.getoption("kvconform_wait_scale")
+    if not scale > 0:
+        raise pytest.UsageError(f"--kvconform-wait-scale {scale:g}: expected a factor above 0")
     if timeout and not config.pluginmanager.hasplugin("timeout"):
         raise pytest.UsageError("--kvconform-timeout needs pytest-timeout, which is not installed or is disabled")
 

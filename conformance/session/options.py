@@ -82,6 +82,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("--kvconform-timeout",
            f"per-test timeout for conformance tests (default {DEFAULT_TIMEOUT_S:g} s, or pytest-timeout's "
            "--timeout when given; 0 disables)", extra={"type": float, "metavar": "SECONDS"}),
+    Option("--kvconform-wait-scale",
+           "scale the bounds the P/D pair checks wait for a connector's own threads to finish a transfer, send a "
+           "notification or meet a situation (default 1: 30 s for a pair to drain, 15 s for a notification; a "
+           "connector that never does it fails at the bound, so a broken or pinned one waits it out); above 1 on a "
+           "loaded machine, below 1 to fail such connectors sooner (never below 5 s)",
+           default=1.0, extra={"type": float, "metavar": "FACTOR"}),
     _flag("--kvconform-keep-going",
           "keep running a connector's tests of a check after one of them crashed its process or timed out "
           "(default: report them as not run)"),

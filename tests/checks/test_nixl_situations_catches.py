@@ -47,7 +47,7 @@ CASES: dict[str, list[Case]] = {
     "SwallowedHandshakeFailureConnector": [
         Case(UNKNOWN_ENGINE.select, UNKNOWN_ENGINE.nodeid_part, "failed",
              ["SwallowedHandshakeFailureConnector", "handshake was refused",
-              "the consumer neither failed nor finished its request within 15 s"]),
+              "the consumer neither failed nor finished its request within"]),
         Case("read-error-fail", "read-error-fail]"), ROUNDTRIP],
 }
 SELECTION = selection(CASES)

@@ -34,6 +34,7 @@ BAD_INPUT = {
                          "broken.yaml:3: not valid YAML: expected the node content, but found '<stream end>'"),
     "profile missing": (["--profiles", "missing.yaml"], "missing.yaml: cannot read: No such file or directory"),
     "negative timeout": (["--kvconform-timeout=-1"], "--kvconform-timeout -1: expected a number of seconds >= 0"),
+    "zero wait scale": (["--kvconform-wait-scale=0"], "--kvconform-wait-scale 0: expected a factor above 0"),
     "storage line short": (["-o", "kvconform_default_storage=MyConnector /tmp"],
                            "kvconform_default_storage: 'MyConnector /tmp': expected CONNECTOR FOLDER REGEX"),
     "storage regex bad": (["-o", "kvconform_default_storage=MyConnector /tmp ["],
