@@ -1,10 +1,12 @@
 """The P/D pair round-trip on hybrid caches whose groups have different block sizes.
 
-A sliding window beside full-attention layers with heads twice as wide: vLLM's
+A sliding window beside full-attention layers with heads twice as wide, and Mamba2: vLLM's
 planner gives the sliding window blocks twice as large (64 and 32 tokens on CPU),
 and a pair connector that implements ``SupportsHMA`` must move each group's blocks
 with that group's block size. NixlConnector (and its pull/push variants) does, over
-host memory on CPU. What must hold: ``conformance/checks/hybrid_pair.py``.
+host memory on CPU. The Mamba state makes the producer's prefill stop where the
+consumer's load stops, and a request asking for prompt logprobs be computed whole on
+both sides. What must hold: ``conformance/checks/hybrid_pair.py``.
 """
 
 from __future__ import annotations

@@ -80,6 +80,18 @@ def test_fill_prefix_hit(platform: PlatformSpec, attn_backend: str, subject: Con
     assert local > 0
 
 
+def test_fill_high_block_ids(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam,
+                             make_rig: MakeRig) -> None:
+    """Block ids past the size of every dimension of a cache tensor but the first, as a real engine's pool hands
+    them out: every one of the request's blocks is filled (a bound taken from another dimension leaves them out)."""
+    result = _fill(make_rig, subject, "float16", "pages", scenario="high-block-ids")
+    if not result.past_dimensions:
+        raise FillFailure(f"{subject.name}: no block to fill had an id past the size of its tensor's other "
+                          f"dimensions, so a fill bounded by one of them was not exercised (harness: the "
+                          f"'high-block-ids' scenario no longer reaches such ids)")
+    assert result.regions > 0
+
+
 @pytest.mark.parametrize("mode", ["constant", "startup"])
 @pytest.mark.parametrize("entry", list(UNEXPECTED_ENTRIES))
 def test_fill_unexpected_entry(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, entry: str,
@@ -110,6 +122,11 @@ def test_fill_head_sizes(platform: PlatformSpec, attn_backend: str, subject: Con
     assert result.regions > 0
 
 
+# The hybrid kinds with the state layers first, as Qwen3-Next (linear attention), Nemotron-H and Jamba (Mamba) begin:
+# vLLM numbers the groups in the order their layers come, so a group filled at startup precedes groups filled per
+# request (a connector that stops at the first startup group then leaves every later group unfilled).
+STATE_FIRST_KINDS = ("mamba2", "kda", "full", "sliding", "circular")
+
 # case -> (layer kinds, registration of state layers, fill mode). Attention only: one group the engine never zeroes,
 # filled whole at startup, nothing per request. Hybrid: vLLM zeroes new attention blocks (Mamba layers), so only the
 # state groups are filled at startup, and attention and circular-buffer groups per request as without the option.
@@ -118,6 +135,7 @@ STARTUP_CASES = {
     "attention-random": (ATTENTION_ONLY_KINDS, "pages", "startup-random"),
     **{f"hybrid-{registration}-registration": (HYBRID_KINDS, registration, "startup")
        for registration in REGISTRATIONS},
+    "hybrid-state-layers-first": (STATE_FIRST_KINDS, "pages", "startup"),
 }
 
 

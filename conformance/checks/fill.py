@@ -65,6 +65,7 @@ class FillScenario:
     name: str
     phases: tuple[Phase, ...]
     doc: str = ""
+    pool_blocks: int = kvcache.NUM_BLOCKS  # blocks in the cache
 
 
 FILL_SCENARIOS: dict[str, FillScenario] = {s.name: s for s in (
@@ -80,6 +81,11 @@ FILL_SCENARIOS: dict[str, FillScenario] = {s.name: s for s in (
     FillScenario("prefix-hit-block-sizes",
                  (Phase((Prompt("a", 4, 1),)), Phase((Prompt("b", 3, 8, extends="a"),), prefix_hit=True)),
                  doc="a prefix hit on a cache whose groups have different block sizes"),
+    # vLLM hands out block ids from 1 up, so the other scenarios' 48 blocks stay below 64, the largest dimension of
+    # the suite's cache tensors but the first (K|V channels on CPU); five prompts of 16 blocks in one step reach
+    # ids a real engine's pool gives at once: past 64 (to 79 on full attention alone, 111 on the hybrid cache)
+    FillScenario("high-block-ids", (Phase(tuple(Prompt(f"r{i}", 15, 1) for i in range(5))),), pool_blocks=160,
+                 doc="block ids past the size of every dimension of a cache tensor but the first"),
 )}
 
 
@@ -374,8 +380,9 @@ def check_written(connector: str, caches: HybridCaches, regions: list[Region], s
         if bool(wrong.any()):
             index = tuple(int(i) for i in wrong.nonzero()[0])
             scope = "not filled whole" if region.blocks is None else "not filled in the blocks the request needs"
+            block = "" if region.blocks is None else f" (block {region.blocks[index[0]]})"
             raise FillFailure(
-                f"{_where(connector, region, caches)}: holds {values[index].item()!r} at index {index} "
+                f"{_where(connector, region, caches)}: holds {values[index].item()!r} at index {index}{block} "
                 f"({int(wrong.sum())} of {values.numel()} values wrong), expected the constant fill "
                 f"{region.target} in {region.decode} (the tensor was {scope})")
 
@@ -488,6 +495,14 @@ class FillResult:
     warnings: list[str] = field(default_factory=list)
     regions: int = 0
     block_sizes: list[int] = field(default_factory=list)  # tokens per block of each cache group
+    past_dimensions: int = 0  # regions filled in a block whose id is past the size of every other dimension
+
+
+def _past_other_dimensions(region: Region) -> bool:
+    """Whether the region's blocks include one whose id is at or past the size of each of its tensor's dimensions
+    but the first (the blocks'), so that an id bounded by any other dimension would be left out."""
+    blocks = region.blocks or []
+    return bool(blocks) and max(blocks) >= max(region.tensor.shape[1:], default=0)
 
 
 def _prompt(prompt: Prompt, block_size: int, earlier: dict[str, list[int]]) -> list[int]:
@@ -540,6 +555,7 @@ class _FillRun:
             snapshot.allow(region.tensor, region.blocks)
         check_no_stray(self.name, self.caches, snapshot, expected, what)
         check_written(self.name, self.caches, regions, snapshot)
+        result.past_dimensions += sum(1 for region in regions if _past_other_dimensions(region))
         if self.mode.std is not None and regions:  # none: every group was filled at startup
             result.statistics = check_statistics(self.name, regions, self.mean, self.mode.std)
         result.regions += len(regions)
@@ -591,7 +607,8 @@ def run_fill(rig: Rig, kinds: tuple[str, ...], registration: str, mode: str = "c
     with captured_warnings() as records, forked_rng(rig.device):  # the accelerator's generators too
         torch.manual_seed(seed)  # random fills draw from the default generators: reproducible runs
         side, caches = hybrid_engine(rig, kinds, registration, fill_mode.extra_config(), unexpected,
-                                     before_register=scrambled if fill_mode.startup else None)
+                                     before_register=scrambled if fill_mode.startup else None,
+                                     num_blocks=FILL_SCENARIOS[scenario].pool_blocks)
         run = _FillRun(name, side, caches, mean, fill_mode)
         result.block_sizes = group_block_sizes(caches.kv_cache_config)
         try:

@@ -245,10 +245,12 @@ def serving_side(rig: Rig, role: str, fill_seed: int | None = None) -> EngineSta
 
 
 @contextmanager
-def open_pair(rig: Rig, stored: dict[str, list[int]], producer_stops: bool = False) -> Iterator[LivePair]:
+def open_pair(rig: Rig, stored: dict[str, list[int]], producer_stops: bool = False,
+              prompt_logprobs: dict[str, int] | None = None) -> Iterator[LivePair]:
     """The producer prefills ``stored`` and keeps its pages; the consumer is built, with no requests yet.
 
-    With ``producer_stops``, each prefill ends on a stop token (FINISHED_STOPPED), not by length.
+    With ``producer_stops``, each prefill ends on a stop token (FINISHED_STOPPED), not by length. The requests
+    ``prompt_logprobs`` names ask the producer for that many prompt logprobs (a P/D proxy forwards them).
 
     Both sides stay open (and the one-rank parallel state with them) until the context closes.
     """
@@ -262,7 +264,8 @@ def open_pair(rig: Rig, stored: dict[str, list[int]], producer_stops: bool = Fal
             producer = serving_side(rig, producer_role, fill_seed=1234)
             handed_over = ReturnedOutputs(producer.scheduler)
             for request_id, prompt in stored.items():
-                add_request(producer, request_id, prompt, PRODUCER_REQUEST_PARAMS, stops=producer_stops)
+                add_request(producer, request_id, prompt, PRODUCER_REQUEST_PARAMS, stops=producer_stops,
+                            prompt_logprobs=(prompt_logprobs or {}).get(request_id))
             producer_log = SideLog(producer)
             consumer = serving_side(rig, consumer_role)
             pair = LivePair(rig, producer, consumer, handed_over.params,

@@ -298,22 +298,24 @@ def _layer_metadata(caches: HybridCaches, backend: str) -> dict[str, object]:
 def hybrid_engine(rig: Rig, kinds: tuple[str, ...], registration: str, extra_config: dict[str, Any] | None = None,
                   unexpected: dict[str, str] | None = None,
                   before_register: Callable[[HybridCaches], None] | None = None,
-                  ) -> tuple[EngineStandIn, HybridCaches]:
-    """A fresh engine stand-in over a hybrid cache; ``extra_config`` overrides the profile's."""
+                  num_blocks: int = kvcache.NUM_BLOCKS) -> tuple[EngineStandIn, HybridCaches]:
+    """A fresh engine stand-in over a hybrid cache of ``num_blocks`` blocks; ``extra_config`` overrides the
+    profile's."""
     config = rig.vllm_config(rig.roles()[0])
     config.kv_transfer_config.kv_connector_extra_config.update(extra_config or {})
-    return engine_over(rig, config, kinds, registration, unexpected, before_register=before_register)
+    return engine_over(rig, config, kinds, registration, unexpected, before_register=before_register,
+                       num_blocks=num_blocks)
 
 
 def engine_over(rig: Rig, config: VllmConfig, kinds: tuple[str, ...], registration: str,
                 unexpected: dict[str, str] | None = None, fill_seed: int | None = None,
                 before_register: Callable[[HybridCaches], None] | None = None,
-                ) -> tuple[EngineStandIn, HybridCaches]:
+                num_blocks: int = kvcache.NUM_BLOCKS) -> tuple[EngineStandIn, HybridCaches]:
     """An engine stand-in for ``config`` (any role) over a hybrid cache of ``kinds``; pages random (``fill_seed``)
     or zeroed. ``before_register`` sees the caches before the connector is built and registers them (a check of
     what ``register_kv_caches`` itself writes snapshots them there)."""
     configure_hybrid(config, rig.connector, kinds)
-    caches = build(config, kinds, rig.device, registration, unexpected)
+    caches = build(config, kinds, rig.device, registration, unexpected, num_blocks)
     if fill_seed is not None:
         kvcache.fill_random(caches.pages, fill_seed)
     if before_register is not None:

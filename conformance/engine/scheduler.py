@@ -7,32 +7,36 @@ builds it); every answer it gives is judged against base.py's promises as it is 
 naming the step: ``at_step``), and its ``get_num_new_matched_tokens`` and ``request_finished`` answers are
 recorded so the checks can compare the claim with what was stored, and so an ``assert``
 of vLLM's scheduler that trips on them fails naming the connector's mistake
-(``vllm_assertions``). With ``async_scheduling`` it is vLLM's ``AsyncScheduler`` (the class the scheduler
-config names for that flag), stepped in the engine core's batch-queue order (``step_with_batch_queue``). A config
-that names a scheduler class (``SchedulerConfig.scheduler_cls``: ``scheduler_class``) gets that class, as the engine
-core gives it.
+(``vllm_assertions``). The worker's reports of finished transfers are judged, as each reaches ``update_from_output``,
+against those answers (``transfer_reports``: only kept sends and claimed asynchronous loads, each reported once),
+and so is what vLLM's scheduler did with a finished send (freed the request). With ``async_scheduling`` it is
+vLLM's ``AsyncScheduler`` (the class the scheduler config names for that flag), stepped in the engine core's
+batch-queue order (``step_with_batch_queue``). A config that names a scheduler class
+(``SchedulerConfig.scheduler_cls``: ``scheduler_class``) gets that class, as the engine core gives it.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..vllm_install import api as vllm_api
 from .block_sizes import engine_block_sizes
-from .promises import at_step, enforce_promises, side_label
+from .promises import ContractViolation, at_step, enforce_promises, side_label
 from .requests import Image, block_hasher, new_request
-from .vllm_assertions import ConnectorAnswers, vllm_assertions_translated
+from .transfer_reports import TransferReports, sends_not_freed
+from .vllm_assertions import ConnectorAnswers, TrippedVllmAssertion, vllm_assertions_translated
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
     from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1
     from vllm.v1.core.sched.output import SchedulerOutput
     from vllm.v1.kv_cache_interface import KVCacheConfig
-    from vllm.v1.outputs import ModelRunnerOutput
+    from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
     from vllm.v1.request import Request
 
     from .runner import WorkerStep
@@ -59,6 +63,25 @@ def watch_request_finished(connector: KVConnectorBase_V1, note: Callable[[Reques
             return result
 
         setattr(connector, method, watched)
+
+
+def watch_partial_tails(connector: KVConnectorBase_V1, note: Callable[[Request, bool], None]) -> None:
+    """Call ``note(request, whether the connector accepted it)`` after each answer of the connector's
+    ``register_finished_partial_tail`` (vLLM's scheduler keeps a finished request's blocks for either answer)."""
+    answer = getattr(connector, "register_finished_partial_tail", None)
+    if answer is None:
+        return
+
+    def watched(request: Request, *args: Any, **kwargs: Any) -> object:
+        accepted = answer(request, *args, **kwargs)
+        note(request, accepted is True)
+        return accepted
+
+    connector.register_finished_partial_tail = watched
+
+
+def _reported(kv_output: KVConnectorOutput | None, channel: str) -> set[str]:
+    return set(getattr(kv_output, channel, None) or ())
 
 
 def next_token(tokens: list[int]) -> int:
@@ -89,6 +112,8 @@ class SchedulerDriver:
     steps: int = field(default=0, init=False)
     # (output, the model runner's output, its step), newest first
     _batches: deque[tuple[SchedulerOutput, ModelRunnerOutput, int]] = field(default_factory=deque)
+    # the transfers the connector's answers started, judged against the worker's reports (engine/transfer_reports.py)
+    transfers: TransferReports = field(default_factory=TransferReports, init=False)
 
     def __post_init__(self) -> None:
         scheduler_config = self.vllm_config.scheduler_config
@@ -119,6 +144,7 @@ class SchedulerDriver:
                              step=self._between_steps)
             self._record_claims(self.connector)
             watch_request_finished(self.connector, self._record_finished)
+            watch_partial_tails(self.connector, lambda request, kept: self.transfers.finished(request.request_id, kept))
 
     def _between_steps(self) -> str:
         """Where a call made outside the driver's steps (an abort's finish hook, a check's question) stands."""
@@ -126,6 +152,7 @@ class SchedulerDriver:
 
     def _record_finished(self, request: Request, block_ids: list[int], kept: bool) -> None:
         self.answers.kept_blocks.setdefault(request.request_id, kept)
+        self.transfers.finished(request.request_id, kept)
 
     def _record_claims(self, connector: KVConnectorBase_V1) -> None:
         answer = connector.get_num_new_matched_tokens
@@ -136,6 +163,7 @@ class SchedulerDriver:
             tokens, load_async = result if isinstance(result, tuple) and len(result) == 2 else (result, None)
             self.claims.setdefault(request.request_id, []).append(
                 Claim(request.request_id, num_computed_tokens, tokens, load_async))
+            self.transfers.claimed(request.request_id, tokens, load_async)
             return result
 
         connector.get_num_new_matched_tokens = recorded
@@ -197,9 +225,61 @@ class SchedulerDriver:
         return output, runner_output, number
 
     def _update(self, output: SchedulerOutput, runner_output: ModelRunnerOutput, number: int) -> None:
-        with at_step(f"step {number} (update_from_output)"), vllm_assertions_translated(self.answers):
-            self.scheduler.update_from_output(output, runner_output)
+        kv_output = runner_output.kv_connector_output
+        sending = _reported(kv_output, "finished_sending")
+        with at_step(f"step {number} (update_from_output)"):
+            with self._reports_judged(kv_output, number), vllm_assertions_translated(self.answers):
+                self.scheduler.update_from_output(output, runner_output)
+            self._check_sends_freed(sending, number)
         self.outputs.append(output)
+
+    @contextmanager
+    def _reports_judged(self, kv_output: KVConnectorOutput | None, number: int) -> Iterator[None]:
+        """Run vLLM's update on the worker's report of finished transfers, judged first (``TransferReports``).
+
+        A wrong report fails as a ContractViolation naming the worker, the step, the channel and the requests, after
+        the update ran as the engine core would run it: where vLLM's scheduler trips an assertion of its own on the
+        same report, its translated words follow on the same line (they name its line)."""
+        if self.connector is None:
+            yield
+            return
+        sending, recving = _reported(kv_output, "finished_sending"), _reported(kv_output, "finished_recving")
+        problem = self.transfers.take(sending, recving, f"step {number}")
+        if problem is None:
+            yield
+            return
+        label = side_label(type(self.connector).__name__, self.vllm_config, "worker")
+        channels = ", ".join(f"{name} {sorted(ids)}" for name, ids in (("finished_sending", sending),
+                                                                       ("finished_recving", recving)) if ids)
+        violation = ContractViolation(f"{label}, step {number} (update_from_output): the worker's report of "
+                                      f"finished transfers ({channels}): {problem}")
+        try:
+            yield
+        except TrippedVllmAssertion as error:
+            raise ContractViolation(f"{violation}; vLLM's scheduler asserted on the same report: {error}") from error
+        except Exception as error:  # vLLM's scheduler broke on the wrong report: the report is the cause
+            raise violation from error
+        raise violation
+
+    def _check_sends_freed(self, sending: set[str], number: int) -> None:
+        """vLLM's own half: once ``update_from_output`` has taken a finished send, the request and its blocks are
+        freed; a scheduler that keeps them fails, named (not the connector)."""
+        held = {rid: what for rid in sorted(sending) if (what := self._still_held(rid))}
+        problem = sends_not_freed(held)
+        if problem:
+            raise ContractViolation(f"vLLM's scheduler ({type(self.scheduler).__name__}, with "
+                                    f"{type(self.connector).__name__}), step {number} (update_from_output): {problem}")
+
+    def _still_held(self, request_id: str) -> str | None:
+        """What vLLM's scheduler still holds of a request, in words (its entry, its blocks); None when nothing."""
+        request = self.scheduler.requests.get(request_id)
+        try:
+            blocks = [b for group in self.scheduler.kv_cache_manager.get_block_ids(request_id) for b in group]
+        except (KeyError, IndexError):
+            blocks = []
+        held = ([f"the request ({request.status.name})"] if request is not None else []) + (
+            [f"blocks {blocks}"] if blocks else [])
+        return " and ".join(held) or None
 
     def _prompt_done(self, req_id: str) -> bool:
         request = self.scheduler.requests.get(req_id)

@@ -132,7 +132,7 @@ PLACES: dict[str, Place] = {
     **_same_name(_PARALLEL_STATE, "init_distributed_environment", "ensure_model_parallel_initialized",
                  "model_parallel_is_initialized", "destroy_model_parallel", "destroy_distributed_environment"),
     # hybrid (Mamba / linear attention) layers
-    **_same_name(_MAMBA_UTILS, "MambaStateShapeCalculator", "MambaStateDtypeCalculator"),
+    **_same_name(_MAMBA_UTILS, "MambaStateShapeCalculator", "MambaStateDtypeCalculator", "get_conv_state_layout"),
     **_same_name(_MAMBA_UTILS, "MambaStateShapeCalculator.append_kda_recoverssm_record",
                  "MambaStateDtypeCalculator.append_kda_recoverssm_record", absent=_KDA_RECORD_DROPPED),
     **_same_name(("vllm.model_executor.layers.mamba.abstract",), "MambaBase"),

@@ -2,13 +2,13 @@
 
 Each reads what the step left (caches, the scheduler's requests and block tables, the connector's answers)
 and raises ``WorkloadFailure`` naming the step, request, layer and slot. They hold for any connector on any
-workload, so a generated workload needs no expected result of its own:
+workload, so a generated workload needs no expected result of its own (what the worker reports finished is
+judged for every check that drives vLLM's scheduler, by the driver: engine/transfer_reports.py):
 
 * ``computed_slots``: every token counted as computed holds its prefix's KV in its mapped slot;
 * ``stray_writes``: nothing changed outside the forward's slots and those of requests loading KV;
 * ``claim_within_known``: a claim is never negative nor beyond the longest prefix any engine computed;
 * ``claim_meets_promise``: a profile's ``promised_hit`` is offered for every prompt stored before it;
-* ``finished_in_flight``: reported received/sent ids were loading / kept by ``request_finished``;
 * ``no_reuse_before_release``: blocks a connector still holds are not handed to another request.
 """
 
@@ -135,14 +135,6 @@ def claim_meets_promise(rid: str, prompt: list[int], num_computed: int, external
                 f"{num_computed} computed ones, {offered} in all, but its profile promises a hit of at least {owed} "
                 f"tokens for it ({promise_name}: {PROMISED_HITS[promise_name].doc}; a {source}-token prompt it starts "
                 f"with was stored before this engine started; block size {block_size})")
-    return None
-
-
-def finished_in_flight(kind: str, reported: set[str], in_flight: set[str]) -> str | None:
-    unknown = sorted(set(reported) - in_flight)
-    if unknown:
-        return (f"the connector reported {', '.join(unknown)} as finished {kind}, but no such transfer was in "
-                f"flight (in flight: {', '.join(sorted(in_flight)) or 'none'})")
     return None
 
 

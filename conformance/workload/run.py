@@ -9,7 +9,8 @@ the engine core steps it (``SchedulerDriver``); the worker side is the
 scheduled token's KV (a hash of its prefix, see ``workload_kv``). Arrivals,
 aborts and the pool size come from the ``WorkloadSpec``; chunked prefill, decode
 after a hit, waiting and preemption under a small pool are vLLM's own doing. What vLLM's
-scheduler hands the connector at each finish is checked too (checks/finished_blocks.py).
+scheduler hands the connector at each finish is checked too (checks/finished_blocks.py); what the worker reports
+finished (only kept sends and claimed asynchronous loads) is judged by the driver (engine/transfer_reports.py).
 """
 
 from __future__ import annotations
@@ -123,7 +124,6 @@ class EnginePhase:
         self.requests: dict[str, RequestSpec] = self._occupants() | spec.requests(name)
         self.step_index = 0
         self.claims_checked: dict[str, int] = {}
-        self.awaiting_recv: set[str] = set()  # async loads not reported yet
         self.held: dict[str, dict[int, tuple[int, ...]]] = {}  # finished requests whose blocks the connector kept
         self.loaders: set[str] = set()  # requests that claimed external tokens
         self.verified: set[str] = set()  # loaders whose loaded bytes were checked
@@ -259,13 +259,10 @@ class EnginePhase:
             self.report.resumed_chunked_loads += 1
         before = self.kv.snapshot()
         kv_output = self.side.runner.step(scheduler_output)
-        self._check(checks.finished_in_flight("receiving", kv_output.finished_recving or set(), self.awaiting_recv))
-        self._check(checks.finished_in_flight("sending", kv_output.finished_sending or set(), set(self.held)))
         self._check(checks.stray_writes(before, self.kv.snapshot(), self._writable(scheduler_output)))
         self._check_computed(scheduler_output, kv_output)
         for rid, _blocks, tokens, positions in self._plan:  # verified above: now a prefix the engine computed
             self.ledger.record(self.name, rid, tokens[:positions.stop])
-        self.awaiting_recv -= set(kv_output.finished_recving or ())
         for rid in kv_output.finished_sending or ():
             self.held.pop(rid, None)
         return kv_output
@@ -326,8 +323,6 @@ class EnginePhase:
                     loading.add(rid)
                     if self.name == "consumer":
                         self.report.claimed_tokens += claim.num_external_tokens
-                    if claim.load_async:
-                        self.awaiting_recv.add(rid)
             self.claims_checked[rid] = len(claims)
         return loading
 

@@ -164,3 +164,40 @@ class GroupSpecFp8Connector(_WithWorker):
     sizes (UniformTypeKVCacheSpecs) is no attention spec, so its fp8 pages are filled as raw bytes (zeros)."""
 
     worker_class = _GroupSpecFp8Worker
+
+
+class _StopsAtStartupGroupScheduler(DecodeBenchConnectorScheduler):
+    def update_state_after_alloc(self, request, blocks, num_external_tokens):
+        super().update_state_after_alloc(request, blocks, num_external_tokens)
+        pending = self._pending_fills.get(request.request_id)
+        if pending is None or not self._startup_fill_group_ids:
+            return
+        # what vLLM 0.32's per-group loop hands on with `break` for the `continue` after a startup group (line 338)
+        kept = (*pending[0][:min(self._startup_fill_group_ids)], [])
+        if any(kept):
+            self._pending_fills[request.request_id] = (kept, pending[1])
+        else:  # as the loop's caller returns when no group has blocks to fill
+            del self._pending_fills[request.request_id]
+
+
+class StopsAtStartupGroupConnector(_WithWorker):
+    """startup_fill: the scheduler's per-group loop stops at the first group filled at startup (``break`` for
+    ``continue``), so every group after it is left out of the request's fill. It shows only where a startup group
+    precedes a group filled per request: state layers before attention, as in Qwen3-Next or Nemotron-H."""
+
+    scheduler_class = _StopsAtStartupGroupScheduler
+
+
+class _LastDimensionBoundWorker(DecodeBenchConnectorWorker):
+    def _fill_block_tensor(self, kv_cache, block_ids, fill_mean, fill_std, fill_dtype):
+        # vLLM 0.32's valid-id mask `block_ids_tensor < kv_cache.shape[0]` with the last dimension for the first
+        in_range = [block_id for block_id in block_ids if block_id < kv_cache.shape[-1]]
+        super()._fill_block_tensor(kv_cache, in_range, fill_mean, fill_std, fill_dtype)
+
+
+class LastDimensionBoundConnector(_WithWorker):
+    """Drops the block ids at or past the size of a cache tensor's last dimension, not its first (the blocks'): a
+    block-indexed tensor's blocks with ids of 64 and more (K|V channels on CPU) are never filled, where a real
+    engine's pool has thousands of blocks."""
+
+    worker_class = _LastDimensionBoundWorker

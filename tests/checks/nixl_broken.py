@@ -56,6 +56,19 @@ class DoneOnPostingConnector(NixlConnector):
         return results
 
 
+class SendsReportedReceivedConnector(NixlConnector):
+    """Files the sends it finished (the consumer's reads of its prefills) under ``finished_recving`` with the loads
+    it received, as a worker that pools every completed transfer into one set does. vLLM's scheduler frees a finished
+    request's blocks on either report, so the producer releases its pages on time and drains, and the pair's own
+    checks pass; the request never claimed a load (engine/transfer_reports.py's ``unclaimed_receives``)."""
+
+    def get_transfer_results(self, finished_req_ids):
+        results = super().get_transfer_results(finished_req_ids)
+        results.finished_recving = set(results.finished_recving or ()) | set(results.finished_sending or ())
+        results.finished_sending = set()
+        return results
+
+
 class _NoReadNotification:
     """A transport that posts READs without the completion notification the producer waits for."""
 

@@ -9,6 +9,9 @@ a producer publishes.
 ``ReplacedStatsScheduler``: ``update_from_output`` hands the stats loggers the scheduler side's connector stats in
 place of the worker side's (the model runner's) wherever the scheduler side has any, instead of aggregating both: the
 worker's transfers of that step are never counted.
+``LeakedSendScheduler``: ``_update_from_kv_xfer_finished`` forgets a request whose send the connector reported
+finished (drops it from ``self.requests``) without returning its blocks to the pool: every block a connector kept for
+a send leaks.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from vllm.logger import init_logger
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.core.sched.utils import remove_all
 from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs
+from vllm.v1.metrics.stats import KV_FETCH_COMPLETED_WAITING
 from vllm.v1.request import RequestStatus
 
 if TYPE_CHECKING:
@@ -472,3 +476,21 @@ class ReplacedStatsScheduler(Scheduler):
 
         return engine_core_outputs
 
+
+class LeakedSendScheduler(Scheduler):
+    def _update_from_kv_xfer_finished(self, kv_connector_output):
+        # vLLM 0.32's own, but for the finished sends' free
+        if self.connector is not None:
+            self.connector.update_connector_output(kv_connector_output)
+        for req_id in kv_connector_output.finished_recving or ():
+            assert req_id in self.requests
+            req = self.requests[req_id]
+            if req.status == RequestStatus.WAITING_FOR_REMOTE_KVS:
+                self.finished_recving_kv_req_ids.add(req_id)
+                self._set_kv_fetch_stage(req, KV_FETCH_COMPLETED_WAITING)
+            else:
+                assert RequestStatus.is_finished(req.status)
+                self._free_blocks(self.requests[req_id])
+        for req_id in kv_connector_output.finished_sending or ():
+            assert req_id in self.requests
+            del self.requests[req_id]  # the bug: forgotten, its blocks never freed (vLLM: self._free_blocks)

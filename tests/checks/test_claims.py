@@ -16,6 +16,7 @@ from kvconform.conformance.checks.claims import PROMISED_HITS
 from kvconform.conformance.checks.roundtrip import ClaimMismatch, check_promise, promised_hits
 from kvconform.conformance.connectors.profiles import ConnectorProfile
 from kvconform.conformance.engine.scheduler import SchedulerDriver
+from kvconform.conformance.engine.transfer_reports import TransferReports
 
 
 class AskAgainThenHit:
@@ -31,6 +32,7 @@ class AskAgainThenHit:
 def _driver_with(connector) -> SchedulerDriver:
     driver = SchedulerDriver.__new__(SchedulerDriver)  # no vLLM Scheduler: only the claim recording runs
     driver.claims, driver.block_ids, driver.outputs = {}, {}, []
+    driver.transfers = TransferReports()
     driver._record_claims(connector)
     return driver
 

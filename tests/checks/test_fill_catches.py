@@ -38,9 +38,9 @@ BROKEN_FILL = {
     "GroupSpecFp8Connector": (["test_fill_head_sizes[cpu-CPU_ATTN-GroupSpecFp8Connector-fp8]"],
                               ["GroupSpecFp8Connector", "UniformTypeKVCacheSpecs", "expected the constant fill 0.25"]),
 }
-# test_fill 5 dtypes x 3 registrations, 5 random, 3 prefix-hit, 3 unexpected entries x 2 modes, 5 startup cases,
-# 2 head sizes
-TESTS_PER_CONNECTOR = 36
+# test_fill 5 dtypes x 3 registrations, 5 random, 3 prefix-hit, 1 high block ids, 3 unexpected entries x 2 modes,
+# 6 startup cases, 2 head sizes
+TESTS_PER_CONNECTOR = 38
 # vLLM 0.32's DecodeBenchConnector fills a tuple of block-indexed state views whole: every request's
 # pages change (see the README's "bugs found"); these tests must fail, and only these.
 KNOWN_BUGS = {"-views]": "the fill changed bytes the requests do not own"}

@@ -6,7 +6,7 @@ NixlConnector and the broken copies of tests/checks/hybrid_block_sizes_broken.py
 hybrid_pair_broken.py, and nixl_broken.py's DoneOnPostingConnector (given their originals' profiles by the YAML
 files beside them). The fill check's
 groups hold 64 (sliding window, group 0), 32 (full attention, group 1) and 32 (Mamba2, group 2) tokens
-per block on the CPU backend; the pair's 64 (sliding window) and 32 (full attention).
+per block on the CPU backend; the pair's 64 (sliding window), 32 (full attention) and 32 (Mamba2).
 """
 
 from __future__ import annotations
@@ -45,12 +45,13 @@ BROKEN = {
     # the second group's block ids never exchanged: its blocks on the consumer keep their old bytes
     "FirstGroupOnlyNixlConnector": {
         "test_block_sizes_pair": ["FirstGroupOnlyNixlConnector", "layer model.layers.1.self_attn.attn (group 1, "
-                                  "32 tokens per block; groups' block sizes [64, 32])", "loaded wrong bytes"],
+                                  "32 tokens per block; groups' block sizes [64, 32, 32])", "loaded wrong bytes"],
     },
     # reports a read received in the step it posts it (nixl_broken.py): the bytes land polls later
     "DoneOnPostingConnector": {
         "test_block_sizes_pair": ["DoneOnPostingConnector", "reported req-", "received (finished_recving) at its "
-                                  "step", "groups' block sizes [64, 32]", "reported the read done before it completed"],
+                                  "step", "groups' block sizes [64, 32, 32]",
+                                  "reported the read done before it completed"],
     },
 }
 PAIR_NAMES = ("NixlConnector", "FirstGroupOnlyNixlConnector", "DoneOnPostingConnector")

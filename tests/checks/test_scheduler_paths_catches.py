@@ -4,7 +4,9 @@
 Each broken scheduler runs the one selection and connector that reach its path, unchanged: the workload whose prompts
 fill their blocks exactly on ExampleConnector (what ``request_finished`` is handed), and the wrapper's reports on
 MultiConnector's ``reporting`` variant (transfer stats from both sides: its children count layers saved on the worker
-side and lookups on the scheduler side). vLLM's own Scheduler passes the same selections (the shared run); a broken
+side and lookups on the scheduler side), and the workload on MultiConnector's ``late-saves`` variant (whose
+``request_finished`` keeps blocks for sends that finish steps later: what vLLM frees when they are reported, judged
+by the driver, engine/transfer_reports.py). vLLM's own Scheduler passes the same selections (the shared run); a broken
 one runs in a suite process of its own, since the shared run passes no per-run options.
 """
 
@@ -40,14 +42,21 @@ BOTH_SIDES_STATS = BrokenScheduler(
     ("vLLM's stats logger summarized its transfer stats as {'ReportingExampleConnector': {'saved_layers': 0, "
      "'lookups': 10}}", "but its children reported {'ReportingExampleConnector': {'saved_layers': 4, 'lookups': 10}}",
      "lost, overwritten or not merged"))
+LEAKED_SENDS = BrokenScheduler(
+    "test_workload_scenario and block-boundary and late-saves", "MultiConnector", "MultiConnector@late-saves",
+    ("vLLM's scheduler (LeakedSendScheduler, with MultiConnector), step 3 (update_from_output): update_from_output "
+     "took the finished sends of p0, p1 but still holds p0: blocks [",))
 BROKEN_SCHEDULERS = {
     "SampledBlockFinishedScheduler": FILLED_BLOCKS,
     "ReplacedStatsScheduler": BOTH_SIDES_STATS,
+    "LeakedSendScheduler": LEAKED_SENDS,
 }
 RUN = SelfTestRun(FILLED_BLOCKS.selection, (FILLED_BLOCKS.connector,))
 STATS_RUN = SelfTestRun(BOTH_SIDES_STATS.selection, (BOTH_SIDES_STATS.connector,))
 own_scheduler_run = results_of(RUN)
 own_scheduler_stats_run = results_of(STATS_RUN)
+SENDS_RUN = SelfTestRun(LEAKED_SENDS.selection, (LEAKED_SENDS.connector,))
+own_scheduler_sends_run = results_of(SENDS_RUN)
 
 
 def variant_outcomes(outcomes, case: BrokenScheduler):
@@ -66,7 +75,8 @@ def broken_scheduler_run(request, tmp_path_factory):
 
 
 @pytest.mark.parametrize("run, case", [("own_scheduler_run", FILLED_BLOCKS),
-                                       ("own_scheduler_stats_run", BOTH_SIDES_STATS)])
+                                       ("own_scheduler_stats_run", BOTH_SIDES_STATS),
+                                       ("own_scheduler_sends_run", LEAKED_SENDS)])
 def test_vllms_own_scheduler_passes(request, run, case):
     _, outcomes, output = request.getfixturevalue(run)
     assert [o.outcome for o in variant_outcomes(outcomes, case)] == ["passed"], output[-3000:]
