@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .offload_events import HASH_MASK, REMOVED, STORED, BlockEvent, published_blocks
+from .offload_events import HASH_MASK, REMOVED, STORED, BlockEvent, on_connector_events, published_blocks
 
 if TYPE_CHECKING:
     from vllm.v1.core.sched.scheduler import Scheduler
@@ -104,27 +104,15 @@ class HalfEvents:
 
     def watch(self, scheduler: Scheduler) -> None:
         """Follow ``scheduler``'s publisher; the KV cache manager's own events (which come first) are set aside."""
-        own: list[Any] = []
-        take_own = scheduler.kv_cache_manager.take_events
 
-        def taken_own() -> Any:
-            events = take_own()
-            own.extend(events or ())
-            return events
-
-        scheduler.kv_cache_manager.take_events = taken_own  # type: ignore[method-assign]
-        publish = scheduler.kv_event_publisher.publish
-
-        def published(batch: Any) -> None:
+        def published(events: list[Any]) -> None:
             self._publishes += 1
-            for event in batch.events[len(own):]:
+            for event in events:
                 self.published.append((self._publishes, event))
                 if type(event).__name__ == STORED:
                     self._unmatched.append(event)
-            own.clear()
-            publish(batch)
 
-        scheduler.kv_event_publisher.publish = published  # type: ignore[method-assign]
+        on_connector_events(scheduler, published)
 
     def owe(self, step: int, blocks: Iterable[StoredBlock]) -> None:
         """Blocks of stores whose finish step ``step``'s output told vLLM's scheduler."""

@@ -21,13 +21,15 @@ also held to the tier's room, store by store (``offload_tier.py``): the eviction
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from .offload_tier import TierRoom, tier_chunks
 
 if TYPE_CHECKING:
+    from vllm.v1.core.sched.scheduler import Scheduler
+
     from ..engine.scheduler import SchedulerDriver
 
 STORED, REMOVED = "BlockStored", "BlockRemoved"
@@ -77,6 +79,28 @@ def published_blocks(event: Any) -> list[BlockEvent]:
     return []
 
 
+def on_connector_events(scheduler: Scheduler, receive: Callable[[list[Any]], None]) -> None:
+    """Call ``receive`` with the connector's events in each batch ``scheduler`` publishes: a batch is the KV cache
+    manager's own events, then the connector's (``Scheduler.update_from_output``), so the manager's are set aside."""
+    own: list[Any] = []
+    take_own = scheduler.kv_cache_manager.take_events
+
+    def taken_own() -> Any:
+        events = take_own()
+        own.extend(events or ())
+        return events
+
+    scheduler.kv_cache_manager.take_events = taken_own  # type: ignore[method-assign]
+    publish = scheduler.kv_event_publisher.publish
+
+    def published(batch: Any) -> None:
+        receive(list(batch.events[len(own):]))
+        own.clear()
+        publish(batch)
+
+    scheduler.kv_event_publisher.publish = published  # type: ignore[method-assign]
+
+
 class EventsRecord:
     """Every engine of a workload: what offloading managers stored and evicted, and what reached the publisher."""
 
@@ -104,29 +128,16 @@ class EventsRecord:
                 self._tiers.append(TierRoom(chunks))
                 self._tiers[-1].watch(manager)
             self._watch_manager(manager)
-        own: list[Any] = []
-        take_own = scheduler.kv_cache_manager.take_events
 
-        def taken_own() -> Any:
-            events = take_own()
-            own.extend(events or ())
-            return events
-
-        scheduler.kv_cache_manager.take_events = taken_own
-        publish = scheduler.kv_event_publisher.publish
-
-        def published(batch: Any) -> None:
-            # the batch is the KV cache manager's events, then the connector's (Scheduler.update_from_output)
+        def published(events: list[Any]) -> None:
             bucket = self.published if manager is not None else self.unwatched
-            for event in batch.events[len(own):]:
+            for event in events:
                 blocks = published_blocks(event)
                 if manager is not None and _medium_of(manager) is None:  # a medium the manager does not say
                     blocks = [replace(block, medium=None) for block in blocks]
                 bucket.extend((self.engine, self.step, block) for block in blocks)
-            own.clear()
-            publish(batch)
 
-        scheduler.kv_event_publisher.publish = published
+        on_connector_events(scheduler, published)
 
     def _watch_manager(self, manager: Any) -> None:
         pending: dict[bytes, str] = {}  # keys prepared for storing, not completed yet -> the request
