@@ -85,7 +85,7 @@ def test_one_of_our_options_makes_the_run_ours(unrelated_project):
     assert "test_their_own_fixtures[cpu" in out.stdout
 
 
-SAMPLE_VALUES = {"platform": "cpu", "kvconform_timeout": "5", "kvconform_explore": "3"}
+SAMPLE_VALUES = {"platform": "cpu", "kvconform_timeout": "5", "kvconform_explore": "3", "kvconform_wait_scale": "2"}
 
 
 @pytest.mark.parametrize("option", OPTIONS, ids=lambda option: option.flag)
