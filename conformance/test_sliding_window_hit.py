@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 from kvconform.conformance.checks.sliding_window_hit import HIT_SITUATIONS, run_sliding_window_hit
-from kvconform.conformance.connectors.requirements import refusals_skip
+from kvconform.conformance.connectors.requirements import refusals_skip, run_only_its_scenarios
 from kvconform.conformance.engine.kvcache import CacheShape
+from kvconform.conformance.workload.scenarios import WORKLOAD_SCENARIOS
 
 if TYPE_CHECKING:
     from kvconform.conformance.connectors.selection import ConnectorParam
@@ -27,6 +28,7 @@ pytestmark = pytest.mark.check("workload")
 def test_sliding_window_hit(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, situation: str,
                             make_rig: MakeRig) -> None:
     """A stored prompt asked again (or extended) over full-attention and sliding-window groups."""
+    run_only_its_scenarios(subject, None, WORKLOAD_SCENARIOS, "the sliding-window hit")
     if subject.profile.is_pair():
         pytest.skip(f"{subject.name}: a producer/consumer pair; this check runs one kv_both engine after another")
     rig = make_rig(CacheShape())

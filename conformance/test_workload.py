@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from kvconform.conformance.connectors.requirements import refusals_skip
+from kvconform.conformance.connectors.requirements import refusals_skip, run_only_its_scenarios
 from kvconform.conformance.engine.kvcache import CacheShape
 from kvconform.conformance.workload.scenarios import EXERCISES, WORKLOAD_SCENARIOS
 
@@ -71,26 +71,10 @@ def _run(workload_rig: MakeWorkloadRig, spec: WorkloadSpec) -> WorkloadReport:
         return run_workload(*workload_rig(spec))
 
 
-def _run_only_its_scenarios(subject: ConnectorParam, scenario: str | None) -> None:
-    """A profile naming its scenarios (``scenarios``: settings that serve one situation) runs those alone: a skip for
-    the others and for generated workloads (``scenario`` None); a name no scenario has is a failure."""
-    named = subject.profile.scenarios
-    if named is None:
-        return
-    unknown = [name for name in named if name not in WORKLOAD_SCENARIOS]
-    if unknown:
-        pytest.fail(f"{subject.id}: its profile's scenarios name {', '.join(unknown)}, no workload scenario; known: "
-                    f"{', '.join(WORKLOAD_SCENARIOS)}", pytrace=False)
-    if scenario not in named:
-        what = f"the {scenario} scenario" if scenario else "generated workloads"
-        pytest.skip(f"{subject.id}: its profile's settings serve the {', '.join(named)} workload scenario(s) only: "
-                    f"{what} not run")
-
-
 @pytest.mark.parametrize("scenario", list(WORKLOAD_SCENARIOS))
 def test_workload_scenario(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, scenario: str,
                            workload_rig: MakeWorkloadRig) -> None:
-    _run_only_its_scenarios(subject, scenario)
+    run_only_its_scenarios(subject, scenario, WORKLOAD_SCENARIOS, f"the {scenario} scenario")
     spec = WORKLOAD_SCENARIOS[scenario]
     report = _run(workload_rig, spec)
     assert report.verified_loaded_tokens > 0, (
@@ -106,7 +90,7 @@ def test_workload_scenario(platform: PlatformSpec, attn_backend: str, subject: C
 def test_workload_generated(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, prefill: str,
                             workload_rig: MakeWorkloadRig, request: pytest.FixtureRequest) -> None:
     """Generated workloads, the first anchored to a verified load; a failure prints its spec and the replay command."""
-    _run_only_its_scenarios(subject, None)
+    run_only_its_scenarios(subject, None, WORKLOAD_SCENARIOS, "generated workloads")
     from kvconform.conformance.session.options import NORMAL_EXAMPLES
     from kvconform.conformance.workload.strategies import seeded_workloads
 

@@ -10,7 +10,7 @@ contract check's scheduler test; its other checks are not run (``construction.py
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -126,6 +126,23 @@ def pair_mismatch(connector: ConnectorParam, marker: pytest.Mark | None) -> str 
     if marker.kwargs["required"]:
         return f"{connector.name} is not a producer/consumer pair (its profile's roles): {marker.kwargs['because']}"
     return f"{connector.name} is a producer/consumer pair: {marker.kwargs['because']}"
+
+
+def run_only_its_scenarios(connector: ConnectorParam, scenario: str | None, known: Collection[str],
+                           what: str) -> None:
+    """A profile naming its workload scenarios (``scenarios``: settings that serve one situation, such as a tier small
+    enough to evict) runs those alone: a skip for ``what`` (any other scenario, ``scenario`` None: a test that is no
+    scenario), a failure for a name no scenario of ``known`` has."""
+    named = connector.profile.scenarios
+    if named is None:
+        return
+    unknown = [name for name in named if name not in known]
+    if unknown:
+        pytest.fail(f"{connector.id}: its profile's scenarios name {', '.join(unknown)}, no workload scenario; "
+                    f"known: {', '.join(known)}", pytrace=False)
+    if scenario not in named:
+        pytest.skip(f"{connector.id}: its profile's settings serve the {', '.join(named)} workload scenario(s) only: "
+                    f"{what} not run")
 
 
 @contextmanager
