@@ -145,8 +145,21 @@ def offloading_asks(metadata: object) -> list[Ask]:
     return asks
 
 
+class TransferLedger:
+    """What every feeder answers from its ``transfers`` (each job ever asked for, by job id): those in flight."""
+
+    transfers: dict[JobId, Transfer]
+
+    def in_flight(self) -> list[Transfer]:
+        """Transfers asked for and not reported yet."""
+        return [t for t in self.transfers.values() if t.reported is None]
+
+    def idle(self) -> bool:
+        return not self.in_flight()
+
+
 @dataclass
-class OffloadingWorkerFeeder:
+class OffloadingWorkerFeeder(TransferLedger):
     """OffloadingConnector's worker half as its scheduler half sees it: the step's jobs run, finished on a
     ``Timing``, reported in a ``KVConnectorOutput`` as vLLM's runner reports them. Moves no bytes.
 
@@ -179,13 +192,6 @@ class OffloadingWorkerFeeder:
     step_index: int = -1
     _deferred: list[int] = field(default_factory=list)  # stores to submit at the next step's start
     _submitted: dict[str, int] = field(default_factory=lambda: {"store": 0, "load": 0})
-
-    def in_flight(self) -> list[Transfer]:
-        """Transfers asked for and not reported yet."""
-        return [t for t in self.transfers.values() if t.reported is None]
-
-    def idle(self) -> bool:
-        return not self.in_flight()
 
     def step(self, scheduler_output: SchedulerOutput) -> KVConnectorOutput:
         """One model-runner step of the worker half; returns the step's ``KVConnectorOutput``."""

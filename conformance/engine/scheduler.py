@@ -226,16 +226,17 @@ class SchedulerDriver:
 
     def _update(self, output: SchedulerOutput, runner_output: ModelRunnerOutput, number: int) -> None:
         kv_output = runner_output.kv_connector_output
-        sending = _reported(kv_output, "finished_sending")
+        sending, recving = _reported(kv_output, "finished_sending"), _reported(kv_output, "finished_recving")
         with at_step(f"step {number} (update_from_output)"):
-            with self._reports_judged(kv_output, number), vllm_assertions_translated(self.answers):
+            with self._reports_judged(sending, recving, number), vllm_assertions_translated(self.answers):
                 self.scheduler.update_from_output(output, runner_output)
             self._check_sends_freed(sending, number)
         self.outputs.append(output)
 
     @contextmanager
-    def _reports_judged(self, kv_output: KVConnectorOutput | None, number: int) -> Iterator[None]:
-        """Run vLLM's update on the worker's report of finished transfers, judged first (``TransferReports``).
+    def _reports_judged(self, sending: set[str], recving: set[str], number: int) -> Iterator[None]:
+        """Run vLLM's update on the worker's report of finished transfers (``sending``, ``recving``), judged first
+        (``TransferReports``).
 
         A wrong report fails as a ContractViolation naming the worker, the step, the channel and the requests, after
         the update ran as the engine core would run it: where vLLM's scheduler trips an assertion of its own on the
@@ -243,7 +244,6 @@ class SchedulerDriver:
         if self.connector is None:
             yield
             return
-        sending, recving = _reported(kv_output, "finished_sending"), _reported(kv_output, "finished_recving")
         problem = self.transfers.take(sending, recving, f"step {number}")
         if problem is None:
             yield

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..vllm_install import api as vllm_api
-from .offloading_worker_feeder import Ask, FeederMismatch, JobId, Timing, Transfer
+from .offloading_worker_feeder import Ask, FeederMismatch, JobId, Timing, Transfer, TransferLedger
 
 if TYPE_CHECKING:
     from vllm.v1.core.sched.output import SchedulerOutput
@@ -68,7 +68,7 @@ def simple_asks(metadata: object, owner: Owner) -> list[Ask]:
 
 
 @dataclass
-class SimpleOffloadWorkerFeeder:
+class SimpleOffloadWorkerFeeder(TransferLedger):
     """SimpleCPUOffloadWorker as its scheduler half sees it (the module docstring gives the order)."""
 
     timing: Timing
@@ -81,13 +81,6 @@ class SimpleOffloadWorkerFeeder:
     _pending: dict[str, set[int]] = field(default_factory=lambda: {k: set() for k in KINDS})
     _hwm: dict[str, int] = field(default_factory=lambda: {k: -1 for k in KINDS})
     _launches: dict[str, int] = field(default_factory=lambda: {k: 0 for k in KINDS})
-
-    def in_flight(self) -> list[Transfer]:
-        """Transfers asked for and not reported yet."""
-        return [t for t in self.transfers.values() if t.reported is None]
-
-    def idle(self) -> bool:
-        return not self.in_flight()
 
     def step(self, scheduler_output: SchedulerOutput) -> KVConnectorOutput:
         """One model-runner step of the worker half; returns the step's ``KVConnectorOutput``."""
