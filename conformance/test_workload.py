@@ -24,6 +24,7 @@ import pytest
 
 from kvconform.conformance.connectors.requirements import refusals_skip, run_only_its_scenarios
 from kvconform.conformance.engine.kvcache import CacheShape
+from kvconform.conformance.workload.profile_scenarios import profile_scenarios
 from kvconform.conformance.workload.scenarios import EXERCISES, WORKLOAD_SCENARIOS
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ def _run(workload_rig: MakeWorkloadRig, spec: WorkloadSpec) -> WorkloadReport:
 @pytest.mark.parametrize("scenario", list(WORKLOAD_SCENARIOS))
 def test_workload_scenario(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, scenario: str,
                            workload_rig: MakeWorkloadRig) -> None:
-    run_only_its_scenarios(subject, scenario, WORKLOAD_SCENARIOS, f"the {scenario} scenario")
+    run_only_its_scenarios(subject, scenario, profile_scenarios(), f"the {scenario} scenario")
     spec = WORKLOAD_SCENARIOS[scenario]
     report = _run(workload_rig, spec)
     assert report.verified_loaded_tokens > 0, (
@@ -90,7 +91,7 @@ def test_workload_scenario(platform: PlatformSpec, attn_backend: str, subject: C
 def test_workload_generated(platform: PlatformSpec, attn_backend: str, subject: ConnectorParam, prefill: str,
                             workload_rig: MakeWorkloadRig, request: pytest.FixtureRequest) -> None:
     """Generated workloads, the first anchored to a verified load; a failure prints its spec and the replay command."""
-    run_only_its_scenarios(subject, None, WORKLOAD_SCENARIOS, "generated workloads")
+    run_only_its_scenarios(subject, None, profile_scenarios(), "generated workloads")
     from kvconform.conformance.session.options import NORMAL_EXAMPLES
     from kvconform.conformance.workload.strategies import seeded_workloads
 

@@ -50,6 +50,7 @@ NO_VLLM = (
     "engine/test_affinity.py",
     "engine/test_check_failure.py",
     "engine/test_closing.py",
+    "engine/test_published.py",
     "engine/test_scheduler_outputs.py",
     "engine/test_transfer_reports.py",
     "engine/test_vllm_assertions_paths.py",
@@ -128,7 +129,7 @@ ONE_RELEASE_TESTS = ("gate/", "reliability/", "pipelines/", "smoke/", "connector
                      "checks/test_scheduler_paths_catches.py", "checks/test_offloading_sliding_catches.py",
                      "checks/test_offloading_stats_catches.py", "checks/test_offloading_eviction_catches.py",
                      "checks/test_simple_offload_catches.py", "checks/test_example_resume_catches.py",
-                     "checks/test_hybrid_prefill_catches.py",
+                     "checks/test_hybrid_prefill_catches.py", "checks/test_offloading_chunks_catches.py",
                      # kvconform's own machinery run on a real suite: held reports and background shutdowns, the
                      # CLI and options, coverage combined across workers, the report's reading of real sessions,
                      # the plugin inert elsewhere, expectations under xdist

@@ -7,9 +7,10 @@ block (checks/half_families.py, ``kv_events``), ``HalfEvents`` holds what the pu
 by the end of the ``update_from_output`` that tells vLLM's scheduler a store finished, one ``BlockStored`` per block
 it stored, naming the block as vLLM's KV cache manager names it (the request's block hash, its parent's hash, its
 tokens, the block size), so a router can place it as it places the GPU tier's blocks; nothing stored twice that was
-stored once; and a ``BlockRemoved`` names only a block an earlier ``BlockStored`` named (offload_events.py's rule).
-The hashes compare in both forms vLLM publishes (bytes, or the 64-bit int ``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES``
-asks for).
+stored once. The hashes compare in both forms vLLM publishes (bytes, or the 64-bit int
+``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES`` asks for). That a ``BlockRemoved`` names only a block an earlier
+``BlockStored`` named is the scheduler driver's rule, judged for every connector at every step (engine/published.py),
+not here.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .offload_events import HASH_MASK, REMOVED, STORED, BlockEvent, on_connector_events, published_blocks
+from .offload_events import HASH_MASK, STORED, on_connector_events
 
 if TYPE_CHECKING:
     from vllm.v1.core.sched.scheduler import Scheduler
@@ -75,22 +76,6 @@ def block_stored_problem(block: StoredBlock, event: Any, block_size: int) -> str
             f"prefix a block holds from these, as from the KV cache manager's own events")
 
 
-def removed_unstored(events: list[BlockEvent]) -> str | None:
-    """None when each ``BlockRemoved`` (in publishing order) names a block an earlier ``BlockStored`` named and no
-    removal since took back; else the first that does not, in words (offload_events.removals_problem's rule)."""
-    held: set[tuple[int | None, str | None, bytes | int]] = set()
-    for event in events:
-        place = (event.group, event.medium, event.block)
-        if event.kind == STORED:
-            held.add(place)
-        elif event.kind == REMOVED and place not in held:
-            return (f"KV events: vLLM's event publisher was handed a {event}, a block no earlier BlockStored of the "
-                    f"connector named: a router is told to drop a block it was never told of")
-        else:
-            held.discard(place)
-    return None
-
-
 class HalfEvents:
     """What one scheduler's publisher was handed of its connector's events, against the stores it owes them for."""
 
@@ -120,7 +105,7 @@ class HalfEvents:
 
     def problem(self) -> str | None:
         """Each owed block matched to one published ``BlockStored`` and held to ``block_stored_problem``; then no
-        ``BlockStored`` left over and no ``BlockRemoved`` of a block never stored. None, or what is wrong in words."""
+        ``BlockStored`` left over. None, or what is wrong in words."""
         for step, block in self.owed:
             event = next((e for e in self._unmatched if e.block_hashes and e.block_hashes[-1] in
                           hash_forms(block.block_hash)), None)
@@ -139,7 +124,7 @@ class HalfEvents:
             return (f"KV events: vLLM's event publisher was handed a BlockStored of {event.block_hashes!r} that no "
                     f"store reported finished accounts for ({len(self._unmatched)} such event(s)): a block announced "
                     f"twice, or before its store finished")
-        return removed_unstored([block for _, event in self.published for block in published_blocks(event)])
+        return None
 
     def _describe_published(self) -> str:
         kinds = [type(event).__name__ for _, event in self.published]

@@ -13,9 +13,11 @@ watches the manager's ``prepare_store`` (the keys it evicted, for which request)
 it stored), which vLLM's offloading API defines for every medium, and what the publisher was handed besides the KV
 cache manager's own events. Blocks are compared as vLLM's default payload names them: the offload key's block hash
 (bytes, or the 64-bit int ``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES`` asks for), its KV cache group and the manager's
-medium. A connector without such a manager has no ground truth here; its events are still held to one rule: a
-``BlockRemoved`` names only blocks an earlier ``BlockStored`` of it named. A manager on a tier vLLM's CPU spec sizes is
-also held to the tier's room, store by store (``offload_tier.py``): the eviction counts its events announce.
+medium. A connector without such a manager has no ground truth here. The rules that need none (a ``BlockRemoved``
+names only blocks announced stored, none announced twice, every event taken is published in its step) are the
+scheduler driver's, judged for every connector at every step of every check (engine/published.py), not here. A
+manager on a tier vLLM's CPU spec sizes is also held to the tier's room, store by store (``offload_tier.py``): the
+eviction counts its events announce.
 """
 
 from __future__ import annotations
@@ -106,8 +108,7 @@ class EventsRecord:
 
     def __init__(self) -> None:
         self.changes: list[ManagerChange] = []  # what the watched managers owe, in order
-        self.published: list[tuple[str, int, BlockEvent]] = []  # (engine, step, event) of connectors' events
-        self.unwatched: list[tuple[str, int, BlockEvent]] = []  # the same, of engines without a watched manager
+        self.published: list[tuple[str, int, BlockEvent]] = []  # (engine, step, event) of watched connectors' events
         self.engine, self.step = "", 0
         self._managers: dict[int, Any] = {}
         self._tiers: list[TierRoom] = []  # the room of each watched manager's tier, where vLLM's CPU spec sizes it
@@ -129,13 +130,15 @@ class EventsRecord:
                 self._tiers[-1].watch(manager)
             self._watch_manager(manager)
 
+        if manager is None:  # nothing to hold its events to here: the driver's rules judge them (engine/published.py)
+            return
+
         def published(events: list[Any]) -> None:
-            bucket = self.published if manager is not None else self.unwatched
             for event in events:
                 blocks = published_blocks(event)
-                if manager is not None and _medium_of(manager) is None:  # a medium the manager does not say
+                if _medium_of(manager) is None:  # a medium the manager does not say
                     blocks = [replace(block, medium=None) for block in blocks]
-                bucket.extend((self.engine, self.step, block) for block in blocks)
+                self.published.extend((self.engine, self.step, block) for block in blocks)
 
         on_connector_events(scheduler, published)
 
@@ -171,7 +174,7 @@ class EventsRecord:
     def problem(self) -> str | None:
         """What went wrong so far, in words naming the step, the request and the event; None if nothing."""
         tiers = next((tier.problem for tier in self._tiers if tier.problem), None)
-        return tiers or changes_problem(self.changes, self.published) or removals_problem(self.unwatched)
+        return tiers or changes_problem(self.changes, self.published)
 
     def followed(self) -> int:
         """Manager changes whose events reached the publisher (all of them, while ``problem`` says nothing)."""
@@ -231,18 +234,3 @@ def changes_problem(changes: list[ManagerChange], published: list[tuple[str, int
                 f"announced twice, or one the connector never stored")
     return None
 
-
-def removals_problem(published: list[tuple[str, int, BlockEvent]]) -> str | None:
-    """A connector without a watched manager: a ``BlockRemoved`` names only a block its earlier events stored."""
-    held: Counter[tuple[int | None, str | None, bytes | int]] = Counter()
-    for engine, step, event in published:
-        place = (event.group, event.medium, event.block)
-        if event.kind == STORED:
-            held[place] += 1
-        elif held[place] > 0:
-            held[place] = 0
-        else:
-            return (f"KV events: in step {step} of the {engine} engine vLLM's event publisher was handed {event}, "
-                    f"a block no earlier BlockStored of the connector named: a router is told to drop a block it "
-                    f"was never told of")
-    return None

@@ -34,7 +34,7 @@ from ..vllm_install import api as vllm_api
 from .roundtrip import computed_locally
 
 if TYPE_CHECKING:
-    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1
+    from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
     from vllm.v1.core.sched.output import SchedulerOutput
     from vllm.v1.outputs import KVConnectorOutput
 
@@ -112,10 +112,9 @@ def publish_handshake(side: EngineStandIn) -> None:
         side.scheduler.connector.set_xfer_handshake_metadata_pp_aware({(0, 0): metadata})
 
 
-def expired_requests(connector: KVConnectorBase_V1) -> int:
-    """Requests this connector released on lease expiry since it was last asked (its stats reset, as vLLM's
-    runner has them each step)."""
-    stats = connector.get_kv_connector_stats() if hasattr(connector, "get_kv_connector_stats") else None
+def expired_requests(stats: KVConnectorStats | None) -> int:
+    """Requests a worker released on lease expiry in one step, as its stats in that step's ``KVConnectorOutput`` (the
+    runner's ``get_kv_connector_stats``, which resets them) count them."""
     data = getattr(stats, "data", None) or {}
     return sum(len(data.get(counter) or ()) for counter in EXPIRY_COUNTERS)
 
@@ -124,8 +123,8 @@ def expired_requests(connector: KVConnectorBase_V1) -> int:
 class SideLog:
     """Stands between a side's scheduler and its worker: what the side told vLLM, step by step.
 
-    Each step's ``KVConnectorOutput`` (received, failed receives, blocks that failed to load)
-    and the connector's stats, which vLLM's runner collects every step. It also keeps the
+    Each step's ``KVConnectorOutput`` (received, failed receives, blocks that failed to load,
+    and the worker's stats, which vLLM's runner collects every step). It also keeps the
     block ids of requests that hold blocks while waiting for remote KV (the scheduler driver
     records only scheduled requests).
     """
@@ -164,7 +163,7 @@ class SideLog:
             self.received[request_id] = self.steps
             if self.on_received is not None:
                 self.on_received(request_id, self.steps)
-        self.expired += expired_requests(self.side.runner.connector)
+        self.expired += expired_requests(output.kv_connector_stats)
         return output
 
 

@@ -6,7 +6,9 @@ publisher unless ``kv_events_config`` enables one; it is handed the batch either
 batches to know which engine holds which blocks: an event a wrapper leaves in a child, or publishes twice, is a
 block the router never learns of, or counts twice. Per step (one ``update_from_output``) ``EventsRecord`` keeps
 what each child's ``take_events`` gave, what the publisher was handed, and what each child still held after the
-step (asked on the child's own method, past the wrapper); ``events_problem`` judges them.
+step (asked on the child's own method, past the wrapper); ``events_problem`` judges them. What the wrapper's own
+``take_events()`` hands vLLM (removals of blocks announced, published in the step) the scheduler driver judges for
+every connector (engine/published.py); here, that it carries every child's events.
 """
 
 from __future__ import annotations

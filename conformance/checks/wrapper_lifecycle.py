@@ -21,13 +21,15 @@ what that caller relies on, against what the children answer themselves:
 * a shutdown reaches every child even when one raises, and the caller sees that child's error.
 
 Then what the children report, carried back to vLLM (``run_reports``: a prompt stored, then hit, through vLLM's
-Scheduler with its stats on and failed loads recomputed, the runner reporting the worker's stats each step as vLLM's
-runner does):
+Scheduler with its stats on, as a served engine's are, and failed loads recomputed, the runner reporting the worker's
+stats each step as vLLM's runner does):
 
 * each child's scheduler side is handed exactly the worker metadata its own worker built;
 * a finished request's ``kv_transfer_params`` carry every child's own;
 * vLLM's stats logger (``KVConnectorLogging``) summarizes, per child class, what those children reported
-  themselves, and its Prometheus logger exports what they would export;
+  themselves, and its Prometheus logger exports what they would export (that vLLM's scheduler returns the worker's
+  and the scheduler side's stats together, each step, is the scheduler driver's rule: engine/published.py; here,
+  that the wrapper's stats carry every child's);
 * every KV event a child produced reaches vLLM's event publisher once, in the step it was taken
   (``wrapper_events``);
 * every block a child's worker reports failed to load reaches vLLM's scheduler that step, which recomputes the
@@ -50,7 +52,6 @@ from ..engine.affinity import restore_harness_affinity
 from ..engine.check_failure import CheckFailure
 from ..engine.distributed import single_rank_parallel_state
 from ..engine.rig import EngineStandIn, Rig
-from ..engine.runner import ModelRunnerStandIn
 from ..engine.scheduler_outputs import ReturnedOutputs
 from ..engine.side_channel import HOST, reserved_port, serve_handshake
 from ..vllm_install import api as vllm_api
@@ -60,7 +61,6 @@ from .wrapper_load_failures import LoadFailureRecord, load_failures_problem
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
     from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1
-    from vllm.v1.core.sched.output import SchedulerOutput
     from vllm.v1.outputs import KVConnectorOutput
 
 # The env vars vLLM's NIXL scheduler side reads for the side channel it listens on (a child may be NIXL).
@@ -412,11 +412,9 @@ def run_shutdown(rig: Rig) -> None:
 # --- what the children report, carried to vLLM: worker metadata, transfer stats, metrics, KV events, failed loads ---
 
 class ReportsRig(Rig):
-    """A rig whose engines' scheduler collects stats, as a vLLM engine that logs them does, and recomputes the blocks
-    a connector failed to load (``kv_load_failure_policy``), so the request goes on and its other reports are judged
-    too."""
+    """A rig whose engines recompute the blocks a connector failed to load (``kv_load_failure_policy``), so the
+    request goes on and its other reports are judged too."""
 
-    log_stats: ClassVar[bool] = True
     load_failure_policy: ClassVar[str] = "recompute"
 
     def vllm_config(self, role: str) -> VllmConfig:
@@ -424,19 +422,6 @@ class ReportsRig(Rig):
         assert config.kv_transfer_config is not None, "a rig's config always names the connector under test"
         config.kv_transfer_config.kv_load_failure_policy = self.load_failure_policy  # type: ignore[assignment]
         return config
-
-
-@dataclass
-class StatsReportingRunner:
-    """The model runner's report of a step with the worker's transfer stats in it, which vLLM's runner
-    (``KVConnectorModelRunnerMixin``) asks the connector for after each step's forward."""
-
-    runner: ModelRunnerStandIn
-
-    def step(self, scheduler_output: SchedulerOutput) -> KVConnectorOutput:
-        output = self.runner.step(scheduler_output)
-        output.kv_connector_stats = self.runner.connector.get_kv_connector_stats()
-        return output
 
 
 @dataclass
@@ -521,8 +506,9 @@ class NothingReported(Exception):
 
 
 def run_reports(rig: Rig, prompt: list[int]) -> None:
-    """The same prompt run twice through vLLM's Scheduler (stored, then a hit), the runner reporting stats each step;
-    then what the children reported held against what vLLM's callers got through the wrapper."""
+    """The same prompt run twice through vLLM's Scheduler (stored, then a hit), the runner reporting the worker's
+    stats each step as vLLM's does; then what the children reported held against what vLLM's callers got through the
+    wrapper."""
     label = rig.connector.name
     with lifecycle_engine(rig) as served:
         engine = served.engine
@@ -531,13 +517,12 @@ def run_reports(rig: Rig, prompt: list[int]) -> None:
         reports = ChildReports(ReturnedOutputs(engine.scheduler))
         reports.watch(workers, schedulers)
         events, load_failures = EventsRecord(engine.scheduler, schedulers), LoadFailureRecord(engine.scheduler, workers)
-        runner = StatsReportingRunner(engine.runner)
         engine.scheduler.add("reports-stored", prompt)
-        engine.scheduler.run(runner)
+        engine.scheduler.run(engine.runner)
         # vLLM's own prefix cache dropped (as a reset does), so the prompt's second run is a hit of the connector's
         engine.scheduler.scheduler.reset_prefix_cache()
         engine.scheduler.add("reports-hit", prompt)
-        engine.scheduler.run(runner)
+        engine.scheduler.run(engine.runner)
         if not (reports.reported() or events.produced() or load_failures.reported()):
             raise NothingReported(f"{label}: no child reports worker metadata, transfer stats, kv_transfer_params, KV "
                                   f"events or failed loads, so there is nothing for the wrapper to carry to vLLM")

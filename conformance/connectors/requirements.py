@@ -130,18 +130,18 @@ def pair_mismatch(connector: ConnectorParam, marker: pytest.Mark | None) -> str 
 
 def run_only_its_scenarios(connector: ConnectorParam, scenario: str | None, known: Collection[str],
                            what: str) -> None:
-    """A profile naming its workload scenarios (``scenarios``: settings that serve one situation, such as a tier small
-    enough to evict) runs those alone: a skip for ``what`` (any other scenario, ``scenario`` None: a test that is no
-    scenario), a failure for a name no scenario of ``known`` has."""
+    """A profile naming its scenarios (``scenarios``: settings that serve one situation, such as a tier small enough
+    to evict) runs those alone: a skip for ``what`` (any other scenario or situation, ``scenario`` None: a test that
+    is neither), a failure for a name ``known`` (``workload/profile_scenarios.py``) does not hold."""
     named = connector.profile.scenarios
     if named is None:
         return
     unknown = [name for name in named if name not in known]
     if unknown:
-        pytest.fail(f"{connector.id}: its profile's scenarios name {', '.join(unknown)}, no workload scenario; "
-                    f"known: {', '.join(known)}", pytrace=False)
+        pytest.fail(f"{connector.id}: its profile's scenarios name {', '.join(unknown)}, no workload scenario or "
+                    f"sliding-window hit situation; known: {', '.join(known)}", pytrace=False)
     if scenario not in named:
-        pytest.skip(f"{connector.id}: its profile's settings serve the {', '.join(named)} workload scenario(s) only: "
+        pytest.skip(f"{connector.id}: its profile's settings serve the {', '.join(named)} scenario(s) only: "
                     f"{what} not run")
 
 

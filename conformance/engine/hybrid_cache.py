@@ -22,7 +22,7 @@ from . import kvcache
 from .backends import metadata_instance, metadata_type_of_builder
 from .block_sizes import adopt_engine_block_sizes
 from .check_failure import CheckFailure
-from .model import HEAD_SIZE, NUM_KV_HEADS
+from .model import HEAD_SIZE
 from .rig import ConnectorRefused, EngineStandIn, Rig, refusal_as
 from .runner import ModelRunnerStandIn
 from .scheduler import SchedulerDriver
@@ -48,7 +48,8 @@ def _attention_kwargs(vllm_config: VllmConfig) -> dict[str, Any]:
     get_kv_quant_mode = vllm_api.find("get_kv_quant_mode")
 
     cache = vllm_config.cache_config
-    return dict(block_size=cache.block_size, num_kv_heads=NUM_KV_HEADS, head_size=HEAD_SIZE,
+    heads = vllm_config.model_config.get_num_kv_heads(vllm_config.parallel_config)  # a TP rank's share, at least 1
+    return dict(block_size=cache.block_size, num_kv_heads=heads, head_size=HEAD_SIZE,
                 dtype=get_kv_cache_torch_dtype(cache.cache_dtype, vllm_config.model_config.dtype),
                 kv_quant_mode=get_kv_quant_mode(cache.cache_dtype))
 
@@ -83,14 +84,16 @@ def _mamba_spec(vllm_config: VllmConfig, shapes: Iterable[tuple[int, ...]], dtyp
 
 
 def _mamba2(vllm_config: VllmConfig) -> KVCacheSpec:
-    """Mamba2 (conv state, ssm state): a tiny layer, intermediate 16, 2 heads of 8, state 8, kernel 4."""
+    """Mamba2 (conv state, ssm state): a tiny layer, intermediate 16, 2 heads of 8, state 8, kernel 4, a TP rank's
+    share of it."""
     MambaStateShapeCalculator = vllm_api.find("MambaStateShapeCalculator")
     MambaStateDtypeCalculator = vllm_api.find("MambaStateDtypeCalculator")
     MambaAttentionBackendEnum = vllm_api.find("MambaAttentionBackendEnum")
 
     cache = vllm_config.cache_config
     shapes = MambaStateShapeCalculator.mamba2_state_shape(
-        tp_world_size=1, intermediate_size=16, n_groups=1, num_heads=2, head_dim=8, state_size=8, conv_kernel=4)
+        tp_world_size=vllm_config.parallel_config.tensor_parallel_size, intermediate_size=16, n_groups=1, num_heads=2,
+        head_dim=8, state_size=8, conv_kernel=4)
     dtypes = MambaStateDtypeCalculator.mamba2_state_dtype(
         vllm_config.model_config.dtype, cache.mamba_cache_dtype, cache.mamba_ssm_cache_dtype)
     return _mamba_spec(vllm_config, shapes, dtypes, MambaAttentionBackendEnum.MAMBA2)
@@ -280,7 +283,7 @@ def build(vllm_config: VllmConfig, kinds: tuple[str, ...], device: str, registra
                         vllm_config.cache_config.cache_dtype)
 
 
-def _layer_metadata(caches: HybridCaches, backend: str) -> dict[str, object]:
+def layer_metadata(caches: HybridCaches, backend: str) -> dict[str, object]:
     """Per-layer attention metadata of each layer's own backend type, as the forward context holds it."""
     MambaAttentionBackendEnum = vllm_api.find("MambaAttentionBackendEnum")
 
@@ -320,7 +323,7 @@ def engine_over(rig: Rig, config: VllmConfig, kinds: tuple[str, ...], registrati
         kvcache.fill_random(caches.pages, fill_seed)
     if before_register is not None:
         before_register(caches)
-    metadata = _layer_metadata(caches, rig.effective_backend)
+    metadata = layer_metadata(caches, rig.effective_backend)
     with refusal_as(ConnectorRefused, rig.connector):
         runner = ModelRunnerStandIn(config, caches.kv_cache_config, caches.registered, rig.connector.name,
                                     rig.device, metadata, attention_layers=caches.attention_layers())

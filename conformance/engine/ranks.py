@@ -6,10 +6,11 @@ connector asks vLLM's parallel state for its rank and world size when it is buil
 The engine core's half stays in the test process (vLLM's real ``Scheduler`` and the connector's scheduler side);
 each rank is a process of its own (forked from a server process that imported vLLM once) that builds vLLM's
 distributed state for its rank (gloo over a file rendezvous, the ``VLLM_DIST_IDENT`` vLLM's CPU worker sets before
-it), its share of the caches (``num_kv_heads / tp`` heads; an MLA latent is replicated) and the worker-side
-connector (``ModelRunnerStandIn``), then runs each ``SchedulerOutput`` the core broadcasts. The ranks'
-``KVConnectorOutput``s are combined by vLLM's ``KVOutputAggregator``, as the executor combines them: a request is
-finished only when every rank says so. Every wait has a bound.
+it), its share of the caches (``num_kv_heads / tp`` heads, at least one: past the head count ranks hold replicas of
+a head; an MLA latent is replicated) and the worker-side connector (``ModelRunnerStandIn``), then runs each
+``SchedulerOutput`` the core broadcasts. The ranks' ``KVConnectorOutput``s are combined by vLLM's
+``KVOutputAggregator``, as the executor combines them: a request is finished only when every rank says so. Every wait
+has a bound.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..vllm_install import api as vllm_api
-from . import closing, kvcache
+from . import closing, hybrid_cache, kvcache
 from .affinity import restore_harness_affinity
 from .backends import metadata_instance
 from .check_failure import CheckFailure
@@ -65,22 +66,67 @@ class RankFailure(CheckFailure):
     rank raised, that rank's traceback."""
 
 
-def rank_attention_spec(rig: Rig, tensor_parallel_size: int) -> AttentionSpec:
-    """One rank's share of a layer's cache: its heads (vLLM divides KV heads by the TP size), or the whole MLA latent,
-    which every rank holds."""
+def rank_attention_spec(rig: Rig, vllm_config: VllmConfig) -> AttentionSpec:
+    """One rank's share of a layer's cache: its KV heads as vLLM's model config counts them for the config's TP size
+    (the heads divided by it, but at least one: past the head count each rank holds a replica of one head), or the
+    whole MLA latent, which every rank holds."""
     spec = rig.attention_spec()
     if rig.shape.mla:
         return spec
-    return replace(spec, num_kv_heads=spec.num_kv_heads // tensor_parallel_size)
+    return replace(spec, num_kv_heads=vllm_config.model_config.get_num_kv_heads(vllm_config.parallel_config))
 
 
-def rank_kv_cache_config(rig: Rig, vllm_config: VllmConfig, tensor_parallel_size: int) -> KVCacheConfig:
-    spec = rank_attention_spec(rig, tensor_parallel_size)
+def rank_kv_cache_config(rig: Rig, vllm_config: VllmConfig) -> KVCacheConfig:
+    spec = rank_attention_spec(rig, vllm_config)
     return kvcache.build_kv_cache_config(vllm_config, [(rig.layer_names(), spec)], rig.num_blocks)
 
 
-def _expired(connector: Any) -> int:
-    stats = connector.get_kv_connector_stats() if hasattr(connector, "get_kv_connector_stats") else None
+def first_kv_head(vllm_config: VllmConfig, rank: int) -> int:
+    """The first of the model's KV heads that ``rank`` holds: vLLM's QKV weight loader gives rank ``r`` of TP ``t``
+    over ``k`` heads the shard starting at head ``r * k // t`` (past ``t == k``, ``t / k`` ranks hold each head)."""
+    heads = vllm_config.model_config.get_total_num_kv_heads()
+    return int(rank * heads // vllm_config.parallel_config.tensor_parallel_size)
+
+
+@dataclass
+class RankCaches:
+    """One rank's caches: the KV cache config its connector gets, what it registers, every layer's view of the
+    allocation (``kvcache.allocate``'s), each layer's attention metadata, and its attention layers (None: all)."""
+
+    kv_cache_config: KVCacheConfig
+    registered: dict[str, Any]
+    pages: dict[str, Any]
+    metadata: dict[str, object]
+    attention_layers: list[str] | None = None
+
+    def attention_views(self) -> dict[str, Any]:
+        """The attention layers' ``[B, H, N, C]`` views, which the parent reads back."""
+        names = self.attention_layers if self.attention_layers is not None else list(self.pages)
+        return {name: self.pages[name] for name in names}
+
+
+def rank_caches(rig: Rig, vllm_config: VllmConfig, kinds: tuple[str, ...]) -> RankCaches:
+    """A rank's caches, unfilled, sized for ``vllm_config``'s TP size: attention layers alone (``kinds`` empty), or
+    ``hybrid_cache.py``'s hybrid cache of ``kinds`` (vLLM's hybrid configuration applied to ``vllm_config``)."""
+    if not kinds:
+        kv_cache_config = rank_kv_cache_config(rig, vllm_config)
+        caches = kvcache.allocate(kv_cache_config, vllm_config, rig.device)
+        metadata = {name: metadata_instance(rig.effective_backend) for name in rig.layer_names()}
+        return RankCaches(kv_cache_config, caches, caches, metadata)
+    hybrid_cache.configure_hybrid(vllm_config, rig.connector, kinds)
+    built = hybrid_cache.build(vllm_config, kinds, rig.device, "pages")
+    return RankCaches(built.kv_cache_config, built.registered, built.pages,
+                      hybrid_cache.layer_metadata(built, rig.effective_backend), built.attention_layers())
+
+
+def rank_fill_seed(rig: Rig, vllm_config: VllmConfig, rank: int, fill_seed: int) -> int:
+    """The seed of a rank's random caches: one per first KV head, so ranks holding replicas of one head hold the same
+    bytes, as a model's replicated heads would; an MLA latent is alike on every rank."""
+    return fill_seed if rig.shape.mla else fill_seed + first_kv_head(vllm_config, rank)
+
+
+def _expired(stats: Any) -> int:
+    """Requests a rank released on lease expiry in one step, as its step's stats (``KVConnectorOutput``) count them."""
     data = getattr(stats, "data", None) or {}
     return sum(len(data.get(counter) or ()) for counter in EXPIRY_COUNTERS)
 
@@ -94,7 +140,7 @@ def remove_shared_memory(ident: str) -> None:
 
 
 def _serve_rank(conn: Connection, rig: Rig, role: str, rank: int, world: int, rendezvous: str,
-                environ: dict[str, str], fill_seed: int) -> None:
+                environ: dict[str, str], fill_seed: int, kinds: tuple[str, ...]) -> None:
     """A rank process: vLLM's world of ``world`` at ``rank``, this rank's caches and worker-side connector, then
     the parent's requests until it says close."""
     from vllm.config import set_current_vllm_config
@@ -104,27 +150,28 @@ def _serve_rank(conn: Connection, rig: Rig, role: str, rank: int, world: int, re
     try:
         os.environ.update(environ)
         os.environ[DIST_IDENT_VAR] = os.path.basename(rendezvous)
+        vllm_api.find("get_conv_state_layout").cache_clear()  # read from ``environ``, as a fresh process would
         config = rig.vllm_config(role)
         with set_current_vllm_config(config):
             vllm_api.find("init_distributed_environment")(world_size=world, rank=rank, local_rank=0, backend="gloo",
                                                           distributed_init_method=f"file://{rendezvous}")
             vllm_api.find("ensure_model_parallel_initialized")(world, 1)
         try:
-            kv_cache_config = rank_kv_cache_config(rig, config, world)
-            caches = kvcache.allocate(kv_cache_config, config, rig.device)
-            kvcache.fill_random(caches, fill_seed if rig.shape.mla else fill_seed + rank)  # MLA: replicated latent
-            metadata = {name: metadata_instance(rig.effective_backend) for name in rig.layer_names()}
+            caches = rank_caches(rig, config, kinds)
+            kvcache.fill_random(caches.pages, rank_fill_seed(rig, config, rank, fill_seed))
             with set_current_vllm_config(config), restore_harness_affinity():
-                runner = ModelRunnerStandIn(config, kv_cache_config, caches, rig.connector.name, rig.device, metadata)
+                runner = ModelRunnerStandIn(config, caches.kv_cache_config, caches.registered, rig.connector.name,
+                                            rig.device, caches.metadata, attention_layers=caches.attention_layers)
             conn.send(("ready", runner.connector.get_handshake_metadata()))
             while True:
                 request, argument = conn.recv()
                 if request == "step":
                     with set_current_vllm_config(config):
                         output = runner.step(argument)
-                    conn.send(("output", (output, _expired(runner.connector))))
+                    conn.send(("output", (output, _expired(output.kv_connector_stats))))
                 elif request == "caches":
-                    conn.send(("caches", {name: view.cpu().clone() for name, view in caches.items()}))
+                    conn.send(("caches", {name: view.cpu().clone()
+                                          for name, view in caches.attention_views().items()}))
                 else:  # "close"
                     runner.shutdown()
                     conn.send(("closed", None))
@@ -197,7 +244,7 @@ class RankedWorkers:
         return kv_output
 
     def caches(self) -> list[dict[str, Any]]:
-        """Each rank's layer views, copied into this process."""
+        """Each rank's attention layers' views, copied into this process."""
         for conn in self.conns:
             conn.send(("caches", None))
         return [self._ask(rank, "for its caches") for rank in range(len(self.conns))]
@@ -223,10 +270,11 @@ def rank_context() -> multiprocessing.context.ForkServerContext:
 
 
 @contextmanager
-def ranked_engine(rig: Rig, role: str, environ: dict[str, str], fill_seed: int) -> Iterator[RankedEngine]:
-    """An engine of ``Rig.tensor_parallel_size`` ranks for ``role``, with ``environ`` set in every rank (the side
-    channel the engine serves its handshake on); its ranks closed and their world torn down when the context
-    exits."""
+def ranked_engine(rig: Rig, role: str, environ: dict[str, str], fill_seed: int,
+                  kinds: tuple[str, ...] = ()) -> Iterator[RankedEngine]:
+    """An engine of ``Rig.tensor_parallel_size`` ranks for ``role`` over ``rank_caches``' caches of ``kinds``, with
+    ``environ`` set in every rank (the side channel the engine serves its handshake on); its ranks closed and their
+    world torn down when the context exits."""
     world = rig.tensor_parallel_size
     name = f"{rig.connector.name}'s {role} (TP {world})"
     context = rank_context()
@@ -239,7 +287,8 @@ def ranked_engine(rig: Rig, role: str, environ: dict[str, str], fill_seed: int) 
         for rank in range(world):
             parent, child = context.Pipe()
             process = context.Process(target=_serve_rank, name=f"kvconform-rank-{rank}", daemon=True,
-                                      args=(child, portable, role, rank, world, rendezvous, environ, fill_seed))
+                                      args=(child, portable, role, rank, world, rendezvous, environ, fill_seed,
+                                            kinds))
             process.start()
             conns.append(parent)
             processes.append(process)
@@ -255,7 +304,9 @@ def ranked_engine(rig: Rig, role: str, environ: dict[str, str], fill_seed: int) 
         from vllm.config import set_current_vllm_config
 
         config = rig.vllm_config(role)
-        kv_cache_config = rank_kv_cache_config(rig, config, world)
+        kv_cache_config = rank_caches(rig, config, kinds).kv_cache_config
+        if kinds:  # the engine core's view: a group of one attention type over several page sizes is one spec there
+            kv_cache_config = vllm_api.find("generate_scheduler_kv_cache_config")([kv_cache_config])
         with set_current_vllm_config(config):
             scheduler = SchedulerDriver(config, kv_cache_config)
         from vllm.distributed.kv_transfer.kv_connector.utils import KVOutputAggregator

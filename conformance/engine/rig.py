@@ -20,6 +20,7 @@ from . import closing, kvcache, scheduler_class
 from .backends import MLA_BACKENDS, backend_class, metadata_instance
 from .kvcache import CacheShape, LayerCache
 from .model import MAX_MODEL_LEN, attention_layer_names
+from .published import PublishedBlocks
 from .runner import ModelRunnerStandIn
 from .scheduler import SchedulerDriver
 
@@ -144,8 +145,9 @@ class Rig:
     engine_id: str | None = None
     # the model runner stand-in to build (the bench swaps in a timed one)
     runner_class: ClassVar[type[ModelRunnerStandIn]] = ModelRunnerStandIn
-    # whether vLLM's Scheduler collects stats, as an engine that logs them does (the lifecycle check's reports)
-    log_stats: ClassVar[bool] = False
+    # the blocks the KV events of every engine over this storage announced (engine/published.py): engines sharing a
+    # tier evict each other's blocks; a copy of the rig (``replace``, the workload's peer) shares it too
+    published_blocks: PublishedBlocks = field(default_factory=PublishedBlocks, repr=False)
 
     def __post_init__(self) -> None:
         if self.shape.block_size is None:  # what vLLM's config would pick for this backend
@@ -250,7 +252,7 @@ class Rig:
         with refusal_as(ConnectorRefused, self.connector):
             runner = self.runner_class(config, kv_cache_config, caches, self.connector.name, self.device, metadata)
             with _shut_down_if_raised(runner):
-                scheduler = SchedulerDriver(config, kv_cache_config, log_stats=self.log_stats)
+                scheduler = SchedulerDriver(config, kv_cache_config, published_blocks=self.published_blocks)
         engine = EngineStandIn(config, kv_cache_config, caches, scheduler, runner)
         self.engines.append(engine)
         return engine

@@ -9,7 +9,13 @@ recorded so the checks can compare the claim with what was stored, and so an ``a
 of vLLM's scheduler that trips on them fails naming the connector's mistake
 (``vllm_assertions``). The worker's reports of finished transfers are judged, as each reaches ``update_from_output``,
 against those answers (``transfer_reports``: only kept sends and claimed asynchronous loads, each reported once),
-and so is what vLLM's scheduler did with a finished send (freed the request). With ``async_scheduling`` it is
+and so is what vLLM's scheduler did with a finished send (freed the request). What each update takes from the
+connector and publishes is judged too (``published``): the KV events its ``take_events()`` hands vLLM remove only
+blocks announced stored (the ledger shared by the engines over one storage: ``published_blocks``, a rig's), and
+reach the event publisher in that step; with ``log_stats`` (on by default, as in a served vLLM: the model-runner
+stand-in reports the worker's stats every step, as vLLM's runner does), the connector stats vLLM returns are the
+worker's and the scheduler side's together, and vLLM's stats logger can rebuild and summarize them
+(``stats_logged``). With ``async_scheduling`` it is
 vLLM's ``AsyncScheduler`` (the class the scheduler config names for that flag), stepped in the engine core's
 batch-queue order (``step_with_batch_queue``). A config that names a scheduler class
 (``SchedulerConfig.scheduler_cls``: ``scheduler_class``) gets that class, as the engine core gives it.
@@ -17,6 +23,7 @@ batch-queue order (``step_with_batch_queue``). A config that names a scheduler c
 
 from __future__ import annotations
 
+import copy
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -27,7 +34,15 @@ from typing import TYPE_CHECKING, Any
 from ..vllm_install import api as vllm_api
 from .block_sizes import engine_block_sizes
 from .promises import ContractViolation, at_step, enforce_promises, side_label
+from .published import (
+    PublishedBlocks,
+    StepPublication,
+    events_not_published,
+    returned_connector_stats,
+    stats_not_aggregated,
+)
 from .requests import Image, block_hasher, new_request
+from .stats_logged import StatsLog
 from .transfer_reports import TransferReports, sends_not_freed
 from .vllm_assertions import ConnectorAnswers, TrippedVllmAssertion, vllm_assertions_translated
 
@@ -80,6 +95,13 @@ def watch_partial_tails(connector: KVConnectorBase_V1, note: Callable[[Request, 
     connector.register_finished_partial_tail = watched
 
 
+def served_log_stats() -> bool:
+    """Whether a served vLLM's scheduler collects stats: the engine core builds it with ``log_stats = not
+    disable_log_stats``, and ``vllm serve`` takes ``EngineArgs``' default (on: False in vLLM 0.32). vLLM's offline
+    ``LLM`` turns them off unless asked, but a KV connector serves behind ``vllm serve``."""
+    return not vllm_api.find("EngineArgs").disable_log_stats
+
+
 def _reported(kv_output: KVConnectorOutput | None, channel: str) -> set[str]:
     return set(getattr(kv_output, channel, None) or ())
 
@@ -106,14 +128,22 @@ class SchedulerDriver:
     outputs: list[SchedulerOutput] = field(default_factory=list)
     # vLLM's AsyncScheduler, driven by step_with_batch_queue; the config's scheduler_config.async_scheduling says so
     async_scheduling: bool = False
-    # vLLM's Scheduler collects stats (the connector's, its prefix-cache hits and their sources) and returns them
-    log_stats: bool = False
+    # vLLM's Scheduler collects stats (the connector's, its prefix-cache hits and their sources) and returns them;
+    # by default as a served engine does (``served_log_stats``), so every step's are judged
+    log_stats: bool = field(default_factory=served_log_stats)
     # batches scheduled so far: the next is step ``steps`` (counted from 0, as the workload counts its steps)
     steps: int = field(default=0, init=False)
     # (output, the model runner's output, its step), newest first
     _batches: deque[tuple[SchedulerOutput, ModelRunnerOutput, int]] = field(default_factory=deque)
     # the transfers the connector's answers started, judged against the worker's reports (engine/transfer_reports.py)
     transfers: TransferReports = field(default_factory=TransferReports, init=False)
+    # the blocks the connector's KV events announced, shared by the engines over one storage (engine/published.py)
+    published_blocks: PublishedBlocks = field(default_factory=PublishedBlocks)
+    # what the update in progress took from the connector and handed on; None between updates
+    _publication: StepPublication | None = field(default=None, init=False)
+    _stream: int = field(default=0, init=False)  # this engine's number among those sharing ``published_blocks``
+    # vLLM's stats logger of this engine's connector stats (engine/stats_logged.py); None with stats off
+    _stats_log: StatsLog | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         scheduler_config = self.vllm_config.scheduler_config
@@ -145,6 +175,50 @@ class SchedulerDriver:
             self._record_claims(self.connector)
             watch_request_finished(self.connector, self._record_finished)
             watch_partial_tails(self.connector, lambda request, kept: self.transfers.finished(request.request_id, kept))
+            self._watch_publication(self.connector)
+            if self.log_stats:
+                self._stats_log = StatsLog.of(self.vllm_config)
+
+    def _watch_publication(self, connector: KVConnectorBase_V1) -> None:
+        """Note, during each ``update_from_output``, what vLLM's scheduler takes from the connector (its events and,
+        with stats on, its scheduler side's stats) and what it hands its event publisher (``StepPublication``)."""
+        self._stream = self.published_blocks.stream()
+        scheduler = self.scheduler
+        take_own, publish, take = scheduler.kv_cache_manager.take_events, scheduler.kv_event_publisher.publish, \
+            connector.take_events
+
+        def own_taken() -> Any:
+            events = take_own()
+            if self._publication is not None:
+                self._publication.own += len(events or ())
+            return events
+
+        def published(batch: Any) -> None:
+            if self._publication is not None:
+                self._publication.published.extend(batch.events)
+            publish(batch)
+
+        def taken() -> Any:
+            events = take()
+            if self._publication is None:  # a check's own call, outside vLLM's update: not vLLM's to publish
+                return events
+            listed = list(events)  # vLLM reads it once, as a list or a generator alike
+            self._publication.taken.extend(listed)
+            return listed
+
+        scheduler.kv_cache_manager.take_events = own_taken
+        scheduler.kv_event_publisher.publish = published
+        connector.take_events = taken  # type: ignore[method-assign]
+        if self.log_stats:
+            stats = connector.get_kv_connector_stats
+
+            def counted() -> Any:
+                value = stats()
+                if self._publication is not None:  # copied as given: vLLM may aggregate the worker's into it
+                    self._publication.scheduler_stats = copy.deepcopy(value)
+                return value
+
+            connector.get_kv_connector_stats = counted  # type: ignore[method-assign]
 
     def _between_steps(self) -> str:
         """Where a call made outside the driver's steps (an abort's finish hook, a check's question) stands."""
@@ -227,10 +301,17 @@ class SchedulerDriver:
     def _update(self, output: SchedulerOutput, runner_output: ModelRunnerOutput, number: int) -> None:
         kv_output = runner_output.kv_connector_output
         sending, recving = _reported(kv_output, "finished_sending"), _reported(kv_output, "finished_recving")
+        # the worker's stats copied as reported: vLLM's scheduler aggregates the scheduler side's into them
+        worker_stats = getattr(kv_output, "kv_connector_stats", None) if self.log_stats else None
+        publication = self._publication = StepPublication(worker_stats=copy.deepcopy(worker_stats))
         with at_step(f"step {number} (update_from_output)"):
-            with self._reports_judged(sending, recving, number), vllm_assertions_translated(self.answers):
-                self.scheduler.update_from_output(output, runner_output)
+            try:
+                with self._reports_judged(sending, recving, number), vllm_assertions_translated(self.answers):
+                    returned = self.scheduler.update_from_output(output, runner_output)
+            finally:
+                self._publication = None
             self._check_sends_freed(sending, number)
+            self._check_publication(publication, returned, number)
         self.outputs.append(output)
 
     @contextmanager
@@ -269,6 +350,30 @@ class SchedulerDriver:
         if problem:
             raise ContractViolation(f"vLLM's scheduler ({type(self.scheduler).__name__}, with "
                                     f"{type(self.connector).__name__}), step {number} (update_from_output): {problem}")
+
+    def _check_publication(self, publication: StepPublication, returned: Any, number: int) -> None:
+        """The connector's events of the update, against those of the steps before (``PublishedBlocks``); then
+        vLLM's own half, named (not the connector): what it took, published in the step, and its stats, both
+        sides' together; last, the connector's again: its stats as vLLM's stats logger rebuilds and summarizes
+        them (``StatsLog``)."""
+        if self.connector is None:
+            return
+        connector = type(self.connector).__name__
+        where = f"step {number} (update_from_output)"
+        if problem := self.published_blocks.take(publication.taken, self._stream,
+                                                 f"step {number} of engine {self._stream}"):
+            raise ContractViolation(f"{side_label(connector, self.vllm_config, 'scheduler')}, {where}, engine "
+                                    f"{self._stream} over this storage: the KV events its take_events() handed "
+                                    f"vLLM: {problem}")
+        vllm_scheduler = f"vLLM's scheduler ({type(self.scheduler).__name__}, with {connector}), {where}"
+        if problem := events_not_published(publication.taken, publication.own, publication.published):
+            raise ContractViolation(f"{vllm_scheduler}: KV events: {problem}")
+        carried, stats = returned_connector_stats(returned)
+        if self.log_stats and carried and (
+                problem := stats_not_aggregated(stats, publication.worker_stats, publication.scheduler_stats)):
+            raise ContractViolation(f"{vllm_scheduler}: connector stats: {problem}")
+        if self._stats_log is not None and carried and (problem := self._stats_log.take(stats)):
+            raise ContractViolation(f"{connector}, {where}: its transfer stats: {problem}")
 
     def _still_held(self, request_id: str) -> str | None:
         """What vLLM's scheduler still holds of a request, in words (its entry, its blocks); None when nothing."""

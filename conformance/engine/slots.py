@@ -11,8 +11,12 @@ change in that layout is one edit here.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from vllm.v1.core.sched.output import SchedulerOutput
 
 
 def token_slots(block_ids: list[int], positions: Sequence[int], block_size: int,
@@ -38,3 +42,29 @@ def token_slot_bytes(view: torch.Tensor, block_ids: list[int], tokens: int | Seq
 def leading_blocks(block_ids: list[int], count: int, device: torch.device | str) -> torch.Tensor:
     """The first ``count`` block ids of a request's table, as an index tensor on ``device``."""
     return torch.tensor(block_ids[:count], dtype=torch.long, device=device)
+
+
+def runner_block_ids(outputs: Sequence[SchedulerOutput], request_id: str) -> tuple[list[int], ...]:
+    """The block table a model runner keeps for a request, per group, from the scheduler's outputs in order: the
+    table it was first scheduled with, each later step's new block ids appended (replaced where it resumed).
+
+    vLLM's scheduler may later free a sliding window's blocks below the window (its own table then holds the null
+    block there), but the runner's table keeps the ids it computed or loaded those tokens in."""
+    table: tuple[list[int], ...] = ()
+    for output in outputs:
+        new = next((data.block_ids for data in output.scheduled_new_reqs if data.req_id == request_id), None)
+        if new is not None:
+            table = tuple(list(group) for group in new)
+            continue
+        cached = output.scheduled_cached_reqs
+        if request_id not in cached.req_ids:
+            continue
+        added = cached.new_block_ids[cached.req_ids.index(request_id)]
+        if added is None:
+            continue
+        # vLLM 0.32 lists a resumed request here with its whole new table; 0.34 sends it again as a new request
+        if request_id in (getattr(cached, "resumed_req_ids", None) or ()):
+            table = tuple(list(group) for group in added)
+        else:
+            table = tuple([*group, *more] for group, more in zip(table, added, strict=True))
+    return table

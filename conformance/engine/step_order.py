@@ -4,7 +4,7 @@ vLLM's ``KVConnectorModelRunnerMixin._get_kv_connector_output`` wraps every step
 with a forward (``execute_model``) or without one (``kv_connector_no_forward``):
 bind the step's metadata; ``start_load_kv`` before the forward when the step has
 synchronous loads, after it otherwise; ``wait_for_save``; the connector's reports
-(finished transfers, blocks that failed to load, worker metadata); clear the metadata.
+(finished transfers, blocks that failed to load, transfer stats, worker metadata); clear the metadata.
 The runner stand-in (a step with a forward, every layer saved) and the contract
 checks (a step with nothing to run, each answer checked) both step through this
 function, so when vLLM reorders those calls it is one edit here.

@@ -137,6 +137,8 @@ PLACES: dict[str, Place] = {
                  "MambaStateDtypeCalculator.append_kda_recoverssm_record", absent=_KDA_RECORD_DROPPED),
     **_same_name(("vllm.model_executor.layers.mamba.abstract",), "MambaBase"),
     **_same_name(("vllm.model_executor.models.config",), "MambaModelConfig"),
+    # the engine's arguments, whose defaults a served engine starts with (disable_log_stats: its scheduler's stats)
+    **_same_name(("vllm.engine.arg_utils",), "EngineArgs"),
     # the general plugins vLLM's engine core and workers load before building a connector (plugin-registered ones)
     **_same_name(("vllm.plugins",), "load_general_plugins"),
     # vLLM's warning_once memo, cleared so each check sees its own warnings

@@ -22,6 +22,31 @@ class _SlotsFromTheEnd(dict):
             rank: last - slot for rank, slot in plan.rank_to_attention_slot.items()}))
 
 
+class _EveryReplicaRead(dict):
+    """The worker's per-engine TP mappings, each reading every group from every source rank it handshakes with,
+    each rank into its own slice of the consumer's blocks: vLLM's mapping without its GQA dedup (``np.unique`` over
+    the remote ranks' heads), as if no two producer ranks held the same KV head."""
+
+    def __setitem__(self, engine_id, plan):
+        ranks = plan.all_source_ranks
+        super().__setitem__(engine_id, replace(
+            plan, source_ranks_per_group=tuple(ranks for _ in plan.source_ranks_per_group),
+            rank_to_attention_slot={rank: slot for slot, rank in enumerate(ranks)}))
+
+
+class ReadsEveryReplicaConnector(NixlConnector):
+    """Plans its attention reads from every rank of a larger-TP producer, each into its own slice of the consumer's
+    blocks, even where the producer runs more ranks than the model has KV heads and several ranks hold replicas of
+    one head: the consumer's one head is split between two replicas' first halves, and its second half never
+    arrives. Where each rank holds heads of its own (or an MLA latent, read from one rank) the plan is vLLM's."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        worker = self.connector_worker
+        if worker is not None:
+            worker.tp_mappings = _EveryReplicaRead(worker.tp_mappings)
+
+
 class SwappedRankSlicesConnector(NixlConnector):
     """The consumer counts each producer rank's slice of its blocks from the end (the last rank's heads into the
     first slice): every byte arrives and every rank is notified, but the heads sit in the wrong slices whenever the

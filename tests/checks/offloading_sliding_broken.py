@@ -1,26 +1,41 @@
-"""vLLM's OffloadingConnector whose hit may cover every token of a prompt where a sliding-window group is present,
-run whole on CPU over kvconform's CPU-memory medium (conformance/checks/sliding_window_hit.py catches it).
+"""vLLM's OffloadingConnector with a wrong hit where a sliding-window group is present, run whole on CPU over
+kvconform's CPU-memory medium (conformance/checks/sliding_window_hit.py catches both).
 
 ``WholePromptSlidingOffloadingConnector``: its scheduler half's ``_lookup_complete_chunks`` is vLLM 0.32's without the
 one token it takes off the hit where the cache has a sliding-window group, so a prompt stored whole (the leading blocks
-of a longer stored one) is claimed whole, and vLLM is left no prompt token to compute. The worker half, vLLM's CPU
-manager and the medium stay vLLM's own and kvconform's; the profile (offloading_sliding_broken.yaml) gives it the
-cpu-medium variant's settings.
+of a longer stored one) is claimed whole, and vLLM is left no prompt token to compute. The profile
+(offloading_sliding_broken.yaml) gives it the cpu-medium variant's settings.
+
+``PowerPaddingSlidingOffloadingConnector``: the window a sliding-window group must hold at a hit's end
+(``GroupOffloadConfig.load_window_size_in_chunks``) raises the window's tokens to the power of the tokens the hit falls
+short of its chunk's end, where vLLM 0.32 adds them. A hit on a chunk boundary (padding 0) or one token short of it
+asks for the same window; from two tokens short the window asked for spans more chunks than the prompt has, so where
+the sliding group's chunks held at the hit's end follow one never stored, nothing is a hit. (The mutation floor's
+survivor ``offloading/scheduler.py:122`` writes ``** right_padding`` without the parentheses, so its power binds to
+``extra_retained_tokens`` alone, and no CPU run tells it apart: floor.yaml says why.) Only groups whose chunks differ
+in tokens leave a hit that far inside a sliding group's chunk: its profile gives it the two-block-chunks variant's
+settings (two blocks per chunk, without that variant's ``scenarios``, so every situation runs).
+
+The worker half, vLLM's CPU manager and the medium stay vLLM's own and kvconform's.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler import OffloadingConnectorScheduler
+from vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler import (
+    GroupOffloadConfig,
+    OffloadingConnectorScheduler,
+)
+from vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector import OffloadingConnector
 from vllm.logger import init_logger
 from vllm.utils.math_utils import cdiv, round_down
+from vllm.v1.kv_cache_interface import SlidingWindowSpec
 
 from tests.checks.scheduler_halves import OffloadingWithScheduler
 
 if TYPE_CHECKING:
     from vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler import (
-        GroupOffloadConfig,
         RequestGroupState,
         RequestOffloadState,
     )
@@ -235,3 +250,38 @@ class _WholePromptSlidingScheduler(OffloadingConnectorScheduler):
 
 class WholePromptSlidingOffloadingConnector(OffloadingWithScheduler):
     scheduler_class = _WholePromptSlidingScheduler
+
+
+class _PowerPaddingGroupConfig(GroupOffloadConfig):
+    __slots__ = ()
+
+    def load_window_size_in_chunks(self, num_tokens: int) -> int | None:
+        # vLLM 0.32's GroupOffloadConfig.load_window_size_in_chunks, with the line marked "the bug" changed
+        window = self.sliding_window_size_in_chunks
+        if isinstance(self.kv_cache_spec, SlidingWindowSpec):
+            assert window is not None
+            # Lookup rounds the right edge up, but allocation retains the
+            # window ending at the actual hit boundary, possibly one chunk left.
+            right_padding = -num_tokens % self.tokens_per_chunk
+            window = max(
+                window,
+                cdiv(
+                    (
+                        self.kv_cache_spec.sliding_window
+                        - 1
+                        + self.kv_cache_spec.extra_retained_tokens
+                    )
+                    ** right_padding,  # the bug: was + right_padding
+                    self.tokens_per_chunk,
+                ),
+            )
+        return window
+
+
+class PowerPaddingSlidingOffloadingConnector(OffloadingConnector):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        scheduler = self.connector_scheduler
+        if scheduler is not None:  # its scheduler half's group settings, each with the wrong window
+            scheduler.config = scheduler.config._replace(kv_group_configs=tuple(
+                _PowerPaddingGroupConfig(*group) for group in scheduler.config.kv_group_configs))

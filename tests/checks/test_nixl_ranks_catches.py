@@ -2,10 +2,10 @@
 made for it and passes the real connector.
 
 A shared run covers the ranked pair over its models (grouped-query heads split across the producer's ranks, an MLA
-latent replicated on each, and that MLA pair with the notifications to the replicas lost) for the unmodified
-NixlConnector (all pass) and tests/checks/nixl_ranks_broken.py's copies, each failing the model made for it with
-words that name its mistake and passing the others and the plain pair round-trip: with one rank per side their
-edits change nothing.
+latent replicated on each, that MLA pair with the notifications to the replicas lost, and a hybrid model of one KV
+head replicated on both ranks) for the unmodified NixlConnector (all pass) and tests/checks/nixl_ranks_broken.py's
+copies, each failing the model made for it with words that name its mistake and passing the others and the plain pair
+round-trip: with one rank per side their edits change nothing.
 """
 
 from __future__ import annotations
@@ -26,9 +26,10 @@ RANKS_SHARED_MEMORY = "world-kvconform-ranks-*"  # vLLM's CPU communicator's seg
 GQA = Case("(test_pair_ranks and gqa)", "-gqa]")
 MLA = Case("(test_pair_ranks and mla and not lost)", "-mla]")
 MLA_LOST = Case("(test_pair_ranks and mla-lost-notification)", "-mla-lost-notification]")
+REPLICATED = Case("(test_pair_ranks and replicated-kv-heads)", "-replicated-kv-heads]")
 
 CASES: dict[str, list[Case]] = {
-    "NixlConnector": [GQA, MLA, MLA_LOST],
+    "NixlConnector": [GQA, MLA, MLA_LOST, REPLICATED],
     "SwappedRankSlicesConnector": [
         Case(GQA.select, GQA.nodeid_part, "failed",
              ["SwappedRankSlicesConnector", "from a producer of TP 2", "does not hold the producer's bytes in the "
@@ -42,6 +43,11 @@ CASES: dict[str, list[Case]] = {
     "EscalatedReplicaNotificationConnector": [
         Case(MLA_LOST.select, MLA_LOST.nodeid_part, "failed",
              ["EscalatedReplicaNotificationConnector: could not notify a replica"]),
+        GQA, MLA, ROUNDTRIP],
+    "ReadsEveryReplicaConnector": [
+        Case(REPLICATED.select, REPLICATED.nodeid_part, "failed",
+             ["ReadsEveryReplicaConnector", "from a producer of TP 2", "does not hold the producer's bytes in the "
+              "heads of producer rank(s) [0] of 2, whose heads rank(s) [1] replicate"]),
         GQA, MLA, ROUNDTRIP],
 }
 

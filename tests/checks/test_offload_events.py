@@ -1,6 +1,6 @@
 """The judges of conformance/checks/offload_events.py on hand-made events: what a manager stored or evicted must
-reach the publisher once, as bytes or vLLM's int form of the hash; a connector without a watched manager may remove
-only what it announced."""
+reach the publisher once, as bytes or vLLM's int form of the hash (the rules without a manager are the driver's:
+tests/engine/test_published.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from kvconform.conformance.checks.offload_events import (
     ManagerChange,
     changes_problem,
     published_blocks,
-    removals_problem,
 )
 
 BLOCK = bytes(range(32))
@@ -51,13 +50,6 @@ def test_a_store_of_the_wrong_medium_or_published_twice_fails():
     assert "never handed its BlockStored" in (changes_problem([change()], [("producer", 2, wrong)]) or "")
     twice = changes_problem([change()], [("producer", 2, stored()), ("consumer", 0, stored())])
     assert twice is not None and "in step 0 of the consumer engine" in twice and "accounts for" in twice
-
-
-def test_without_a_manager_only_unannounced_removals_fail():
-    removal = BlockEvent(REMOVED, BLOCK, 0, "CPU")
-    assert removals_problem([("producer", 1, stored()), ("consumer", 3, removal)]) is None
-    problem = removals_problem([("consumer", 3, removal)])
-    assert problem is not None and "no earlier BlockStored" in problem
 
 
 def test_published_events_are_read_as_blocks():

@@ -4,7 +4,8 @@
 Each broken scheduler runs the one selection and connector that reach its path, unchanged: the workload whose prompts
 fill their blocks exactly on ExampleConnector (what ``request_finished`` is handed), and the wrapper's reports on
 MultiConnector's ``reporting`` variant (transfer stats from both sides: its children count layers saved on the worker
-side and lookups on the scheduler side), and the workload on MultiConnector's ``late-saves`` variant (whose
+side and lookups on the scheduler side: what vLLM's scheduler returns of them, judged by the driver each step,
+engine/published.py), and the workload on MultiConnector's ``late-saves`` variant (whose
 ``request_finished`` keeps blocks for sends that finish steps later: what vLLM frees when they are reported, judged
 by the driver, engine/transfer_reports.py). vLLM's own Scheduler passes the same selections (the shared run); a broken
 one runs in a suite process of its own, since the shared run passes no per-run options.
@@ -38,10 +39,12 @@ FILLED_BLOCKS = BrokenScheduler(
      "1 past its computed tokens: ["))
 BOTH_SIDES_STATS = BrokenScheduler(
     "test_wrapper_reports and reporting", "MultiConnector", "MultiConnector@reporting",
-    # the worker side's count (layers saved) is lost; the scheduler side's (lookups) is all vLLM logged
-    ("vLLM's stats logger summarized its transfer stats as {'ReportingExampleConnector': {'saved_layers': 0, "
-     "'lookups': 10}}", "but its children reported {'ReportingExampleConnector': {'saved_layers': 4, 'lookups': 10}}",
-     "lost, overwritten or not merged"))
+    # the worker side's count (layers saved) is lost at the first step with both: the driver names vLLM's scheduler
+    ("vLLM's scheduler (ReplacedStatsScheduler, with MultiConnector), step ", "(update_from_output): connector stats: "
+     "it returned connector stats {'ReportingExampleConnector': {'saved_layers': 0, 'lookups': ",
+     "the scheduler side's alone: the worker's were dropped",
+     "the worker reported {'ReportingExampleConnector': {'saved_layers': 4, 'lookups': 0}} in "
+     "KVConnectorOutput.kv_connector_stats"))
 LEAKED_SENDS = BrokenScheduler(
     "test_workload_scenario and block-boundary and late-saves", "MultiConnector", "MultiConnector@late-saves",
     ("vLLM's scheduler (LeakedSendScheduler, with MultiConnector), step 3 (update_from_output): update_from_output "

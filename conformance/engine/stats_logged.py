@@ -1,0 +1,75 @@
+"""What vLLM's stats logger makes of the connector stats its scheduler returns, judged at every step.
+
+A served vLLM's ``LoggingStatLogger`` hands every ``SchedulerStats.kv_connector_stats`` that carries any (the
+connector's stats as ``KVConnectorStats.to_dict()`` made them: a dict, which crosses from the engine core's process
+to the front end's) to its ``KVConnectorLogging``. That rebuilds the connector's stats object from the dict (the
+configured connector class's ``build_kv_connector_stats``), aggregates it into the interval's (``aggregate``), and at
+the end of each log interval asks ``is_empty`` and ``reduce`` and logs the summary ("KV Transfer metrics: ...").
+vLLM's ``KVConnectorStats`` (``kv_connector/v1/metrics.py``) leaves each of these to the connector's own stats class:
+one that does not rebuild from its dict is stats vLLM collects every step and never logs (it warns once), and one
+that does not reduce makes the logger raise at every interval.
+
+``StatsLog`` is vLLM's own ``KVConnectorLogging``, built from the engine's config as the logger builds it, fed what
+the scheduler returned after each step, and made to log then: vLLM's interval is seconds long
+(``VLLM_LOG_STATS_INTERVAL``), many steps, while a check runs a few, and every step's stats must be summarized
+whatever the run's length. ``SchedulerDriver`` (engine/scheduler.py) keeps one per engine whose scheduler collects
+stats, so every check that drives vLLM's scheduler judges it; a problem names the connector's stats class, the
+method vLLM called and what it was given.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+SHOWN_CHARS = 300  # of a returned stats dict in a message
+
+
+def shown(returned: dict[str, Any]) -> str:
+    text = repr(returned)
+    return text if len(text) <= SHOWN_CHARS else f"{text[:SHOWN_CHARS]}... ({len(text)} characters)"
+
+
+def raised(error: Exception) -> str:
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+
+
+@dataclass
+class StatsLog:
+    """vLLM's stats logger of one engine's connector stats, and the summaries it logged (one per step with any)."""
+
+    logging: Any  # vLLM's KVConnectorLogging, for the engine's kv_transfer_config
+    logged: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, vllm_config: Any) -> StatsLog:
+        from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorLogging
+
+        return cls(KVConnectorLogging(vllm_config.kv_transfer_config))
+
+    def take(self, returned: dict[str, Any] | None) -> str | None:
+        """Log what the scheduler returned in one step, as vLLM's logger does at an interval's end; None, or why
+        vLLM's logger cannot."""
+        if not returned:  # LoggingStatLogger.record observes only stats that carry any
+            return None
+        given = f"the connector stats vLLM's scheduler returned, {shown(returned)}"
+        try:
+            self.logging.observe(copy.deepcopy(returned))  # the front end's own copy, as it arrives over IPC
+        except Exception as error:  # noqa: BLE001 - the connector's stats code raised inside vLLM's logger
+            return (f"vLLM's stats logger (KVConnectorLogging.observe) raised {raised(error)}, rebuilding "
+                    f"{given} with the connector class's build_kv_connector_stats: a served vLLM's logger "
+                    f"fails on every step's stats")
+        rebuilt = self.logging.transfer_stats_accumulator
+        if rebuilt is None:
+            return (f"the connector class's build_kv_connector_stats returned None for {given}: vLLM's stats logger "
+                    f"(KVConnectorLogging) warns once that the connector 'does not implement the "
+                    f"build_kv_connector_stats method' and never logs them")
+        try:
+            self.logging.log(log_fn=lambda message, *args: self.logged.append(message % args))
+        except Exception as error:  # noqa: BLE001 - the connector's stats code raised inside vLLM's logger
+            return (f"vLLM's stats logger (KVConnectorLogging.log) raised {raised(error)} "
+                    f"summarizing {given}, rebuilt as {type(rebuilt).__name__}, whose is_empty() and reduce() it "
+                    f"calls at the end of every log interval: a served vLLM's logger raises at every interval and "
+                    f"its transfer metrics are never logged")
+        return None
