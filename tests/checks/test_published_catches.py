@@ -1,45 +1,68 @@
-"""The round-trip fails a connector whose KV events remove a block they never announced, through the driver's oracle.
+"""The round-trip fails a connector whose KV events or transfer stats vLLM cannot use, through the driver's oracle.
 
-What a connector's ``take_events()`` hands vLLM's scheduler used to be judged only where a workload enabled KV events
-(checks/offload_events.py), never by the round-trip. UnannouncedRemovalConnector (published_broken.py) is
-ExampleConnector announcing the eviction of each finished request's first block, a block no ``BlockStored`` of it
-named; its bytes are ExampleConnector's, so the round-trip passed it. Now the scheduler driver judges the events vLLM
-takes at every step (conformance/engine/published.py) and fails it in every round-trip, naming the connector, the
-step, the channel and the block; the unmodified ExampleConnector passes the same checks. The run's selection is
-test_roundtrip_catches.py's, so the two share one suite run.
+What a connector hands vLLM's scheduler besides its claims and transfers was judged only where a workload enabled KV
+events (checks/offload_events.py) or the wrapper check's runner reported worker stats, never by the round-trip.
+Two copies of ExampleConnector whose bytes are ExampleConnector's, so the round-trip passed both:
+
+* UnannouncedRemovalConnector (published_broken.py) announces the eviction of each finished request's first block, a
+  block no ``BlockStored`` of it named. The scheduler driver judges the events vLLM takes at every step
+  (conformance/engine/published.py).
+* UnreducibleStatsConnector (stats_broken.py) reports the layers its worker saved in stats without ``reduce``. The
+  runner stand-in reports the worker's stats every step as vLLM's runner does, the driver collects stats as a served
+  vLLM does, and every step's returned stats go to vLLM's KVConnectorLogging (conformance/engine/stats_logged.py),
+  which raises NotImplementedError summarizing them.
+
+Each fails every round-trip, naming the connector, the step and the channel; the unmodified ExampleConnector passes
+the same checks. The run's selection is test_roundtrip_catches.py's, so they share one suite run.
 """
 
 from __future__ import annotations
 
+import pytest
+
 from tests.shared_run.plan import SelfTestRun, results_of
 from tests.suite_run import of_connector
 
-BROKEN = "UnannouncedRemovalConnector"
-WORDS = ("UnannouncedRemovalConnector (kv_both, scheduler side), step ", "(update_from_output), engine 1 over this "
-         "storage: the KV events its take_events() handed vLLM: a BlockRemoved of block ",
-         "(group None, medium STORAGE), which no engine over this storage holds as its events tell it (no BlockStored "
-         "ever named it): a KV-aware router is told to drop a block it was never told of")
+# broken copy -> the words each of its round-trip failures must hold
+WORDS = {
+    "UnannouncedRemovalConnector": (
+        "UnannouncedRemovalConnector (kv_both, scheduler side), step ", "(update_from_output), engine 1 over this "
+        "storage: the KV events its take_events() handed vLLM: a BlockRemoved of block ",
+        "(group None, medium STORAGE), which no engine over this storage holds as its events tell it (no BlockStored "
+        "ever named it): a KV-aware router is told to drop a block it was never told of"),
+    "UnreducibleStatsConnector": (
+        "UnreducibleStatsConnector, step ", " (update_from_output): its transfer stats: vLLM's stats logger "
+        "(KVConnectorLogging.log) raised NotImplementedError summarizing the connector stats vLLM's scheduler "
+        "returned, {'saved_request_layers': ", "rebuilt as SavedLayerStats, whose is_empty() and reduce() it calls "
+        "at the end of every log interval"),
+}
+SELECTION = "test_roundtrip and not layout and not mla and not scenario and not other_device"
 
-RUN = SelfTestRun.of_broken("test_roundtrip and not layout and not mla and not scenario and not other_device",
-                           "ExampleConnector", "tests.checks.published_broken", [BROKEN])
+EVENTS_RUN = SelfTestRun.of_broken(SELECTION, "ExampleConnector", "tests.checks.published_broken",
+                                  ["UnannouncedRemovalConnector"])
+STATS_RUN = SelfTestRun.of_broken(SELECTION, "ExampleConnector", "tests.checks.stats_broken",
+                                 ["UnreducibleStatsConnector"])
+
+events_run = results_of(EVENTS_RUN)
+stats_run = results_of(STATS_RUN)
+RUNS = {"UnannouncedRemovalConnector": "events_run", "UnreducibleStatsConnector": "stats_run"}
 
 
-published_run = results_of(RUN)
-
-
-def test_the_roundtrip_fails_a_removal_never_announced(published_run):
-    returncode, outcomes, output = published_run
+@pytest.mark.parametrize("broken", sorted(WORDS))
+def test_the_roundtrip_fails_what_vllm_cannot_publish(broken, request):
+    returncode, outcomes, output = request.getfixturevalue(RUNS[broken])
     assert returncode == 1, output[-3000:]
-    mine = of_connector(outcomes, BROKEN)
+    mine = of_connector(outcomes, broken)
     assert len(mine) == 4 and all(o.outcome == "failed" for o in mine), ([(o.nodeid, o.outcome) for o in mine],
                                                                           output[-3000:])
     for outcome in mine:
-        for words in WORDS:
+        for words in WORDS[broken]:
             assert words in outcome.message, (words, outcome.nodeid, outcome.message[:1500])
 
 
-def test_the_unmodified_example_connector_passes_them(published_run):
-    _, outcomes, output = published_run
+@pytest.mark.parametrize("run", sorted(RUNS.values()))
+def test_the_unmodified_example_connector_passes_them(run, request):
+    _, outcomes, output = request.getfixturevalue(run)
     mine = of_connector(outcomes, "ExampleConnector")
     assert len(mine) == 4 and all(o.outcome == "passed" for o in mine), ([(o.nodeid, o.outcome) for o in mine],
                                                                           output[-3000:])
