@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from ..engine.affinity import restore_harness_affinity
 from ..engine.check_failure import CheckFailure
 from ..engine.distributed import single_rank_parallel_state
+from ..engine.ranks import EXPIRY_COUNTERS, expired_requests
 from ..engine.scheduler import next_token
 from ..engine.scheduler_outputs import ReturnedOutputs
 from ..engine.side_channel import HOST, HandshakeFailure, PortTaken, reserved_port, serve_handshake
@@ -34,7 +35,6 @@ from ..vllm_install import api as vllm_api
 from .roundtrip import computed_locally
 
 if TYPE_CHECKING:
-    from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
     from vllm.v1.core.sched.output import SchedulerOutput
     from vllm.v1.outputs import KVConnectorOutput
 
@@ -51,9 +51,6 @@ SIDE_CHANNEL_PORT_VAR = "VLLM_NIXL_SIDE_CHANNEL_PORT"
 DRAIN_TIMEOUT_S = 30.0
 STEP_PAUSE_S = 0.005
 PORT_ATTEMPTS = 3  # fresh side-channel ports tried when another process bound the reserved one first
-# Counters in a connector's get_kv_connector_stats() that count requests released because a lease
-# ran out, not because the other side said it was done (NIXL: "Releasing expired KV blocks ...").
-EXPIRY_COUNTERS = ("num_kv_expired_reqs",)
 # A notification crosses in well under a second once the sides have shaken hands (vLLM gives a handshake 5 s): a
 # connector that never sends one fails at this bound, not at the round-trip's longer drain bound, which pinned
 # findings would otherwise wait out in every run.
@@ -110,13 +107,6 @@ def publish_handshake(side: EngineStandIn) -> None:
     metadata = side.runner.connector.get_handshake_metadata()
     if metadata is not None:
         side.scheduler.connector.set_xfer_handshake_metadata_pp_aware({(0, 0): metadata})
-
-
-def expired_requests(stats: KVConnectorStats | None) -> int:
-    """Requests a worker released on lease expiry in one step, as its stats in that step's ``KVConnectorOutput`` (the
-    runner's ``get_kv_connector_stats``, which resets them) count them."""
-    data = getattr(stats, "data", None) or {}
-    return sum(len(data.get(counter) or ()) for counter in EXPIRY_COUNTERS)
 
 
 @dataclass

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from multiprocessing.connection import Connection
 
     from vllm.config import VllmConfig
+    from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
     from vllm.v1.core.sched.output import SchedulerOutput
     from vllm.v1.kv_cache_interface import AttentionSpec, KVCacheConfig
     from vllm.v1.outputs import KVConnectorOutput
@@ -57,7 +58,8 @@ RANK_PRELOAD = ["kvconform.conformance.engine.runner", "kvconform.conformance.en
 DIST_IDENT_VAR = "VLLM_DIST_IDENT"
 # Where Linux keeps POSIX shared memory: the communicator's segments, "<VLLM_DIST_IDENT>-<group>-cpushm_<rank>".
 SHARED_MEMORY = Path("/dev/shm")
-# Counters in a connector's stats that count requests released on lease expiry (as pair.EXPIRY_COUNTERS).
+# Counters in a connector's get_kv_connector_stats() that count requests released because a lease ran out, not because
+# the other side said it was done (NIXL: "Releasing expired KV blocks ..."); the pair checks read them too.
 EXPIRY_COUNTERS = ("num_kv_expired_reqs",)
 
 
@@ -125,8 +127,9 @@ def rank_fill_seed(rig: Rig, vllm_config: VllmConfig, rank: int, fill_seed: int)
     return fill_seed if rig.shape.mla else fill_seed + first_kv_head(vllm_config, rank)
 
 
-def _expired(stats: Any) -> int:
-    """Requests a rank released on lease expiry in one step, as its step's stats (``KVConnectorOutput``) count them."""
+def expired_requests(stats: KVConnectorStats | None) -> int:
+    """Requests a worker released on lease expiry in one step, as its stats in that step's ``KVConnectorOutput`` (the
+    runner's ``get_kv_connector_stats``, which resets them) count them."""
     data = getattr(stats, "data", None) or {}
     return sum(len(data.get(counter) or ()) for counter in EXPIRY_COUNTERS)
 
@@ -168,7 +171,7 @@ def _serve_rank(conn: Connection, rig: Rig, role: str, rank: int, world: int, re
                 if request == "step":
                     with set_current_vllm_config(config):
                         output = runner.step(argument)
-                    conn.send(("output", (output, _expired(output.kv_connector_stats))))
+                    conn.send(("output", (output, expired_requests(output.kv_connector_stats))))
                 elif request == "caches":
                     conn.send(("caches", {name: view.cpu().clone()
                                           for name, view in caches.attention_views().items()}))
