@@ -9,8 +9,9 @@ public attributes and its markers. tests/shared_run/test_keywords.py holds this 
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 
 import pytest
 
@@ -35,11 +36,15 @@ def _tokens(expression: str) -> list[str]:
     return tokens
 
 
-class _Parser:
-    """Recursive descent over ``or`` of ``and`` of ``not``, as pytest's grammar nests them."""
+# a parsed expression: ("word", w), ("not", e), ("and", a, b), ("or", a, b); () for the empty one
+Tree = tuple
 
-    def __init__(self, expression: str, matches: Callable[[str], bool]) -> None:
-        self.expression, self.tokens, self.at, self.matches = expression, _tokens(expression), 0, matches
+
+class _Parser:
+    """Recursive descent over ``or`` of ``and`` of ``not``, as pytest's grammar nests them, into a Tree."""
+
+    def __init__(self, expression: str) -> None:
+        self.expression, self.tokens, self.at = expression, _tokens(expression), 0
 
     def _peek(self) -> str | None:
         return self.tokens[self.at] if self.at < len(self.tokens) else None
@@ -51,51 +56,79 @@ class _Parser:
         self.at += 1
         return token
 
-    def whole(self) -> bool:
+    def whole(self) -> Tree:
         if not self.tokens:
-            return True  # pytest: an empty -k selects everything
-        value = self._or()
+            return ()  # pytest: an empty -k selects everything
+        tree = self._or()
         if self._peek() is not None:
             raise KeywordError(f"-k {self.expression!r}: unexpected {self._peek()!r}")
-        return value
+        return tree
 
-    def _or(self) -> bool:
-        value = self._and()
+    def _or(self) -> Tree:
+        tree = self._and()
         while self._peek() == "or":
             self._take()
-            value = self._and() or value
-        return value
+            tree = ("or", tree, self._and())
+        return tree
 
-    def _and(self) -> bool:
-        value = self._not()
+    def _and(self) -> Tree:
+        tree = self._not()
         while self._peek() == "and":
             self._take()
-            value = self._not() and value
-        return value
+            tree = ("and", tree, self._not())
+        return tree
 
-    def _not(self) -> bool:
+    def _not(self) -> Tree:
         token = self._take()
         if token == "not":
-            return not self._not()
+            return ("not", self._not())
         if token == "(":
-            value = self._or()
+            tree = self._or()
             if self._take() != ")":
                 raise KeywordError(f"-k {self.expression!r}: a parenthesis is not closed")
-            return value
+            return tree
         if token == ")" or token in _OPERATORS:
             raise KeywordError(f"-k {self.expression!r}: unexpected {token!r}")
-        return self.matches(token)
+        return ("word", token.lower())
+
+
+@functools.cache
+def _parsed(expression: str) -> Tree:
+    """``expression`` parsed once: a shared run asks each of its selections of every collected test."""
+    return _Parser(expression).whole()
+
+
+def _holds(tree: Tree, lowered: Collection[str]) -> bool:
+    if not tree:
+        return True
+    kind = tree[0]
+    if kind == "word":
+        return any(tree[1] in name for name in lowered)
+    if kind == "not":
+        return not _holds(tree[1], lowered)
+    if kind == "and":
+        return _holds(tree[1], lowered) and _holds(tree[2], lowered)
+    return _holds(tree[1], lowered) or _holds(tree[2], lowered)
 
 
 def check(expression: str) -> None:
     """Raise KeywordError where pytest would refuse ``expression``."""
-    _Parser(expression, lambda word: True).whole()
+    _parsed(expression)
 
 
 def matches(expression: str, names: Collection[str]) -> bool:
     """Whether ``-k expression`` selects a test whose matchable names are ``names``."""
-    lowered = [name.lower() for name in names]
-    return _Parser(expression, lambda word: any(word.lower() in name for name in lowered)).whole()
+    return selects(expression, lowered(names))
+
+
+def lowered(names: Collection[str]) -> list[str]:
+    """``names`` as ``selects`` takes them: ``-k`` matches regardless of case."""
+    return [name.lower() for name in names]
+
+
+def selects(expression: str, lowered_names: Collection[str]) -> bool:
+    """``matches`` over names already ``lowered``: one test's names serve every selection of a shared run."""
+    return _holds(_parsed(expression), lowered_names)
 
 
 def item_names(item: pytest.Item) -> set[str]:
