@@ -19,10 +19,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .offload_events import HASH_MASK, STORED, on_connector_events
+from .offload_events import HASH_MASK, STORED
 
 if TYPE_CHECKING:
-    from vllm.v1.core.sched.scheduler import Scheduler
+    from ..engine.scheduler import SchedulerDriver
 
 GPU_MEDIUM = "GPU"  # vllm.distributed.kv_events.MEDIUM_GPU: the KV cache manager's own tier
 
@@ -87,8 +87,8 @@ class HalfEvents:
         self._publishes = 0
         self._unmatched: list[Any] = []  # published BlockStored events no owed block has claimed yet
 
-    def watch(self, scheduler: Scheduler) -> None:
-        """Follow ``scheduler``'s publisher; the KV cache manager's own events (which come first) are set aside."""
+    def watch(self, driver: SchedulerDriver) -> None:
+        """Follow the connector's events in what ``driver``'s scheduler publishes (engine/scheduler.py)."""
 
         def published(events: list[Any]) -> None:
             self._publishes += 1
@@ -97,7 +97,7 @@ class HalfEvents:
                 if type(event).__name__ == STORED:
                     self._unmatched.append(event)
 
-        on_connector_events(scheduler, published)
+        driver.on_connector_events(published)
 
     def owe(self, step: int, blocks: Iterable[StoredBlock]) -> None:
         """Blocks of stores whose finish step ``step``'s output told vLLM's scheduler."""

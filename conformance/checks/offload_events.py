@@ -23,14 +23,13 @@ eviction counts its events announce.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from .offload_tier import TierRoom, tier_chunks
 
 if TYPE_CHECKING:
-    from vllm.v1.core.sched.scheduler import Scheduler
 
     from ..engine.scheduler import SchedulerDriver
 
@@ -81,28 +80,6 @@ def published_blocks(event: Any) -> list[BlockEvent]:
     return []
 
 
-def on_connector_events(scheduler: Scheduler, receive: Callable[[list[Any]], None]) -> None:
-    """Call ``receive`` with the connector's events in each batch ``scheduler`` publishes: a batch is the KV cache
-    manager's own events, then the connector's (``Scheduler.update_from_output``), so the manager's are set aside."""
-    own: list[Any] = []
-    take_own = scheduler.kv_cache_manager.take_events
-
-    def taken_own() -> Any:
-        events = take_own()
-        own.extend(events or ())
-        return events
-
-    scheduler.kv_cache_manager.take_events = taken_own  # type: ignore[method-assign]
-    publish = scheduler.kv_event_publisher.publish
-
-    def published(batch: Any) -> None:
-        receive(list(batch.events[len(own):]))
-        own.clear()
-        publish(batch)
-
-    scheduler.kv_event_publisher.publish = published  # type: ignore[method-assign]
-
-
 class EventsRecord:
     """Every engine of a workload: what offloading managers stored and evicted, and what reached the publisher."""
 
@@ -140,7 +117,7 @@ class EventsRecord:
                     blocks = [replace(block, medium=None) for block in blocks]
                 self.published.extend((self.engine, self.step, block) for block in blocks)
 
-        on_connector_events(scheduler, published)
+        driver.on_connector_events(published)
 
     def _watch_manager(self, manager: Any) -> None:
         pending: dict[bytes, str] = {}  # keys prepared for storing, not completed yet -> the request

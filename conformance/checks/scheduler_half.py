@@ -285,7 +285,7 @@ class HalfRun:
         self.owed_events: set[JobId] = set()  # store jobs whose blocks' events are owed already
         self.events = HalfEvents(BLOCK_SIZE) if self.contract.kv_events else None
         if self.events is not None:
-            self.events.watch(self.scheduler)
+            self.events.watch(driver)
         # request -> (the first step scheduled after its finish, (block index, prefix) of each block it computed)
         self.finish_stores_due: dict[str, tuple[int, list[tuple[int, tuple[int, ...]]]]] = {}
         self._watch_request_finished()

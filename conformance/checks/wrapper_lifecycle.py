@@ -54,6 +54,7 @@ from ..engine.distributed import single_rank_parallel_state
 from ..engine.rig import EngineStandIn, Rig
 from ..engine.scheduler_outputs import ReturnedOutputs
 from ..engine.side_channel import HOST, reserved_port, serve_handshake
+from ..engine.stats_logged import isolated_prom
 from ..vllm_install import api as vllm_api
 from .wrapper_events import EventsRecord, events_problem
 from .wrapper_load_failures import LoadFailureRecord, load_failures_problem
@@ -66,8 +67,6 @@ if TYPE_CHECKING:
 # The env vars vLLM's NIXL scheduler side reads for the side channel it listens on (a child may be NIXL).
 SIDE_CHANNEL_ENV = ("VLLM_NIXL_SIDE_CHANNEL_HOST", "VLLM_NIXL_SIDE_CHANNEL_PORT")
 WORLD_SIZE = 2  # workers the aggregator is built for: more than one, so "every worker" and "one" differ
-PROM_LABELS = ["model_name", "engine"]  # the labels vLLM's PrometheusStatLogger gives per-engine metrics
-PROM_LABEL_VALUES = ("kvconform", "0")
 INJECTED = "kvconform: injected shutdown failure"
 Sample = tuple[str, tuple[tuple[str, str], ...]]  # a Prometheus sample's name and its labels
 
@@ -284,20 +283,6 @@ def check_prom_metrics(label: str, engine: EngineStandIn, children: list[KVConne
     if missing := sorted(expected - wrapper_metrics):
         _fail(label, f"vLLM's KVConnectorProm registered {sorted(wrapper_metrics) or 'no metric'} for it, but its "
                      f"children register {missing} too: those children's transfers are never exported")
-
-
-def isolated_prom(config: VllmConfig) -> tuple[Any, Any]:
-    """vLLM's ``KVConnectorProm`` for ``config``'s connector, registering into a registry of its own (through the
-    metric classes it hands the connector, as vLLM's Ray logger swaps them); and that registry."""
-    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-    from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorProm
-
-    registry = CollectorRegistry()
-    isolated = type("IsolatedKVConnectorProm", (KVConnectorProm,), {
-        "_gauge_cls": functools.partial(Gauge, registry=registry),
-        "_counter_cls": functools.partial(Counter, registry=registry),
-        "_histogram_cls": functools.partial(Histogram, registry=registry)})
-    return isolated(config, PROM_LABELS, {0: list(PROM_LABEL_VALUES)}), registry
 
 
 def registered_metrics(config: VllmConfig) -> set[str]:

@@ -170,6 +170,8 @@ PROMISES: dict[str, Promise] = {
     "get_handshake_metadata": Promise("a KVConnectorHandshakeMetadata or None",
                                       _instance_of(f"{_BASE}:KVConnectorHandshakeMetadata", optional=True)),
     "get_finished_count": Promise("int | None", _optional_int),
+    "get_kv_connector_kv_cache_events": Promise("a KVConnectorKVEvents or None", _instance_of(
+        "vllm.distributed.kv_events:KVConnectorKVEvents", optional=True)),
     # both sides: the runner reports the worker's, the scheduler aggregates its own with them
     "get_kv_connector_stats": Promise("a KVConnectorStats or None", _instance_of(
         "vllm.distributed.kv_transfer.kv_connector.v1.metrics:KVConnectorStats", optional=True)),

@@ -8,9 +8,10 @@ layer ``wait_for_layer_load`` then ``save_kv_layer``, only while the connector
 ``get_finished`` (through ``get_transfer_results`` where vLLM has it);
 ``get_block_ids_with_load_errors``; ``get_kv_connector_stats``, carried in the step's ``KVConnectorOutput`` as
 answered (the worker's transfer stats, which vLLM's scheduler merges with its side's and returns to the stats
-loggers); the worker metadata; clear metadata. Every answer the connector gives is judged against
-base.py's promises as it is given (``enforce_promises``), naming the driver's step. All of it
-inside vLLM's own ``set_forward_context`` and under a ``DeviceGuard``. The order
+loggers); ``get_kv_connector_kv_cache_events``, carried there too (the worker's KV events, which vLLM's scheduler
+hands the scheduler side in ``update_connector_output``); the worker metadata; clear metadata. Every answer the
+connector gives is judged against base.py's promises as it is given (``enforce_promises``), naming the driver's
+step. All of it inside vLLM's own ``set_forward_context`` and under a ``DeviceGuard``. The order
 from binding to clearing is ``engine.step_order``'s, shared with the contract checks.
 """
 
@@ -172,6 +173,14 @@ def worker_metadata(connector: KVConnectorBase_V1) -> dict[str, Any]:
     return {"kv_connector_worker_meta": build()} if build is not None else {}
 
 
+def worker_events(connector: KVConnectorBase_V1) -> dict[str, Any]:
+    """The worker's KV events of the step (``KVConnectorOutput.kv_cache_events``), which vLLM's scheduler hands the
+    scheduler side's ``update_connector_output``: LMCacheConnector's stored blocks reach its ``take_events`` only this
+    way. Empty for a connector without the hook."""
+    take = getattr(connector, "get_kv_connector_kv_cache_events", None)
+    return {"kv_cache_events": take()} if take is not None else {}
+
+
 def _plain_call(connector: KVConnectorBase_V1) -> Call:
     """``connector.method(*args)``, unchecked: how the model runner calls its connector."""
     return lambda method, *args: getattr(connector, method)(*args)
@@ -251,20 +260,21 @@ class ModelRunnerStandIn:
             load_errors = connector.get_block_ids_with_load_errors()
             # as vLLM's runner sets it, every step: None, an empty stats object or one with data, as answered
             stats = connector.get_kv_connector_stats()
-            return sending, recving, failed, load_errors, stats, worker_metadata(connector)
+            return sending, recving, failed, load_errors, stats, worker_events(connector), worker_metadata(connector)
 
         metadata = scheduler_output.kv_connector_metadata
         with set_forward_context(attn_metadata, self.vllm_config), self.guard:
             # first, as vLLM's execute_model does: an async saver finishes reading preempted requests' blocks
             # here, before this step's forward may write them for another request
             connector.handle_preemptions(metadata)
-            sending, recving, failed, load_errors, stats, worker_meta = connector_step(
+            sending, recving, failed, load_errors, stats, events, worker_meta = connector_step(
                 _plain_call(connector), metadata, get_forward_context,
                 sync_loads=bool(getattr(scheduler_output, "has_sync_kv_loads", True)),
                 report=report, forward=layers if runs_forward else None)
         self.stepping = False
         return KVConnectorOutput(finished_sending=sending, finished_recving=recving, failed_recving=failed,
-                                 invalid_block_ids=set(load_errors or ()), kv_connector_stats=stats, **worker_meta)
+                                 invalid_block_ids=set(load_errors or ()), kv_connector_stats=stats, **events,
+                                 **worker_meta)
 
     def shutdown(self) -> None:
         self.connector.shutdown()

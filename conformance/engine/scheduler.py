@@ -142,6 +142,8 @@ class SchedulerDriver:
     # what the update in progress took from the connector and handed on; None between updates
     _publication: StepPublication | None = field(default=None, init=False)
     _stream: int = field(default=0, init=False)  # this engine's number among those sharing ``published_blocks``
+    # the checks' receivers of the connector's events in each batch vLLM publishes (``on_connector_events``)
+    _event_receivers: list[Callable[[list[Any]], None]] = field(default_factory=list, init=False)
     # vLLM's stats logger of this engine's connector stats (engine/stats_logged.py); None with stats off
     _stats_log: StatsLog | None = field(default=None, init=False)
 
@@ -179,6 +181,13 @@ class SchedulerDriver:
             if self.log_stats:
                 self._stats_log = StatsLog.of(self.vllm_config)
 
+    def on_connector_events(self, receive: Callable[[list[Any]], None]) -> None:
+        """Call ``receive`` with the connector's events in each batch vLLM's scheduler hands its event publisher (a
+        batch holds its KV cache manager's own events first, set aside), as the batch is published."""
+        if self.connector is None:
+            raise ValueError("a scheduler without a KV connector publishes no connector events")
+        self._event_receivers.append(receive)
+
     def _watch_publication(self, connector: KVConnectorBase_V1) -> None:
         """Note, during each ``update_from_output``, what vLLM's scheduler takes from the connector (its events and,
         with stats on, its scheduler side's stats) and what it hands its event publisher (``StepPublication``)."""
@@ -194,8 +203,12 @@ class SchedulerDriver:
             return events
 
         def published(batch: Any) -> None:
+            own = 0
             if self._publication is not None:
                 self._publication.published.extend(batch.events)
+                own = self._publication.own
+            for receive in self._event_receivers:
+                receive(list(batch.events[own:]))
             publish(batch)
 
         def taken() -> Any:

@@ -9,8 +9,13 @@ vLLM's ``KVConnectorStats`` (``kv_connector/v1/metrics.py``) leaves each of thes
 one that does not rebuild from its dict is stats vLLM collects every step and never logs (it warns once), and one
 that does not reduce makes the logger raise at every interval.
 
-``StatsLog`` is vLLM's own ``KVConnectorLogging``, built from the engine's config as the logger builds it, fed what
-the scheduler returned after each step, and made to log then: vLLM's interval is seconds long
+A served vLLM's ``PrometheusStatLogger`` (on by default in its API server) hands the same dict, whenever the scheduler
+returned one, to its ``KVConnectorProm``, which passes it to the metrics the connector class registered
+(``build_prom_metrics``): a connector whose metrics cannot export its own stats makes every step's recording raise.
+
+``StatsLog`` is vLLM's own ``KVConnectorLogging`` and ``KVConnectorProm`` (registering into a registry of its own),
+built from the engine's config as the loggers build them, fed what the scheduler returned after each step, and made
+to log then: vLLM's interval is seconds long
 (``VLLM_LOG_STATS_INTERVAL``), many steps, while a check runs a few, and every step's stats must be summarized
 whatever the run's length. ``SchedulerDriver`` (engine/scheduler.py) keeps one per engine whose scheduler collects
 stats, so every check that drives vLLM's scheduler judges it; a problem names the connector's stats class, the
@@ -20,10 +25,13 @@ method vLLM called and what it was given.
 from __future__ import annotations
 
 import copy
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
 SHOWN_CHARS = 300  # of a returned stats dict in a message
+PROM_LABELS = ["model_name", "engine"]  # the labels vLLM's PrometheusStatLogger gives per-engine metrics
+PROM_LABEL_VALUES = ("kvconform", "0")
 
 
 def shown(returned: dict[str, Any]) -> str:
@@ -35,25 +43,61 @@ def raised(error: Exception) -> str:
     return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
 
 
+def isolated_prom(config: Any) -> tuple[Any, Any]:
+    """vLLM's ``KVConnectorProm`` for ``config``'s connector, registering into a registry of its own (through the
+    metric classes it hands the connector, as vLLM's Ray logger swaps them); and that registry."""
+    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+    from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorProm
+
+    registry = CollectorRegistry()
+    isolated = type("IsolatedKVConnectorProm", (KVConnectorProm,), {
+        "_gauge_cls": functools.partial(Gauge, registry=registry),
+        "_counter_cls": functools.partial(Counter, registry=registry),
+        "_histogram_cls": functools.partial(Histogram, registry=registry)})
+    return isolated(config, PROM_LABELS, {0: list(PROM_LABEL_VALUES)}), registry
+
+
 @dataclass
 class StatsLog:
-    """vLLM's stats logger of one engine's connector stats, and the summaries it logged (one per step with any)."""
+    """vLLM's stats loggers of one engine's connector stats, and the summaries logged (one per step with any)."""
 
     logging: Any  # vLLM's KVConnectorLogging, for the engine's kv_transfer_config
+    vllm_config: Any
+    prom: Any = None  # vLLM's KVConnectorProm, built at the first stats returned (as a served engine's first record)
     logged: list[str] = field(default_factory=list)
 
     @classmethod
     def of(cls, vllm_config: Any) -> StatsLog:
         from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorLogging
 
-        return cls(KVConnectorLogging(vllm_config.kv_transfer_config))
+        return cls(KVConnectorLogging(vllm_config.kv_transfer_config), vllm_config)
 
     def take(self, returned: dict[str, Any] | None) -> str | None:
-        """Log what the scheduler returned in one step, as vLLM's logger does at an interval's end; None, or why
-        vLLM's logger cannot."""
-        if not returned:  # LoggingStatLogger.record observes only stats that carry any
+        """Log what the scheduler returned in one step, as vLLM's logger does at an interval's end, and export it as
+        its Prometheus logger does; None, or why vLLM's loggers cannot."""
+        if returned is None:
             return None
         given = f"the connector stats vLLM's scheduler returned, {shown(returned)}"
+        return self._exported(returned, given) or (self._logged(returned, given) if returned else None)
+
+    def _exported(self, returned: dict[str, Any], given: str) -> str | None:
+        """PrometheusStatLogger.record: ``KVConnectorProm.observe`` of every stats dict the scheduler returned."""
+        try:
+            if self.prom is None:
+                self.prom, _ = isolated_prom(self.vllm_config)
+        except Exception as error:  # noqa: BLE001 - the connector's metrics code raised inside vLLM's logger
+            return (f"vLLM's Prometheus logger (KVConnectorProm) raised {raised(error)} building the connector "
+                    f"class's metrics (build_prom_metrics): a served vLLM's API server cannot start its metrics")
+        try:
+            self.prom.observe(copy.deepcopy(returned), 0)
+        except Exception as error:  # noqa: BLE001 - the connector's metrics code raised inside vLLM's logger
+            return (f"vLLM's Prometheus logger (KVConnectorProm.observe) raised {raised(error)} exporting {given} "
+                    f"through the connector class's metrics ({type(self.prom.prom_metrics).__name__}, from "
+                    f"build_prom_metrics): a served vLLM's Prometheus logger raises at every step's stats")
+        return None
+
+    def _logged(self, returned: dict[str, Any], given: str) -> str | None:
+        """LoggingStatLogger.record and log: ``KVConnectorLogging`` of stats that carry any."""
         try:
             self.logging.observe(copy.deepcopy(returned))  # the front end's own copy, as it arrives over IPC
         except Exception as error:  # noqa: BLE001 - the connector's stats code raised inside vLLM's logger

@@ -11,7 +11,7 @@ check that drives vLLM's scheduler, the round-trip included.
 
 from __future__ import annotations
 
-from vllm.distributed.kv_events import BlockRemoved
+from vllm.distributed.kv_events import BlockRemoved, BlockStored
 from vllm.distributed.kv_transfer.kv_connector.v1.example_connector import ExampleConnector
 from vllm.v1.core.kv_cache_utils import maybe_convert_block_hash
 
@@ -34,3 +34,22 @@ class UnannouncedRemovalConnector(ExampleConnector):
     def take_events(self):
         events, self._unannounced = self._unannounced, []
         return events
+
+
+class ListedWorkerEventsConnector(ExampleConnector):
+    """vLLM 0.32's ExampleConnector whose worker hands vLLM's runner the blocks it saved each step as a plain list of
+    ``BlockStored`` from ``get_kv_connector_kv_cache_events`` (the edit), not the ``KVConnectorKVEvents`` base.py
+    promises: vLLM's runner carries the value in ``KVConnectorOutput.kv_cache_events`` to the scheduler side's
+    ``update_connector_output``, where a connector that aggregates its workers' events (as LMCacheConnector does)
+    calls ``get_all_events()`` on it. Its bytes are ExampleConnector's; the runner stand-in carries the worker's events
+    as vLLM's runner does and judges them against base.py's promise."""
+
+    def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs) -> None:
+        super().save_kv_layer(layer_name, kv_layer, attn_metadata, **kwargs)
+        tokens = [r.token_ids.tolist() for r in self._get_connector_metadata().requests if r.is_store]
+        self._saved = [BlockStored(block_hashes=[hash(tuple(ids))], parent_block_hash=None, token_ids=ids,
+                                   block_size=len(ids), lora_id=None, medium=MEDIUM, lora_name=None) for ids in tokens]
+
+    def get_kv_connector_kv_cache_events(self):
+        events, self._saved = getattr(self, "_saved", []), []
+        return events or None
