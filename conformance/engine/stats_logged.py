@@ -63,7 +63,9 @@ class StatsLog:
 
     logging: Any  # vLLM's KVConnectorLogging, for the engine's kv_transfer_config
     vllm_config: Any
-    prom: Any = None  # vLLM's KVConnectorProm, built at the first stats returned (as a served engine's first record)
+    # vLLM's KVConnectorProm: a served vLLM builds it as its logger starts, here at the first stats returned, so an
+    # engine that returns none builds no metrics
+    prom: Any = None
     logged: list[str] = field(default_factory=list)
 
     @classmethod
