@@ -51,21 +51,17 @@ class EventsRecord:
         for index, child in enumerate(children):
             self._own_takes.append(child.take_events)
             child.take_events = self._taken_from(index, child.take_events)  # type: ignore[method-assign]
-        scheduler = driver.scheduler
-        scheduler.kv_cache_manager.take_events = self._noted(scheduler.kv_cache_manager.take_events)
-        publish = scheduler.kv_event_publisher.publish
-
-        def published(batch: Any) -> None:
-            self._current.published.extend(batch.events)
-            publish(batch)
-
-        scheduler.kv_event_publisher.publish = published
+        self._driver = driver
         around_updates(driver, self._stepped)
 
     def _stepped(self, scheduler_output: SchedulerOutput, runner_output: ModelRunnerOutput,
                  update: Callable[[], Any]) -> Any:
         self._current = StepEvents(len(self.steps) + 1)
         outputs = update()
+        publication = self._driver.publication  # the driver's record of this update, still open here
+        if publication is not None:
+            self._current.own.extend(publication.own)
+            self._current.published.extend(publication.published)
         self._current.left = {i: left for i, take in enumerate(self._own_takes) if (left := list(take()))}
         self.steps.append(self._current)
         return outputs
@@ -74,14 +70,6 @@ class EventsRecord:
         def taken() -> list[Any]:
             events = list(take())
             self._current.taken.setdefault(index, []).extend(events)
-            return events
-
-        return taken
-
-    def _noted(self, take: Callable[[], list[Any]]) -> Callable[[], list[Any]]:
-        def taken() -> list[Any]:
-            events = take()
-            self._current.own.extend(events or ())
             return events
 
         return taken

@@ -157,7 +157,7 @@ class StepPublication:
     own, the batches published, and (with stats on) both sides' connector stats, copied as given."""
 
     taken: list[Any] = field(default_factory=list)
-    own: int = 0
+    own: list[Any] = field(default_factory=list)  # the KV cache manager's events vLLM took, which come first
     published: list[Any] = field(default_factory=list)
     worker_stats: Any = None
     scheduler_stats: Any = None

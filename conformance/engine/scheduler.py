@@ -181,6 +181,12 @@ class SchedulerDriver:
             if self.log_stats:
                 self._stats_log = StatsLog.of(self.vllm_config)
 
+    @property
+    def publication(self) -> StepPublication | None:
+        """What the update in progress took from the connector and handed on (its events, the KV cache manager's
+        own, the batches published); None between updates."""
+        return self._publication
+
     def on_connector_events(self, receive: Callable[[list[Any]], None]) -> None:
         """Call ``receive`` with the connector's events in each batch vLLM's scheduler hands its event publisher (a
         batch holds its KV cache manager's own events first, set aside), as the batch is published."""
@@ -199,14 +205,14 @@ class SchedulerDriver:
         def own_taken() -> Any:
             events = take_own()
             if self._publication is not None:
-                self._publication.own += len(events or ())
+                self._publication.own.extend(events or ())
             return events
 
         def published(batch: Any) -> None:
             own = 0
             if self._publication is not None:
                 self._publication.published.extend(batch.events)
-                own = self._publication.own
+                own = len(self._publication.own)
             for receive in self._event_receivers:
                 receive(list(batch.events[own:]))
             publish(batch)
@@ -379,7 +385,7 @@ class SchedulerDriver:
                                     f"{self._stream} over this storage: the KV events its take_events() handed "
                                     f"vLLM: {problem}")
         vllm_scheduler = f"vLLM's scheduler ({type(self.scheduler).__name__}, with {connector}), {where}"
-        if problem := events_not_published(publication.taken, publication.own, publication.published):
+        if problem := events_not_published(publication.taken, len(publication.own), publication.published):
             raise ContractViolation(f"{vllm_scheduler}: KV events: {problem}")
         carried, stats = returned_connector_stats(returned)
         if self.log_stats and carried and (
