@@ -39,6 +39,11 @@ def shown(returned: dict[str, Any]) -> str:
     return text if len(text) <= SHOWN_CHARS else f"{text[:SHOWN_CHARS]}... ({len(text)} characters)"
 
 
+def given(returned: dict[str, Any]) -> str:
+    """What vLLM's scheduler returned, for a message (built only for one: stats come every step)."""
+    return f"the connector stats vLLM's scheduler returned, {shown(returned)}"
+
+
 def raised(error: Exception) -> str:
     return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
 
@@ -79,10 +84,12 @@ class StatsLog:
         its Prometheus logger does; None, or why vLLM's loggers cannot."""
         if returned is None:
             return None
-        given = f"the connector stats vLLM's scheduler returned, {shown(returned)}"
-        return self._exported(returned, given) or (self._logged(returned, given) if returned else None)
+        problem = self._exported(returned)
+        if problem is None and returned:  # LoggingStatLogger.record observes only stats that carry any
+            problem = self._logged(returned)
+        return problem
 
-    def _exported(self, returned: dict[str, Any], given: str) -> str | None:
+    def _exported(self, returned: dict[str, Any]) -> str | None:
         """PrometheusStatLogger.record: ``KVConnectorProm.observe`` of every stats dict the scheduler returned."""
         try:
             if self.prom is None:
@@ -93,29 +100,30 @@ class StatsLog:
         try:
             self.prom.observe(copy.deepcopy(returned), 0)
         except Exception as error:  # noqa: BLE001 - the connector's metrics code raised inside vLLM's logger
-            return (f"vLLM's Prometheus logger (KVConnectorProm.observe) raised {raised(error)} exporting {given} "
-                    f"through the connector class's metrics ({type(self.prom.prom_metrics).__name__}, from "
-                    f"build_prom_metrics): a served vLLM's Prometheus logger raises at every step's stats")
+            return (f"vLLM's Prometheus logger (KVConnectorProm.observe) raised {raised(error)} exporting "
+                    f"{given(returned)} through the connector class's metrics "
+                    f"({type(self.prom.prom_metrics).__name__}, from build_prom_metrics): a served vLLM's Prometheus "
+                    f"logger raises at every step's stats")
         return None
 
-    def _logged(self, returned: dict[str, Any], given: str) -> str | None:
+    def _logged(self, returned: dict[str, Any]) -> str | None:
         """LoggingStatLogger.record and log: ``KVConnectorLogging`` of stats that carry any."""
         try:
             self.logging.observe(copy.deepcopy(returned))  # the front end's own copy, as it arrives over IPC
         except Exception as error:  # noqa: BLE001 - the connector's stats code raised inside vLLM's logger
             return (f"vLLM's stats logger (KVConnectorLogging.observe) raised {raised(error)}, rebuilding "
-                    f"{given} with the connector class's build_kv_connector_stats: a served vLLM's logger "
+                    f"{given(returned)} with the connector class's build_kv_connector_stats: a served vLLM's logger "
                     f"fails on every step's stats")
         rebuilt = self.logging.transfer_stats_accumulator
         if rebuilt is None:
-            return (f"the connector class's build_kv_connector_stats returned None for {given}: vLLM's stats logger "
-                    f"(KVConnectorLogging) warns once that the connector 'does not implement the "
+            return (f"the connector class's build_kv_connector_stats returned None for {given(returned)}: vLLM's "
+                    f"stats logger (KVConnectorLogging) warns once that the connector 'does not implement the "
                     f"build_kv_connector_stats method' and never logs them")
         try:
             self.logging.log(log_fn=lambda message, *args: self.logged.append(message % args))
         except Exception as error:  # noqa: BLE001 - the connector's stats code raised inside vLLM's logger
             return (f"vLLM's stats logger (KVConnectorLogging.log) raised {raised(error)} "
-                    f"summarizing {given}, rebuilt as {type(rebuilt).__name__}, whose is_empty() and reduce() it "
-                    f"calls at the end of every log interval: a served vLLM's logger raises at every interval and "
-                    f"its transfer metrics are never logged")
+                    f"summarizing {given(returned)}, rebuilt as {type(rebuilt).__name__}, whose is_empty() and "
+                    f"reduce() it calls at the end of every log interval: a served vLLM's logger raises at every "
+                    f"interval and its transfer metrics are never logged")
         return None

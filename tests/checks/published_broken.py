@@ -44,6 +44,10 @@ class ListedWorkerEventsConnector(ExampleConnector):
     calls ``get_all_events()`` on it. Its bytes are ExampleConnector's; the runner stand-in carries the worker's events
     as vLLM's runner does and judges them against base.py's promise."""
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._saved: list[BlockStored] = []
+
     def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs) -> None:
         super().save_kv_layer(layer_name, kv_layer, attn_metadata, **kwargs)
         tokens = [r.token_ids.tolist() for r in self._get_connector_metadata().requests if r.is_store]
@@ -51,5 +55,5 @@ class ListedWorkerEventsConnector(ExampleConnector):
                                    block_size=len(ids), lora_id=None, medium=MEDIUM, lora_name=None) for ids in tokens]
 
     def get_kv_connector_kv_cache_events(self):
-        events, self._saved = getattr(self, "_saved", []), []
+        events, self._saved = self._saved, []
         return events or None

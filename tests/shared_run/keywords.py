@@ -99,16 +99,16 @@ def _parsed(expression: str) -> Tree:
 
 
 def _holds(tree: Tree, lowered: Collection[str]) -> bool:
-    if not tree:
-        return True
-    kind = tree[0]
-    if kind == "word":
-        return any(tree[1] in name for name in lowered)
-    if kind == "not":
-        return not _holds(tree[1], lowered)
-    if kind == "and":
-        return _holds(tree[1], lowered) and _holds(tree[2], lowered)
-    return _holds(tree[1], lowered) or _holds(tree[2], lowered)
+    return True if not tree else _EVALUATE[tree[0]](tree, lowered)
+
+
+# a node's kind -> its value over a test's lowered names
+_EVALUATE = {
+    "word": lambda tree, names: any(tree[1] in name for name in names),
+    "not": lambda tree, names: not _holds(tree[1], names),
+    "and": lambda tree, names: _holds(tree[1], names) and _holds(tree[2], names),
+    "or": lambda tree, names: _holds(tree[1], names) or _holds(tree[2], names),
+}
 
 
 def check(expression: str) -> None:
