@@ -122,7 +122,7 @@ def needs_vllm(path: Path) -> bool:
 # scheduling): what they say does not change with the release, so they run on the default release only (make
 # test). Every other test that needs vLLM (the harness against vLLM's internals, the self-tests' broken connectors,
 # the lint over vLLM's source, expectations' vLLM ranges, workloads) runs on the newest release too.
-ONE_RELEASE_TESTS = ("gate/", "reliability/", "pipelines/", "smoke/", "connectors/test_services.py",
+ONE_RELEASE_TESTS = ("gate/", "reliability/", "warm_python/", "pipelines/", "smoke/", "connectors/test_services.py",
                      "connectors/test_nixl_device_buffer.py", "engine/test_accelerator_worker.py",
                      "engine/test_backend_reaches_vllm.py", "plugin/test_scheduling.py", "session/test_devices.py",
                      "mutation/test_mutate_command.py", "checks/test_offloading_situations_catches.py",

@@ -1,4 +1,5 @@
-"""Run the conformance suite in a subprocess against the project's broken connectors.
+"""Run the conformance suite in a process of its own (forked from a warm Python: tests/warm_python/) against the
+project's broken connectors.
 
 Results are read back from JUnit XML so the assertions see exactly what a CI user would. The self-tests that only
 select tests and connectors share one run (tests/shared_run/); a test that needs a run of its own (other options,
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -19,6 +19,7 @@ from kvconform.conformance.session.suite_command import NO_CACHE, SuiteCommand
 from kvconform.reports.identity import connector_in_nodeid
 from kvconform.reports.junit import JunitCase, read_junit_file
 from tests.load import stretched
+from tests.warm_python import run_pytest
 
 REPO = Path(__file__).resolve().parents[1]
 Run = TypeVar("Run")  # a test's result: this module's Outcome, tests/reliability/suite.py's Case
@@ -46,8 +47,7 @@ def run_suite_cases(tmp: Path, args: list[str], timeout_s: float = RUN_TIMEOUT_S
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     command = SuiteCommand("cpu", plugins=(NO_CACHE,), options=("-q", "-o", "junit_family=xunit1"), junitxml=junit,
                            extra=args)
-    proc = subprocess.run(
-        command.argv(), cwd=tmp, env=env, capture_output=True, text=True, timeout=stretched(timeout_s))
+    proc = run_pytest(command.argv(), tmp, env, stretched(timeout_s))
     cases = read_junit_file(junit).cases if junit.exists() else []
     output = proc.stdout + proc.stderr
     failed = any(case.junit_outcome in ("failed", "error") for case in cases)

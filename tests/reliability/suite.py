@@ -1,4 +1,5 @@
-"""Run the conformance suite in a subprocess, the way a user does, and read its JUnit file back.
+"""Run the conformance suite in a process of its own, the way a user does (forked from a warm Python:
+tests/warm_python/), and read its JUnit file back.
 
 Unlike ``tests/suite_run.py`` this keeps what reliability tests need: the
 order results arrived in (a crash must not stop later tests), each test's JUnit
@@ -20,6 +21,7 @@ from kvconform.conformance.session.suite_command import NO_CACHE, SuiteCommand
 from kvconform.reports.junit import read_junit_file
 from tests.load import describe_load, stretched
 from tests.suite_run import of_connector
+from tests.warm_python import run_pytest
 
 REPO = Path(__file__).resolve().parents[2]
 MISBEHAVING = "tests.reliability.misbehaving_broken"
@@ -76,8 +78,7 @@ def run_suite(tmp: Path, args: list[str], env: dict[str, str] | None = None) -> 
         command = SuiteCommand("cpu", plugins=(NO_CACHE, "kvconform.conformance.reliability"),
                                options=("-q", "--kvconform-expectations", str(no_expectations(tmp)),
                                         "-o", "junit_family=xunit1"), junitxml=junit, extra=args)
-        proc = subprocess.run(
-            command.argv(), cwd=tmp, env=full_env, capture_output=True, text=True, timeout=deadline)
+        proc = run_pytest(command.argv(), tmp, full_env, deadline)
     except subprocess.TimeoutExpired as hung:
         raise AssertionError(f"the suite run did not finish within {deadline} s ({describe_load()} now): "
                              f"{' '.join(args)}\n"
