@@ -55,7 +55,9 @@ def _project(folder: Path) -> Path:
 
 
 def _env(**extra: str) -> dict[str, str]:
-    return {**os.environ, "WARM_MARKER": "m", **extra}
+    """This process's environment but its xdist worker's (the project's tests may run under xdist)."""
+    inherited = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_XDIST")}
+    return {**inherited, "WARM_MARKER": "m", **extra}
 
 
 def _argv(*args: str) -> list[str]:
