@@ -66,10 +66,10 @@ REPLICATED_KV_KINDS = ("full", "mamba2")
 # request -> prompt length: a partial last block, and one of several whole blocks and a partial one
 PROMPT_LENGTHS = {"req-0": 69, "req-1": 100}
 FILL_SEED = 4321
-# Each connector's transfer mode as a built consumer of it showed it (``transfer_mode``: its worker class's, whatever
-# the model): where one consumer posted no READ, this process skips the connector's other models before building
-# their TP producer, whose ranks' build and prefill cost tens of seconds, with the same words.
-_SEEN_MODES: dict[tuple[str, str | None, str | None], str] = {}
+# Each connector class's transfer mode as a built consumer of it showed it (``transfer_mode``: the worker class it
+# builds, whatever the model): where one consumer posted no READ, this process skips the class's other models before
+# building their TP producer, whose ranks' build and prefill cost tens of seconds, with the same words.
+_SEEN_MODES: dict[type, str] = {}
 
 
 @dataclass(frozen=True)
@@ -181,7 +181,7 @@ def _require_reads(name: str, mode: str) -> None:
 def run_pair_ranks(rig: Rig, model: RankedModel) -> RankedPairResult:
     """A producer of ``PRODUCER_TP`` ranks prefills; a one-rank consumer pulls from every rank; the bytes compared."""
     name = rig.connector.name
-    seen = (name, rig.connector.module_path, rig.connector.variant)
+    seen = rig.connector.load_class()
     if seen in _SEEN_MODES:
         _require_reads(name, _SEEN_MODES[seen])
     producer_role, consumer_role = rig.roles()
