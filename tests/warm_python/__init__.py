@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -92,6 +93,7 @@ class WarmPython:
         if self.process.poll() is None:
             kill_group(self.process.pid)
             self.process.wait()
+        shutil.rmtree(self.folder, ignore_errors=True)  # its socket
 
 
 def _read(path: Path) -> str:

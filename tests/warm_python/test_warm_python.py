@@ -79,6 +79,7 @@ def warm():
     started = warm_python.WarmPython(_env())
     yield started
     started.close()
+    assert not Path(started.folder).exists(), "the warm Python's socket folder outlived it"
 
 
 def _run(warm, folder: Path, *args: str, timeout_s: float = 120, **env: str):
