@@ -131,5 +131,6 @@ def test_a_command_runs_warm_only_in_the_warm_pythons_environment(warm, tmp_path
     monkeypatch.setattr(warm_python, "_WARM", [warm])
     for marker, parent in (("m", warm.process.pid), ("other", os.getpid())):
         folder = _project(tmp_path / marker)
-        warm_python.run_pytest(_argv(), folder, _env(WARM_MARKER=marker), stretched(120))
+        # the warm Python's own environment, not this process's now (a test before may have changed that)
+        warm_python.run_pytest(_argv(), folder, {**warm.env, "WARM_MARKER": marker}, stretched(120))
         assert (_seen(folder)["ppid"], _seen(folder)["marker"]) == (parent, marker)
