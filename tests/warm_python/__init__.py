@@ -35,7 +35,7 @@ PER_RUN_PREFIX = "PYTEST_"
 START_TIMEOUT_S = 300
 
 
-def import_relevant(env: Mapping[str, str]) -> dict[str, str]:
+def _import_relevant(env: Mapping[str, str]) -> dict[str, str]:
     return {key: value for key, value in env.items() if not key.startswith(PER_RUN_PREFIX)}
 
 
@@ -87,7 +87,7 @@ class WarmPython:
                 raise subprocess.TimeoutExpired(command, timeout_s, _read(out), _read(err)) from None
             assert ended is not None, "the warm Python ended"
             wait_status = int(ended["wait_status"])  # type: ignore[call-overload]
-            return subprocess.CompletedProcess(command, _returncode(wait_status), _read(out), _read(err))
+            return subprocess.CompletedProcess(command, os.waitstatus_to_exitcode(wait_status), _read(out), _read(err))
 
     def close(self) -> None:
         if self.process.poll() is None:
@@ -98,11 +98,6 @@ class WarmPython:
 
 def _read(path: Path) -> str:
     return path.read_text(errors="replace") if path.exists() else ""
-
-
-def _returncode(wait_status: int) -> int:
-    """As ``subprocess`` gives it: the exit status, or minus the signal that ended the process."""
-    return -os.WTERMSIG(wait_status) if os.WIFSIGNALED(wait_status) else os.WEXITSTATUS(wait_status)
 
 
 _WARM: list[WarmPython] = []  # this process's one warm Python, started at its first command
@@ -122,6 +117,6 @@ def run_pytest(argv: Sequence[str], cwd: Path, env: Mapping[str, str],
     if list(argv[:3]) == [sys.executable, "-m", "pytest"] and os.environ.get(SWITCH) != "off":
         if not _WARM:
             _WARM.append(WarmPython(env))
-        if import_relevant(env) == import_relevant(_WARM[0].env):
+        if _import_relevant(env) == _import_relevant(_WARM[0].env):
             return _WARM[0].run(argv[3:], cwd, env, timeout_s)
     return subprocess.run(list(argv), cwd=cwd, env=dict(env), capture_output=True, text=True, timeout=timeout_s)
